@@ -1,0 +1,90 @@
+// Command orders is the shop's HTTP API. Usage:
+//
+//	orders           serve (migrates first unless MIGRATE_ON_START=false)
+//	orders migrate   create the database if missing, apply migrations, exit
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"idemshop/internal/ordersapp"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/httpserver"
+	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/redisx"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.LoadOrders()
+	if err != nil {
+		return err
+	}
+	logger, err := logging.New(os.Stderr, cfg.Log.Format, cfg.Log.Level)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	cmd := "serve"
+	if len(os.Args) > 1 {
+		cmd = os.Args[1]
+	}
+	switch cmd {
+	case "migrate":
+		return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
+	case "serve":
+	default:
+		return fmt.Errorf("unknown command %q (want serve or migrate)", cmd)
+	}
+
+	if cfg.MigrateOnStart {
+		if err := postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger); err != nil {
+			return err
+		}
+	}
+	db, err := postgres.Open(ctx, cfg.Postgres.URL, postgres.Options{
+		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer postgres.Close(db)
+	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger, DB: db, Redis: rdb, Registry: reg})
+	if err != nil {
+		return err
+	}
+
+	var workers sync.WaitGroup
+	workers.Go(func() { app.RunWorkers(ctx) })
+	logger.Info("orders starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab)
+	err = httpserver.Run(ctx, app.Echo, cfg.HTTP.Server(cfg.HTTPAddr), nil)
+	stop() // the server is down: stop the workers too, then close connections (deferred, in reverse order)
+	workers.Wait()
+	logger.Info("orders stopped")
+	return err
+}

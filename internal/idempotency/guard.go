@@ -1,0 +1,218 @@
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/problem"
+)
+
+// Work is the business step of a one-transaction route. It runs inside tx, after the key row has been
+// inserted, and gets the raw request body to decode. It returns the success status and the value that
+// becomes the JSON response body. Any error rolls back the key row together with the work, so nothing is
+// stored and a corrected retry with the same key runs again.
+type Work func(ctx context.Context, tx *gorm.DB, body []byte) (status int, response any, err error)
+
+// Runner runs a one-transaction route's work. Guard is the real one; a baseline without the key layer
+// implements it too, so that benchmarks compare the same handler chain.
+type Runner interface {
+	Run(c echo.Context, userID int64, work Work) error
+}
+
+// GuardOptions configures NewGuard.
+type GuardOptions struct {
+	// Redis, when set, enables the in-flight marker; nil runs on the database alone.
+	Redis *redis.Client
+	// KeyPrefix namespaces the Redis keys, e.g. "idemshop:".
+	KeyPrefix string
+	// InFlightTTL is the marker's lease: how long a crashed request can keep its retries at 409.
+	InFlightTTL time.Duration
+	// RetryAfter is sent with 409 in-flight answers. Default 1 s.
+	RetryAfter time.Duration
+}
+
+// Guard is ladder step 1: request key + unique index + one transaction. It implements the whole
+// Idempotency-Key semantics table of DESIGN.md for routes whose effect fits in one local transaction.
+type Guard struct {
+	db         *gorm.DB
+	marker     *inflight
+	metrics    *Metrics
+	retryAfter time.Duration
+}
+
+// NewGuard returns a Guard over db. metrics must not be nil.
+func NewGuard(db *gorm.DB, metrics *Metrics, o GuardOptions) (*Guard, error) {
+	if db == nil || metrics == nil {
+		return nil, errors.New("idempotency: NewGuard needs a db and metrics")
+	}
+	g := &Guard{db: db, metrics: metrics, retryAfter: o.RetryAfter}
+	if g.retryAfter <= 0 {
+		g.retryAfter = time.Second
+	}
+	if o.Redis != nil {
+		if o.InFlightTTL <= 0 {
+			return nil, errors.New("idempotency: InFlightTTL must be > 0 with Redis")
+		}
+		g.marker = &inflight{rdb: o.Redis, prefix: o.KeyPrefix, ttl: o.InFlightTTL}
+	}
+	return g, nil
+}
+
+// Run answers one request on an Idempotency-Key route:
+//
+//  1. validate the key (400 idempotency_key_missing / idempotency_key_invalid) and fingerprint the body;
+//  2. if the Redis marker shows the key running, answer from the committed record or the marker
+//     (replay, 422 mismatch, or 409 in flight) without touching the transaction path;
+//  3. otherwise, in ONE transaction: insert the key row, run work, store the response; commit.
+//     A concurrent insert of the same (user, key) waits on the unique index for the first transaction,
+//     then either conflicts (replay or 422 from the committed row) or, if the first rolled back, wins.
+//     A wait longer than DB_LOCK_TIMEOUT answers 409 in flight.
+func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
+	req := c.Request()
+	ctx := req.Context()
+	route := c.Path()
+
+	key, err := KeyFromHeader(req.Header)
+	if err != nil {
+		g.metrics.Count(route, OutcomeInvalid)
+		return err
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return fmt.Errorf("read request body: %w", err)
+	}
+	fp, err := Fingerprint(req.Method, req.URL.Path, body)
+	if err != nil {
+		return problem.ErrMalformedBody.Wrap(err)
+	}
+	s := Scope{UserID: userID, Key: key}
+	lg := logging.From(ctx).With("idempotency_key", key)
+
+	if g.marker != nil {
+		cl, heldFP, err := g.marker.acquire(ctx, s, fp)
+		switch {
+		case err != nil:
+			lg.Warn("in-flight marker unavailable; the database alone guards this key", "err", err)
+		case cl == nil:
+			return g.answerWhileHeld(c, route, s, fp, heldFP)
+		default:
+			defer func() {
+				// Release even if the client went away; a stale marker would turn its retry into a 409.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				defer cancel()
+				if err := g.marker.release(rctx, cl); err != nil {
+					lg.Warn("in-flight marker not released; it expires with its lease", "err", err)
+				}
+			}()
+		}
+	}
+
+	var (
+		status   int
+		respBody []byte
+		conflict bool
+		existing *Record
+	)
+	err = g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		id, err := insertClaim(tx, s, req.Method, req.URL.Path, fp)
+		if err != nil {
+			return err
+		}
+		if id == 0 {
+			// The key is taken by a committed request: answer from its record, change nothing.
+			conflict = true
+			existing, err = Find(ctx, tx, s)
+			return err
+		}
+		st, v, err := work(ctx, tx, body)
+		if err != nil {
+			return err
+		}
+		if respBody, err = json.Marshal(v); err != nil {
+			return fmt.Errorf("encode response: %w", err)
+		}
+		status = st
+		// Same transaction as the work: the response is stored if and only if the work commits.
+		err = tx.Exec(`UPDATE idempotency_keys
+			SET state = ?, response_status = ?, response_body = ?, updated_at = now()
+			WHERE id = ?`, StateCompleted, st, respBody, id).Error
+		if err != nil {
+			return fmt.Errorf("store idempotent response: %w", err)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, postgres.ErrLockTimeout):
+		g.metrics.Count(route, OutcomeInFlight)
+		return ErrKeyInUse.WithRetryAfter(g.retryAfter).Wrap(err)
+	case err != nil:
+		return err
+	case conflict && existing == nil:
+		// The row vanished between the conflict and the read (the reaper): tell the client to retry.
+		g.metrics.Count(route, OutcomeInFlight)
+		return ErrKeyInUse.WithRetryAfter(g.retryAfter)
+	case conflict:
+		return g.answerFromRecord(c, route, existing, fp)
+	}
+	g.metrics.Count(route, OutcomeExecuted)
+	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
+}
+
+// insertClaim inserts the PROCESSING row for s and returns its id, or 0 when a committed row already
+// holds the key. ON CONFLICT DO NOTHING instead of catching 23505 keeps the transaction usable.
+func insertClaim(tx *gorm.DB, s Scope, method, path, fp string) (int64, error) {
+	var id int64
+	err := tx.Raw(`INSERT INTO idempotency_keys (user_id, idempotency_key, method, path, fingerprint, state)
+		VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (user_id, idempotency_key) DO NOTHING
+		RETURNING id`, s.UserID, s.Key, method, path, fp, StateProcessing).Scan(&id).Error
+	if err != nil {
+		return 0, fmt.Errorf("claim idempotency key: %w", postgres.TranslateError(err))
+	}
+	return id, nil
+}
+
+// answerWhileHeld answers a request whose key another request holds the in-flight marker for. The
+// committed record, if any, decides first (it is the truth); otherwise the marker's fingerprint tells
+// a different request (422) from a duplicate of the running one (409). Mismatch comes before in-flight.
+func (g *Guard) answerWhileHeld(c echo.Context, route string, s Scope, fp, heldFP string) error {
+	rec, err := Find(c.Request().Context(), g.db, s)
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		return g.answerFromRecord(c, route, rec, fp)
+	}
+	if heldFP != fp {
+		g.metrics.Count(route, OutcomeMismatch)
+		return ErrKeyReused
+	}
+	g.metrics.Count(route, OutcomeInFlight)
+	return ErrKeyInUse.WithRetryAfter(g.retryAfter)
+}
+
+// answerFromRecord replays a finished record, or refuses: 422 for another fingerprint (in any state),
+// 409 while the record is not finished.
+func (g *Guard) answerFromRecord(c echo.Context, route string, rec *Record, fp string) error {
+	if rec.Fingerprint != fp {
+		g.metrics.Count(route, OutcomeMismatch)
+		return ErrKeyReused
+	}
+	if (rec.State == StateCompleted || rec.State == StateFailedPermanent) && rec.ResponseStatus != nil {
+		g.metrics.Count(route, OutcomeReplayed)
+		c.Response().Header().Set(ReplayedHeader, "true")
+		return c.Blob(*rec.ResponseStatus, echo.MIMEApplicationJSON, rec.ResponseBody)
+	}
+	g.metrics.Count(route, OutcomeInFlight)
+	return ErrKeyInUse.WithRetryAfter(g.retryAfter)
+}

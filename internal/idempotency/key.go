@@ -1,0 +1,74 @@
+// Package idempotency implements the Idempotency-Key pattern (IETF draft
+// "The Idempotency-Key HTTP Header Field", draft-ietf-httpapi-idempotency-key-header): a client-chosen
+// key, a fingerprint of the request, and a stored response that is replayed for retries.
+//
+// The record is a small state machine (PROCESSING, COMPLETED, FAILED_RETRYABLE, FAILED_PERMANENT) with a
+// fencing column, so that routes whose effect crosses a network boundary can reuse it. Routes whose
+// effect fits in one local transaction use Guard (guard.go): the key row and the business change are
+// committed together, or not at all (DESIGN.md, "The ladder", step 1).
+package idempotency
+
+import (
+	"net/http"
+	"strings"
+
+	"idemshop/internal/platform/problem"
+)
+
+// Header is the request header that carries the key.
+const Header = "Idempotency-Key"
+
+// ReplayedHeader marks a response that was replayed from the store rather than produced by running the
+// request again.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// MaxKeyLen is the longest accepted key, in bytes.
+const MaxKeyLen = 255
+
+// Errors of the key semantics table in DESIGN.md; the codes are stable.
+var (
+	ErrKeyMissing = problem.New(problem.KindInvalid, "idempotency_key_missing",
+		"this route requires an Idempotency-Key header")
+	ErrKeyInvalid = problem.New(problem.KindInvalid, "idempotency_key_invalid",
+		"Idempotency-Key must be 1 to 255 printable ASCII characters")
+	// ErrKeyReused: the key was used before with a different request (IETF draft §2.7: 422).
+	ErrKeyReused = problem.New(problem.KindUnprocessable, "idempotency_key_reused",
+		"this Idempotency-Key was already used with a different request")
+	// ErrKeyInUse: the first request with this key has not finished (IETF draft §2.7: 409).
+	ErrKeyInUse = problem.New(problem.KindConflict, "idempotency_key_in_use",
+		"a request with this Idempotency-Key is still being processed; retry later")
+)
+
+// KeyFromHeader returns the Idempotency-Key of h, validated. The draft defines the value as a
+// Structured Field string (RFC 8941), so a value in double quotes is unquoted: `"abc"` and `abc` are the
+// same key. More than one header line is invalid, since the server could not tell which one the client meant.
+func KeyFromHeader(h http.Header) (string, error) {
+	vals := h.Values(Header)
+	if len(vals) == 0 {
+		return "", ErrKeyMissing
+	}
+	if len(vals) > 1 {
+		return "", ErrKeyInvalid
+	}
+	key := vals[0]
+	if len(key) >= 2 && strings.HasPrefix(key, `"`) && strings.HasSuffix(key, `"`) {
+		key = key[1 : len(key)-1]
+	}
+	if err := ValidateKey(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// ValidateKey returns ErrKeyInvalid unless key is 1..MaxKeyLen bytes of printable ASCII (0x20-0x7E).
+func ValidateKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return ErrKeyInvalid
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return ErrKeyInvalid
+		}
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Reaper deletes idempotency records older than the retention, in bounded batches so that one run never
+// holds locks on millions of rows. PROCESSING records are never reaped: the outcome of their work is
+// unknown, and the sweeper (pay flow) must resolve them first.
+type Reaper struct {
+	db        *gorm.DB
+	metrics   *Metrics
+	logger    *slog.Logger
+	retention time.Duration
+	batch     int
+}
+
+// NewReaper returns a Reaper keeping records for at least retention, deleting at most batch per statement.
+func NewReaper(db *gorm.DB, metrics *Metrics, logger *slog.Logger, retention time.Duration, batch int) (*Reaper, error) {
+	if db == nil || metrics == nil || logger == nil {
+		return nil, errors.New("idempotency: NewReaper needs db, metrics and logger")
+	}
+	if retention <= 0 || batch <= 0 {
+		return nil, fmt.Errorf("idempotency: reaper retention %s and batch %d must be > 0", retention, batch)
+	}
+	return &Reaper{db: db, metrics: metrics, logger: logger, retention: retention, batch: batch}, nil
+}
+
+// RunOnce deletes every reapable record created before now - retention and returns how many it deleted.
+// SKIP LOCKED lets several replicas reap at once without waiting on each other.
+func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
+	cutoff := time.Now().Add(-r.retention)
+	var total int64
+	for {
+		res := r.db.WithContext(ctx).Exec(`DELETE FROM idempotency_keys WHERE id IN (
+			SELECT id FROM idempotency_keys
+			WHERE created_at < ? AND state <> ?
+			ORDER BY created_at
+			LIMIT ?
+			FOR UPDATE SKIP LOCKED)`, cutoff, StateProcessing, r.batch)
+		if res.Error != nil {
+			return total, fmt.Errorf("reap idempotency keys: %w", res.Error)
+		}
+		total += res.RowsAffected
+		r.metrics.reaped.Add(float64(res.RowsAffected))
+		if res.RowsAffected < int64(r.batch) {
+			return total, nil
+		}
+	}
+}
+
+// Run calls RunOnce every interval until ctx is done.
+func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := r.RunOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.logger.Error("idempotency reaper failed", "err", err)
+			} else if n > 0 {
+				r.logger.Info("idempotency keys reaped", "deleted", n, "retention", r.retention)
+			}
+		}
+	}
+}

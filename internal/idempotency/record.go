@@ -1,0 +1,65 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// State is the idempotency record's state (DESIGN.md, "The ladder", step 2).
+type State string
+
+// The record states. A one-transaction route commits COMPLETED directly, so the others are only seen by
+// routes whose effect crosses the transaction boundary (the pay flow).
+const (
+	StateProcessing      State = "PROCESSING"       // claimed; the outcome is not known yet
+	StateCompleted       State = "COMPLETED"        // done; Response* holds the answer to replay
+	StateFailedRetryable State = "FAILED_RETRYABLE" // failed before any effect could have happened; run again
+	StateFailedPermanent State = "FAILED_PERMANENT" // definitively refused; replay the stored error
+)
+
+// Scope is what a key is unique within: one user's keys never collide with another's.
+type Scope struct {
+	UserID int64
+	Key    string
+}
+
+// Record is one row of idempotency_keys.
+type Record struct {
+	ID             int64 `gorm:"primaryKey"`
+	UserID         int64
+	IdempotencyKey string
+	Method         string
+	Path           string
+	Fingerprint    string
+	State          State
+	ResponseStatus *int
+	ResponseBody   []byte
+	// Fence is the highest fencing token that has written this row; a write carrying a lower token is
+	// rejected by the WHERE clause of the UPDATE (DESIGN.md, "The ladder", step 4).
+	Fence       int64
+	LockedUntil *time.Time
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// TableName tells GORM the table.
+func (Record) TableName() string { return "idempotency_keys" }
+
+// Find returns the committed record for s, or (nil, nil) when there is none.
+func Find(ctx context.Context, db *gorm.DB, s Scope) (*Record, error) {
+	var r Record
+	err := db.WithContext(ctx).
+		Where("user_id = ? AND idempotency_key = ?", s.UserID, s.Key).
+		Take(&r).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find idempotency record: %w", err)
+	}
+	return &r, nil
+}

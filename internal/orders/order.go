@@ -1,0 +1,89 @@
+// Package orders is the order business area: products, orders and their statuses. Domain types here
+// carry no HTTP or SQL; repository.go holds the SQL and http.go the Echo handlers.
+package orders
+
+import (
+	"fmt"
+	"time"
+
+	"idemshop/internal/platform/problem"
+)
+
+// Status is an order's status (DESIGN.md, orders HTTP API).
+type Status string
+
+// The order statuses.
+const (
+	StatusPending        Status = "PENDING"
+	StatusPaying         Status = "PAYING"
+	StatusPaid           Status = "PAID"
+	StatusFailed         Status = "FAILED"
+	StatusCancelled      Status = "CANCELLED"
+	StatusRefundRequired Status = "REFUND_REQUIRED"
+	StatusRefunded       Status = "REFUNDED"
+)
+
+// Product is a catalogue entry. PriceCents is in minor units of Currency (ISO 4217).
+type Product struct {
+	ID         int64  `json:"id"`
+	SKU        string `json:"sku"`
+	Name       string `json:"name"`
+	PriceCents int64  `json:"price_cents"`
+	Currency   string `json:"currency"`
+	Stock      int64  `json:"stock"`
+}
+
+// Order is one order. AmountCents = PriceCents × Quantity at creation, in minor units of Currency.
+type Order struct {
+	ID          int64
+	UserID      int64
+	Status      Status
+	ProductID   int64
+	Quantity    int
+	AmountCents int64
+	Currency    string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Quantity bounds for one order line.
+const (
+	MinQuantity = 1
+	MaxQuantity = 10
+)
+
+// CreateRequest is the body of POST /v1/orders: {"product_id":1,"quantity":2}.
+type CreateRequest struct {
+	ProductID int64 `json:"product_id"`
+	Quantity  int   `json:"quantity"`
+}
+
+// Errors of the order area; codes are stable.
+var (
+	ErrValidation        = problem.New(problem.KindInvalid, "validation_failed", "the request is invalid")
+	ErrUnknownProduct    = problem.New(problem.KindInvalid, "unknown_product", "no product with this product_id")
+	ErrInsufficientStock = problem.New(problem.KindConflict, "insufficient_stock", "not enough stock for this quantity")
+	ErrOrderNotFound     = problem.New(problem.KindNotFound, "order_not_found", "no such order")
+)
+
+// Validate checks the fields that need no database.
+func (r CreateRequest) Validate() error {
+	if r.ProductID <= 0 {
+		return problem.Newf(problem.KindInvalid, ErrValidation.Code, "product_id is required and must be a positive integer")
+	}
+	if r.Quantity < MinQuantity || r.Quantity > MaxQuantity {
+		return problem.Newf(problem.KindInvalid, ErrValidation.Code,
+			"quantity must be between %d and %d, got %d", MinQuantity, MaxQuantity, r.Quantity)
+	}
+	return nil
+}
+
+// Amount returns price × quantity in minor units. quantity is at most MaxQuantity, so overflow needs a
+// price above MaxInt64/10; it is refused rather than wrapped.
+func Amount(priceCents int64, quantity int) (int64, error) {
+	const maxInt64 = int64(^uint64(0) >> 1)
+	if priceCents < 0 || quantity < 0 || (quantity > 0 && priceCents > maxInt64/int64(quantity)) {
+		return 0, fmt.Errorf("amount overflow: %d × %d", priceCents, quantity)
+	}
+	return priceCents * int64(quantity), nil
+}

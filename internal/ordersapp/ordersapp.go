@@ -1,0 +1,100 @@
+// Package ordersapp assembles the orders HTTP application from its parts. cmd/orders and the tests both
+// call New, so tests exercise the same Echo instance, middleware chain and routes that production serves.
+package ordersapp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"idemshop/internal/auth"
+	"idemshop/internal/idempotency"
+	"idemshop/internal/orders"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/httpserver"
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/rabbitmq"
+)
+
+// Deps are the opened connections and settings the application runs on.
+type Deps struct {
+	Config   config.Orders
+	Logger   *slog.Logger
+	DB       *gorm.DB
+	Redis    *redis.Client
+	Registry *prometheus.Registry
+	// Runner overrides the idempotency layer of POST /v1/orders; nil means the real Guard. Benchmarks
+	// set it to a baseline without the key layer.
+	Runner idempotency.Runner
+}
+
+// App is the assembled application: the HTTP handler plus its background workers.
+type App struct {
+	Echo   *echo.Echo
+	Reaper *idempotency.Reaper
+	cfg    config.Orders
+}
+
+// New builds the application. It opens nothing: every connection comes in through d.
+func New(d Deps) (*App, error) {
+	if d.Logger == nil || d.DB == nil || d.Redis == nil || d.Registry == nil {
+		return nil, errors.New("ordersapp: New needs Logger, DB, Redis and Registry")
+	}
+	cfg := d.Config
+	idemMetrics := idempotency.NewMetrics(d.Registry)
+	runner := d.Runner
+	if runner == nil {
+		g, err := idempotency.NewGuard(d.DB, idemMetrics, idempotency.GuardOptions{
+			Redis: d.Redis, KeyPrefix: cfg.Redis.KeyPrefix, InFlightTTL: cfg.IdempotencyInFlightTTL,
+		})
+		if err != nil {
+			return nil, err
+		}
+		runner = g
+	}
+	reaper, err := idempotency.NewReaper(d.DB, idemMetrics, d.Logger, cfg.IdempotencyRetention, cfg.ReaperBatch)
+	if err != nil {
+		return nil, err
+	}
+	authn, err := auth.New(d.DB)
+	if err != nil {
+		return nil, err
+	}
+	repo, err := orders.NewRepository(d.DB)
+	if err != nil {
+		return nil, err
+	}
+	orderRoutes, err := orders.NewHandler(repo, runner)
+	if err != nil {
+		return nil, err
+	}
+
+	e := httpserver.New(d.Logger, d.Registry, cfg.BodyLimitBytes)
+	httpserver.MountOps(e, d.Registry, cfg.ReadyProbeTimeout,
+		httpserver.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error {
+			return postgres.Ping(ctx, d.DB)
+		}},
+		// Redis is an efficiency layer: without it requests are slower, never wrong, so it only degrades.
+		httpserver.Check{Name: "redis", Critical: false, Probe: func(ctx context.Context) error {
+			return d.Redis.Ping(ctx).Err()
+		}},
+		// RabbitMQ only carries events the outbox already holds durably, so its loss degrades too: taking
+		// the shop out of service because the broker is down would defeat the outbox.
+		httpserver.Check{Name: "rabbitmq", Critical: false, Probe: func(ctx context.Context) error {
+			return rabbitmq.Ping(ctx, cfg.AMQPURL)
+		}},
+	)
+	v1 := e.Group("/v1", authn.Middleware())
+	orderRoutes.Mount(v1)
+	return &App{Echo: e, Reaper: reaper, cfg: cfg}, nil
+}
+
+// RunWorkers runs the background workers until ctx is done.
+func (a *App) RunWorkers(ctx context.Context) {
+	a.Reaper.Run(ctx, a.cfg.ReaperInterval)
+}

@@ -1,0 +1,138 @@
+// Package config holds one configuration struct per binary, filled from the environment with
+// caarlos0/env and validated at start. A bad value stops the process with a message naming the variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"idemshop/internal/platform/httpserver"
+)
+
+// Log is shared by every binary.
+type Log struct {
+	Format string `env:"LOG_FORMAT" envDefault:"text"` // text | json
+	Level  string `env:"LOG_LEVEL" envDefault:"info"`  // debug | info | warn | error
+}
+
+// HTTP holds the server limits shared by every binary. The address is per binary (its default differs).
+type HTTP struct {
+	ReadHeaderTimeout time.Duration `env:"HTTP_READ_HEADER_TIMEOUT" envDefault:"5s"`
+	ReadTimeout       time.Duration `env:"HTTP_READ_TIMEOUT" envDefault:"15s"`
+	WriteTimeout      time.Duration `env:"HTTP_WRITE_TIMEOUT" envDefault:"30s"`
+	IdleTimeout       time.Duration `env:"HTTP_IDLE_TIMEOUT" envDefault:"60s"`
+	ShutdownTimeout   time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	BodyLimitBytes    int64         `env:"BODY_LIMIT_BYTES" envDefault:"1048576"` // 1 MiB
+}
+
+// Server returns the httpserver config for addr.
+func (h HTTP) Server(addr string) httpserver.Config {
+	return httpserver.Config{
+		Addr: addr, ReadHeaderTimeout: h.ReadHeaderTimeout, ReadTimeout: h.ReadTimeout,
+		WriteTimeout: h.WriteTimeout, IdleTimeout: h.IdleTimeout, ShutdownTimeout: h.ShutdownTimeout,
+		BodyLimit: h.BodyLimitBytes,
+	}
+}
+
+// Postgres holds the database connection settings.
+type Postgres struct {
+	URL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/idemshop?sslmode=disable"`
+	// LockTimeout bounds every lock wait, including the wait of a duplicate Idempotency-Key insert on the
+	// first request's uncommitted row: past it the duplicate is answered 409 in flight.
+	LockTimeout      time.Duration `env:"DB_LOCK_TIMEOUT" envDefault:"2s"`
+	StatementTimeout time.Duration `env:"DB_STATEMENT_TIMEOUT" envDefault:"10s"`
+	MaxConns         int           `env:"DB_MAX_CONNS" envDefault:"20"`
+}
+
+// Redis holds the Redis connection settings. Redis is an efficiency layer: short timeouts keep a dead
+// Redis from stalling requests that can fall back to the database.
+type Redis struct {
+	URL       string        `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	Timeout   time.Duration `env:"REDIS_TIMEOUT" envDefault:"250ms"`
+	KeyPrefix string        `env:"REDIS_KEY_PREFIX" envDefault:"idemshop:"`
+}
+
+// Orders is the configuration of cmd/orders. Names and defaults follow DESIGN.md's environment table.
+type Orders struct {
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080"`
+	Log
+	HTTP
+	Postgres
+	Redis
+	AMQPURL              string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	PaymentsURL          string `env:"PAYMENTS_URL" envDefault:"http://127.0.0.1:8081"`
+	CallbackURL          string `env:"CALLBACK_URL" envDefault:"http://127.0.0.1:8080/v1/payments/callback"`
+	PaymentWebhookSecret string `env:"PAYMENT_WEBHOOK_SECRET" envDefault:"idemshop-demo-webhook-secret"`
+	MigrateOnStart       bool   `env:"MIGRATE_ON_START" envDefault:"true"`
+	Lab                  bool   `env:"ORDERS_LAB" envDefault:"false"`
+
+	// IdempotencyRetention is how long a key is kept (at least) before the reaper may delete it.
+	IdempotencyRetention time.Duration `env:"IDEMPOTENCY_RETENTION" envDefault:"24h"`
+	// IdempotencyInFlightTTL is the lease of the Redis in-flight marker; it bounds how long a crashed
+	// request can keep answering 409 to its retries.
+	IdempotencyInFlightTTL time.Duration `env:"IDEMPOTENCY_INFLIGHT_TTL" envDefault:"10s"`
+	ReaperInterval         time.Duration `env:"REAPER_INTERVAL" envDefault:"1m"`
+	ReaperBatch            int           `env:"REAPER_BATCH" envDefault:"1000"`
+	SweepInterval          time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
+	ReadyProbeTimeout      time.Duration `env:"READY_PROBE_TIMEOUT" envDefault:"2s"`
+}
+
+// LoadOrders reads and validates the orders configuration from the environment.
+func LoadOrders() (Orders, error) {
+	c, err := env.ParseAs[Orders]()
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	return c, c.Validate()
+}
+
+// Validate checks values the parser cannot; each error names its variable.
+func (c Orders) Validate() error {
+	var errs []error
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be > 0, got %s", name, d))
+		}
+	}
+	positive("IDEMPOTENCY_RETENTION", c.IdempotencyRetention)
+	positive("IDEMPOTENCY_INFLIGHT_TTL", c.IdempotencyInFlightTTL)
+	positive("REAPER_INTERVAL", c.ReaperInterval)
+	positive("SWEEP_INTERVAL", c.SweepInterval)
+	positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
+	positive("DB_LOCK_TIMEOUT", c.LockTimeout)
+	positive("DB_STATEMENT_TIMEOUT", c.StatementTimeout)
+	positive("REDIS_TIMEOUT", c.Redis.Timeout)
+	positive("HTTP_READ_HEADER_TIMEOUT", c.ReadHeaderTimeout)
+	positive("HTTP_READ_TIMEOUT", c.ReadTimeout)
+	positive("HTTP_WRITE_TIMEOUT", c.WriteTimeout)
+	positive("HTTP_IDLE_TIMEOUT", c.IdleTimeout)
+	positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+	if c.ReaperBatch <= 0 {
+		errs = append(errs, fmt.Errorf("REAPER_BATCH must be > 0, got %d", c.ReaperBatch))
+	}
+	if c.MaxConns <= 0 {
+		errs = append(errs, fmt.Errorf("DB_MAX_CONNS must be > 0, got %d", c.MaxConns))
+	}
+	if c.BodyLimitBytes <= 0 {
+		errs = append(errs, fmt.Errorf("BODY_LIMIT_BYTES must be > 0, got %d", c.BodyLimitBytes))
+	}
+	if c.PaymentWebhookSecret == "" {
+		errs = append(errs, errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
+	}
+	for _, v := range [][2]string{
+		{"DATABASE_URL", c.Postgres.URL}, {"REDIS_URL", c.Redis.URL}, {"AMQP_URL", c.AMQPURL},
+		{"PAYMENTS_URL", c.PaymentsURL}, {"CALLBACK_URL", c.CallbackURL},
+	} {
+		if u, err := url.Parse(v[1]); err != nil || u.Scheme == "" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s is not an absolute URL", v[0]))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+// Package httpserver builds the Echo instance every binary shares (request ids, request-scoped logging,
+// body limit, panic recovery, RFC 9457 errors), the ops routes /healthz, /readyz and /metrics, and runs
+// it behind an http.Server with every timeout set and a graceful shutdown.
+package httpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/problem"
+)
+
+// Config holds the server limits. Durations are wall-clock; BodyLimit is in bytes.
+type Config struct {
+	Addr              string
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	ShutdownTimeout   time.Duration
+	BodyLimit         int64
+}
+
+// New returns an Echo instance with the shared middleware chain. Every request gets an X-Request-ID
+// (kept from the client when present) and a logger carrying it, reachable with logging.From(ctx).
+func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64) *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = problem.Handler(func(c echo.Context) *slog.Logger {
+		return logging.From(c.Request().Context())
+	})
+
+	reqDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "idemshop_http_request_duration_seconds",
+		Help:    "HTTP request latency by route pattern, method and status code.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"route", "method", "code"})
+	reg.MustRegister(reqDuration)
+
+	e.Use(middleware.RequestID())
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			id := c.Response().Header().Get(echo.HeaderXRequestID)
+			req := c.Request()
+			c.SetRequest(req.WithContext(logging.With(req.Context(), logger.With("request_id", id))))
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				// Render the problem now so the access log and the metric see the real status.
+				c.Error(err)
+			}
+			status := c.Response().Status
+			reqDuration.WithLabelValues(c.Path(), req.Method, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			logging.From(c.Request().Context()).Info("http request",
+				"method", req.Method, "path", req.URL.Path, "status", status,
+				"duration_ms", float64(time.Since(start).Microseconds())/1000)
+			return nil
+		}
+	})
+	e.Use(middleware.Recover())
+	e.Use(middleware.BodyLimit(strconv.FormatInt(bodyLimit, 10)))
+	return e
+}
+
+// Check is one readiness probe. A failing Critical check makes /readyz answer 503; a failing
+// non-critical one (Redis, an efficiency layer only) makes it answer 200 with status "degraded".
+type Check struct {
+	Name     string
+	Critical bool
+	Probe    func(ctx context.Context) error
+}
+
+// Readiness is the /readyz body: {"status":"ok"|"degraded"|"unavailable","checks":{"postgres":"ok",...}}.
+type Readiness struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// MountOps adds GET /healthz (process alive), GET /readyz (dependencies reachable, each probe bounded by
+// probeTimeout) and GET /metrics (Prometheus exposition from g).
+func MountOps(e *echo.Echo, g prometheus.Gatherer, probeTimeout time.Duration, checks ...Check) {
+	e.GET("/healthz", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	})
+	e.GET("/readyz", func(c echo.Context) error {
+		r := Readiness{Status: "ok", Checks: make(map[string]string, len(checks))}
+		code := http.StatusOK
+		for _, chk := range checks {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), probeTimeout)
+			err := chk.Probe(ctx)
+			cancel()
+			if err == nil {
+				r.Checks[chk.Name] = "ok"
+				continue
+			}
+			r.Checks[chk.Name] = "down: " + err.Error()
+			if chk.Critical {
+				r.Status, code = "unavailable", http.StatusServiceUnavailable
+			} else if r.Status == "ok" {
+				r.Status = "degraded"
+			}
+		}
+		return c.JSON(code, r)
+	})
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{})))
+}
+
+// Run serves e on cfg.Addr until ctx is cancelled, then shuts down gracefully: it stops accepting, waits
+// up to cfg.ShutdownTimeout for in-flight requests, and returns. ready, when non-nil, receives the bound
+// address once the listener is open (useful with ":0").
+func Run(ctx context.Context, e *echo.Echo, cfg Config, ready func(addr net.Addr)) error {
+	srv := &http.Server{
+		Addr:              cfg.Addr,
+		Handler:           e,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("graceful shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+// Package logging builds the process's log/slog logger and carries a request-scoped logger in the
+// context, so that every line written while serving a request has its request_id.
+package logging
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+)
+
+// New returns a logger writing to w. format is "text" or "json"; level is debug, info, warn or error.
+func New(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("LOG_LEVEL %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("LOG_FORMAT %q: want text or json", format)
+	}
+}
+
+type ctxKey struct{}
+
+// With returns a copy of ctx that carries lg.
+func With(ctx context.Context, lg *slog.Logger) context.Context {
+	return context.WithValue(ctx, ctxKey{}, lg)
+}
+
+// From returns the logger carried by ctx, or slog.Default() when there is none.
+func From(ctx context.Context) *slog.Logger {
+	if lg, ok := ctx.Value(ctxKey{}).(*slog.Logger); ok {
+		return lg
+	}
+	return slog.Default()
+}

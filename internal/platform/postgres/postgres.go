@@ -1,0 +1,196 @@
+// Package postgres opens GORM on the pgx driver, creates and migrates the database with goose, and
+// translates driver errors at the repository edge so nothing above it sees pgconn types.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+	gormpg "gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	gormlogger "gorm.io/gorm/logger"
+
+	"idemshop/migrations"
+)
+
+// Options tunes the pool. Zero values mean: no lock or statement timeout, pool of 10.
+type Options struct {
+	// LockTimeout is sent as the session's lock_timeout: every lock wait longer than this fails with
+	// SQLSTATE 55P03, which TranslateError turns into ErrLockTimeout.
+	LockTimeout      time.Duration
+	StatementTimeout time.Duration
+	MaxConns         int
+	Logger           *slog.Logger
+}
+
+// Open connects GORM to url through pgx's database/sql driver and checks the connection.
+func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
+	pcfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if o.LockTimeout > 0 {
+		pcfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(o.LockTimeout.Milliseconds(), 10)
+	}
+	if o.StatementTimeout > 0 {
+		pcfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
+	}
+	sqlDB := stdlib.OpenDB(*pcfg)
+	maxConns := o.MaxConns
+	if maxConns <= 0 {
+		maxConns = 10
+	}
+	sqlDB.SetMaxOpenConns(maxConns)
+	sqlDB.SetMaxIdleConns(maxConns)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+
+	lg := gormlogger.Discard
+	if o.Logger != nil {
+		lg = gormlogger.NewSlogLogger(o.Logger, gormlogger.Config{
+			SlowThreshold: 500 * time.Millisecond, LogLevel: gormlogger.Warn, IgnoreRecordNotFoundError: true,
+		})
+	}
+	db, err := gorm.Open(gormpg.New(gormpg.Config{Conn: sqlDB}), &gorm.Config{
+		// Each repository method opens the transaction it needs; GORM's implicit one per write is waste.
+		SkipDefaultTransaction: true,
+		Logger:                 lg,
+		TranslateError:         false,
+	})
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("open gorm: %w", err)
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("ping postgres: %w", err)
+	}
+	return db, nil
+}
+
+// Close closes the pool behind db.
+func Close(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// Ping checks that the database answers; it is the /readyz probe.
+func Ping(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// EnsureDatabase creates the database named in url when it does not exist, by connecting to the
+// server's "postgres" maintenance database. Concurrent callers are safe: a lost race (42P04) is success.
+func EnsureDatabase(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	name := cfg.Database
+	if name == "" {
+		return errors.New("DATABASE_URL names no database")
+	}
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to maintenance database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %q: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: another replica won
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	return nil
+}
+
+// Migrate applies every pending migration from the embedded migrations/ folder. A PostgreSQL advisory
+// lock (goose's session locker) serialises replicas that start at the same time.
+func Migrate(ctx context.Context, db *sql.DB) ([]*goose.MigrationResult, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("migration locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, fmt.Errorf("migration provider: %w", err)
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return res, fmt.Errorf("migrate up: %w", err)
+	}
+	return res, nil
+}
+
+// EnsureAndMigrate is what `orders migrate` and MIGRATE_ON_START run: create the database if missing,
+// then apply the migrations.
+func EnsureAndMigrate(ctx context.Context, url string, logger *slog.Logger) error {
+	if err := EnsureDatabase(ctx, url); err != nil {
+		return err
+	}
+	db, err := Open(ctx, url, Options{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer Close(db)
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	res, err := Migrate(ctx, sqlDB)
+	if err != nil {
+		return err
+	}
+	logger.Info("migrations applied", "count", len(res))
+	return nil
+}
+
+// Driver errors translated for the layers above.
+var (
+	// ErrDuplicate is a unique violation (SQLSTATE 23505).
+	ErrDuplicate = errors.New("duplicate key")
+	// ErrLockTimeout is a lock wait that exceeded lock_timeout (SQLSTATE 55P03).
+	ErrLockTimeout = errors.New("lock wait timed out")
+)
+
+// TranslateError maps driver errors to the sentinels above, wrapped so the original stays in the chain
+// for logs. Other errors are returned unchanged.
+func TranslateError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "23505":
+		return fmt.Errorf("%w: %s: %w", ErrDuplicate, pgErr.ConstraintName, err)
+	case "55P03":
+		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+	}
+	return err
+}

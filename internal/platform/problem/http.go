@@ -1,0 +1,125 @@
+package problem
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+)
+
+// ContentType is the media type of RFC 9457 problem responses.
+const ContentType = "application/problem+json"
+
+// Body is the RFC 9457 problem document. Type is "about:blank" (RFC 9457 §4.2.1), so Title is the
+// HTTP status phrase; Code is the stable extension member clients should switch on.
+type Body struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	Code     string `json:"code"`
+}
+
+// statusOf is the single mapping from error kinds to HTTP statuses.
+func statusOf(k Kind) int {
+	switch k {
+	case KindInvalid:
+		return http.StatusBadRequest
+	case KindUnauthorized:
+		return http.StatusUnauthorized
+	case KindNotFound:
+		return http.StatusNotFound
+	case KindConflict:
+		return http.StatusConflict
+	case KindUnprocessable:
+		return http.StatusUnprocessableEntity
+	case KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case KindUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// fromEcho turns Echo's own errors (unknown route, wrong method, body limit) into *Error values.
+func fromEcho(he *echo.HTTPError) *Error {
+	switch he.Code {
+	case http.StatusNotFound:
+		return ErrNotFound.Wrap(he)
+	case http.StatusMethodNotAllowed:
+		return &Error{Kind: KindInvalid, Code: "method_not_allowed", Detail: "method not allowed on this route", Err: he}
+	case http.StatusRequestEntityTooLarge:
+		return ErrTooLarge.Wrap(he)
+	case http.StatusUnauthorized:
+		return ErrUnauthorized.Wrap(he)
+	case http.StatusBadRequest:
+		return &Error{Kind: KindInvalid, Code: "bad_request", Detail: http.StatusText(he.Code), Err: he}
+	case http.StatusServiceUnavailable:
+		return ErrUnavailable.Wrap(he)
+	}
+	return ErrInternal.Wrap(he)
+}
+
+// Resolve finds the *Error in err's chain, or classifies err as internal. An *echo.HTTPError found before
+// any *Error is translated, so a body-limit error wrapped by a handler still becomes 413.
+func Resolve(err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return fromEcho(he)
+	}
+	return ErrInternal.Wrap(err)
+}
+
+// Write renders pe as an RFC 9457 response.
+func Write(c echo.Context, pe *Error) error {
+	status := statusOf(pe.Kind)
+	if pe.RetryAfter > 0 {
+		secs := int(math.Ceil(pe.RetryAfter.Seconds()))
+		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+	}
+	if pe.Kind == KindUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="idemshop"`)
+	}
+	body, err := json.Marshal(Body{
+		Type:     "about:blank",
+		Title:    http.StatusText(status),
+		Status:   status,
+		Detail:   pe.Detail,
+		Instance: c.Request().URL.Path,
+		Code:     pe.Code,
+	})
+	if err != nil {
+		return err
+	}
+	return c.Blob(status, ContentType, body)
+}
+
+// Handler returns the Echo HTTPErrorHandler: every error a handler or middleware returns ends here.
+// Internal errors are logged with their cause; the client sees only the stable code.
+func Handler(logger func(echo.Context) *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		pe := Resolve(err)
+		lg := logger(c)
+		if pe.Kind == KindInternal {
+			lg.Error("request failed", "err", err)
+		} else {
+			lg.Debug("request refused", "code", pe.Code, "err", err)
+		}
+		if werr := Write(c, pe); werr != nil {
+			lg.Error("write problem response", "err", werr)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+// Package rabbitmq holds the RabbitMQ plumbing shared by the outbox relay and points-consumer.
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Dial opens a connection to url, bounded by ctx's deadline (or 5 s without one).
+func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	conn, err := amqp.DialConfig(url, amqp.Config{
+		Heartbeat: 10 * time.Second,
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: timeout}
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// The deadline covers the AMQP handshake; amqp091 clears it once the connection is open.
+			if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			return c, nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial amqp: %w", err)
+	}
+	return conn, nil
+}
+
+// Ping dials and closes a connection; it is the /readyz probe until a process holds a long-lived one.
+func Ping(ctx context.Context, url string) error {
+	conn, err := Dial(ctx, url)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -85,7 +87,7 @@ type Orders struct {
 func LoadOrders() (Orders, error) {
 	c, err := env.ParseAs[Orders]()
 	if err != nil {
-		return c, fmt.Errorf("config: %w", err)
+		return c, fmt.Errorf("config: %w", nameVariables[Orders](err))
 	}
 	return c, c.Validate()
 }
@@ -135,4 +137,49 @@ func (c Orders) Validate() error {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil
+}
+
+// DefaultOrders returns the orders configuration with every default and nothing read from the
+// environment; tests start from it and override fields.
+func DefaultOrders() Orders {
+	c, err := env.ParseAsWithOptions[Orders](env.Options{Environment: map[string]string{}})
+	if err != nil {
+		panic(fmt.Sprintf("config: defaults do not parse: %v", err)) // a bug in the struct tags
+	}
+	return c
+}
+
+// nameVariables rewrites caarlos0/env parse errors, which name the Go field ("IdempotencyRetention"),
+// so that they name the environment variable ("IDEMPOTENCY_RETENTION") the operator has to fix.
+func nameVariables[T any](err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	vars := map[string][]string{}
+	collectVars(reflect.TypeFor[T](), vars)
+	out := make([]error, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) && len(vars[pe.Name]) > 0 {
+			out = append(out, fmt.Errorf("%s: invalid value: %w", strings.Join(vars[pe.Name], " or "), pe.Err))
+			continue
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
+}
+
+func collectVars(t reflect.Type, vars map[string][]string) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		if name == "" && f.Type.Kind() == reflect.Struct {
+			collectVars(f.Type, vars)
+			continue
+		}
+		if name != "" {
+			vars[f.Name] = append(vars[f.Name], name)
+		}
+	}
 }

@@ -42,6 +42,8 @@ func statusOf(k Kind) int {
 		return http.StatusRequestEntityTooLarge
 	case KindUnavailable:
 		return http.StatusServiceUnavailable
+	case KindMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	default:
 		return http.StatusInternalServerError
 	}
@@ -53,7 +55,7 @@ func fromEcho(he *echo.HTTPError) *Error {
 	case http.StatusNotFound:
 		return ErrNotFound.Wrap(he)
 	case http.StatusMethodNotAllowed:
-		return &Error{Kind: KindInvalid, Code: "method_not_allowed", Detail: "method not allowed on this route", Err: he}
+		return &Error{Kind: KindMethodNotAllowed, Code: "method_not_allowed", Detail: "method not allowed on this route", Err: he}
 	case http.StatusRequestEntityTooLarge:
 		return ErrTooLarge.Wrap(he)
 	case http.StatusUnauthorized:

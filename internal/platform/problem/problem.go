@@ -25,6 +25,7 @@ const (
 	KindUnprocessable             // 422: well-formed but semantically refused (e.g. a reused idempotency key)
 	KindTooLarge                  // 413: body over the configured limit
 	KindUnavailable               // 503: a dependency is down; retry later
+	KindMethodNotAllowed          // 405
 )
 
 // Error is a domain error with a stable, machine-readable Code (the RFC 9457 "code" extension member that

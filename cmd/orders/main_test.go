@@ -1,0 +1,123 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/testenv"
+)
+
+// End to end: the built binary creates its missing database, migrates, serves, replays a retried
+// create, and exits 0 on SIGTERM.
+func TestOrdersBinaryEndToEnd(t *testing.T) {
+	t.Parallel()
+	svc := testenv.Find(t)
+	bin := filepath.Join(t.TempDir(), "orders")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	name := fmt.Sprintf("idemshop_test_%d_e2e", os.Getpid())
+	dbURL := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+	addr := freeAddr(t)
+	var logs syncBuffer
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"HTTP_ADDR="+addr, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
+		fmt.Sprintf("REDIS_KEY_PREFIX=e2e-%d:", os.Getpid()), "LOG_FORMAT=json")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "orders never became ready; logs:\n%s", logs.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	post := func() (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/orders", strings.NewReader(`{"product_id":2,"quantity":1}`))
+		req.Header.Set("Authorization", "Bearer carol-token")
+		req.Header.Set("Idempotency-Key", "e2e-1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	r1, b1 := post()
+	r2, b2 := post()
+	assert.Equal(t, http.StatusCreated, r1.StatusCode, b1)
+	assert.Equal(t, http.StatusCreated, r2.StatusCode)
+	assert.Equal(t, b1, b2)
+	assert.Equal(t, "true", r2.Header.Get("Idempotent-Replayed"))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		assert.NoError(t, err, "graceful shutdown exits 0; logs:\n%s", logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("orders did not stop within 20s of SIGTERM; logs:\n%s", logs.String())
+	}
+	assert.Contains(t, logs.String(), `"request_id"`, "request lines carry the request id")
+	assert.Contains(t, logs.String(), "orders stopped")
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer collects the child's output; exec copies into it from its own goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,49 @@
+package idempotency_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"idemshop/internal/idempotency"
+)
+
+func TestKeyFromHeader(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		values  []string
+		want    string
+		wantErr error
+	}{
+		{"missing", nil, "", idempotency.ErrKeyMissing},
+		{"empty", []string{""}, "", idempotency.ErrKeyInvalid},
+		{"empty quoted", []string{`""`}, "", idempotency.ErrKeyInvalid},
+		{"plain", []string{"order-123"}, "order-123", nil},
+		{"structured-field string", []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`}, "8e03978e-40d5-43e8-bc93-6894a57f9324", nil},
+		{"255 chars", []string{strings.Repeat("k", 255)}, strings.Repeat("k", 255), nil},
+		{"256 chars", []string{strings.Repeat("k", 256)}, "", idempotency.ErrKeyInvalid},
+		{"space inside is printable", []string{"a b"}, "a b", nil},
+		{"tab", []string{"a\tb"}, "", idempotency.ErrKeyInvalid},
+		{"non-ASCII", []string{"clé"}, "", idempotency.ErrKeyInvalid},
+		{"DEL", []string{"a\x7f"}, "", idempotency.ErrKeyInvalid},
+		{"two header lines", []string{"a", "b"}, "", idempotency.ErrKeyInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for _, v := range tc.values {
+				h.Add(idempotency.Header, v)
+			}
+			got, err := idempotency.KeyFromHeader(h)
+			if tc.wantErr != nil {
+				assert.ErrorIs(t, err, tc.wantErr)
+				return
+			}
+			assert.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -1,0 +1,169 @@
+package ordersapp_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"idemshop/internal/ordersapp"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/problem"
+	"idemshop/internal/platform/redisx"
+	"idemshop/internal/testenv"
+)
+
+// replica is one orders instance (real Echo, real middleware, real services) behind an httptest server.
+type replica struct {
+	t   testing.TB
+	srv *httptest.Server
+	reg *prometheus.Registry
+	app *ordersapp.App
+}
+
+type replicaOpts struct {
+	db    *gorm.DB      // nil: the env's
+	redis *redis.Client // nil: the env's
+	cfg   func(*config.Orders)
+}
+
+func testConfig(env *testenv.Env) config.Orders {
+	cfg := config.DefaultOrders()
+	cfg.Postgres.URL = env.DatabaseURL
+	cfg.Redis.URL = env.RedisURL
+	cfg.Redis.KeyPrefix = env.Prefix
+	cfg.AMQPURL = env.AMQPURL
+	cfg.IdempotencyInFlightTTL = 5 * time.Second
+	return cfg
+}
+
+func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
+	t.Helper()
+	cfg := testConfig(env)
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	db, rdb := env.DB, env.Redis
+	if o.db != nil {
+		db = o.db
+	}
+	if o.redis != nil {
+		rdb = o.redis
+	}
+	reg := prometheus.NewRegistry()
+	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: slog.New(slog.DiscardHandler),
+		DB: db, Redis: rdb, Registry: reg})
+	require.NoError(t, err)
+	srv := httptest.NewServer(app.Echo)
+	t.Cleanup(srv.Close)
+	return &replica{t: t, srv: srv, reg: reg, app: app}
+}
+
+// deadRedis is a client for a port nothing listens on: Redis is down.
+func deadRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	rdb, err := redisx.Open("redis://127.0.0.1:1/0", 100*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) problem(t testing.TB) problem.Body {
+	t.Helper()
+	require.Equal(t, problem.ContentType, r.Header.Get("Content-Type"), "body: %s", r.Body)
+	var p problem.Body
+	require.NoError(t, json.Unmarshal(r.Body, &p))
+	require.Equal(t, r.Status, p.Status)
+	return p
+}
+
+// call sends one request. token and key are omitted when empty; headers may add more.
+func (rp *replica) call(method, path, token, key string, body []byte, headers ...string) response {
+	rp.t.Helper()
+	req, err := http.NewRequest(method, rp.srv.URL+path, bytes.NewReader(body))
+	require.NoError(rp.t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := rp.srv.Client().Do(req)
+	require.NoError(rp.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(rp.t, err)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+func (rp *replica) createOrder(token, key, body string) response {
+	rp.t.Helper()
+	return rp.call(http.MethodPost, "/v1/orders", token, key, []byte(body))
+}
+
+// count returns SELECT count(*) FROM table [WHERE ...].
+func count(t testing.TB, db *gorm.DB, table string, where ...any) int64 {
+	t.Helper()
+	var n int64
+	q := db.Table(table)
+	if len(where) > 0 {
+		q = q.Where(where[0], where[1:]...)
+	}
+	require.NoError(t, q.Count(&n).Error)
+	return n
+}
+
+// eventually polls cond every 10 ms until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// idemCount reads idemshop_idempotency_requests_total{route,outcome} from the replica's registry.
+func idemCount(t testing.TB, rp *replica, route, outcome string) float64 {
+	t.Helper()
+	mfs, err := rp.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "idemshop_idempotency_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["route"] == route && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

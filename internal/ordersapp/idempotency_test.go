@@ -1,0 +1,377 @@
+package ordersapp_test
+
+// One test per row of DESIGN.md's "Idempotency-Key semantics" table, through the real route
+// POST /v1/orders on real PostgreSQL and Redis, plus the concurrency and failure-injection proofs.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"idemshop/internal/testenv"
+)
+
+const (
+	alice    = "alice-token"
+	bob      = "bob-token"
+	aliceID  = 1
+	mugOrder = `{"product_id":1,"quantity":2}`
+)
+
+func TestKeyMissingIs400AndStoresNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	r := rp.createOrder(alice, "", mugOrder)
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Equal(t, "idempotency_key_missing", r.problem(t).Code)
+	assert.Zero(t, count(t, env.DB, "orders"))
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+}
+
+func TestKeyInvalidIs400AndStoresNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	cases := map[string]string{
+		"empty":     "",
+		"too long":  strings.Repeat("k", 256),
+		"non-ASCII": "clé-1",
+		"tab":       "a\tb",
+	}
+	for name, key := range cases {
+		t.Run(name, func(t *testing.T) {
+			// An empty key must still be sent as a header line, so add it by hand.
+			r := rp.call(http.MethodPost, "/v1/orders", alice, "", []byte(mugOrder), "Idempotency-Key", key)
+			assert.Equal(t, http.StatusBadRequest, r.Status)
+			assert.Equal(t, "idempotency_key_invalid", r.problem(t).Code)
+		})
+	}
+	assert.Zero(t, count(t, env.DB, "orders"))
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+	assert.Equal(t, float64(len(cases)), idemCount(t, rp, "/v1/orders", "invalid"))
+}
+
+func TestFirstRequestRunsAndStoresResponse(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	r := rp.createOrder(alice, "first-1", mugOrder)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	assert.Empty(t, r.Header.Get("Idempotent-Replayed"))
+	var o map[string]any
+	require.NoError(t, json.Unmarshal(r.Body, &o))
+	assert.Equal(t, "PENDING", o["status"])
+	assert.EqualValues(t, 1, o["product_id"])
+	assert.EqualValues(t, 2, o["quantity"])
+	assert.EqualValues(t, 2500, o["amount_cents"])
+	assert.Equal(t, "EUR", o["currency"])
+	assert.NotEmpty(t, o["created_at"])
+
+	var rec struct {
+		State          string
+		ResponseStatus int
+		ResponseBody   []byte
+		UserID         int64
+	}
+	require.NoError(t, env.DB.Raw(`SELECT state, response_status, response_body, user_id
+		FROM idempotency_keys WHERE idempotency_key = 'first-1'`).Scan(&rec).Error)
+	assert.Equal(t, "COMPLETED", rec.State)
+	assert.Equal(t, http.StatusCreated, rec.ResponseStatus)
+	assert.Equal(t, r.Body, rec.ResponseBody)
+	assert.EqualValues(t, aliceID, rec.UserID)
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+	var stock int64
+	require.NoError(t, env.DB.Raw(`SELECT stock FROM products WHERE id = 1`).Scan(&stock).Error)
+	assert.EqualValues(t, 100, stock, "creating an order checks stock but does not deduct it")
+}
+
+func TestSameKeySameRequestReplaysExactly(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	first := rp.createOrder(alice, "replay-1", mugOrder)
+	require.Equal(t, http.StatusCreated, first.Status)
+	for i := 0; i < 3; i++ {
+		again := rp.createOrder(alice, "replay-1", mugOrder)
+		assert.Equal(t, first.Status, again.Status)
+		assert.Equal(t, string(first.Body), string(again.Body), "replay must be byte-identical")
+		assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	}
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+	assert.Equal(t, 3.0, idemCount(t, rp, "/v1/orders", "replayed"))
+	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "executed"))
+}
+
+func TestReorderedKeysAndWhitespaceReplay(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	first := rp.createOrder(alice, "layout-1", mugOrder)
+	require.Equal(t, http.StatusCreated, first.Status)
+	again := rp.createOrder(alice, "layout-1", "{\n  \"quantity\" : 2 ,\t\"product_id\":1\n}\n")
+	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, string(first.Body), string(again.Body))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+}
+
+func TestSameKeyDifferentRequestIs422(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	require.Equal(t, http.StatusCreated, rp.createOrder(alice, "reuse-1", mugOrder).Status)
+	r := rp.createOrder(alice, "reuse-1", `{"product_id":1,"quantity":3}`)
+	assert.Equal(t, http.StatusUnprocessableEntity, r.Status)
+	assert.Equal(t, "idempotency_key_reused", r.problem(t).Code)
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+	assert.EqualValues(t, 0, count(t, env.DB, "orders", "quantity = 3"))
+	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
+}
+
+// holdProduct blocks every INSERT INTO orders for product id (the foreign-key check takes a KEY SHARE
+// lock that FOR UPDATE excludes), keeping a create request in flight after its key row is written.
+// The returned function releases the hold.
+func holdProduct(t *testing.T, db *gorm.DB, id int) func() {
+	t.Helper()
+	tx := db.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec(`SELECT 1 FROM products WHERE id = ? FOR UPDATE`, id).Error)
+	var once sync.Once
+	release := func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// waitersOnLocks counts backends of this database waiting for a lock.
+func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
+	var n int64
+	require.NoError(t, db.Raw(`SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE NOT l.granted AND a.datname = current_database()`).Scan(&n).Error)
+	return n
+}
+
+func TestInFlightIs409AndMismatchComesFirst(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{LockTimeout: 30 * time.Second})
+	rp := newReplica(t, env, replicaOpts{})
+	release := holdProduct(t, env.DB, 1)
+
+	firstDone := make(chan response, 1)
+	go func() { firstDone <- rp.createOrder(alice, "busy-1", mugOrder) }()
+	eventually(t, 10*time.Second, "the first request to block inside its transaction", func() bool {
+		return waitersOnLocks(t, env.DB) > 0
+	})
+	marker := env.Prefix + fmt.Sprintf("idem:inflight:%d:busy-1", aliceID)
+	require.EqualValues(t, 1, env.Redis.Exists(context.Background(), marker).Val(), "in-flight marker is set")
+
+	dup := rp.createOrder(alice, "busy-1", mugOrder)
+	assert.Equal(t, http.StatusConflict, dup.Status)
+	assert.Equal(t, "idempotency_key_in_use", dup.problem(t).Code)
+	assert.Equal(t, "1", dup.Header.Get("Retry-After"))
+
+	other := rp.createOrder(alice, "busy-1", `{"product_id":1,"quantity":5}`)
+	assert.Equal(t, http.StatusUnprocessableEntity, other.Status, "the mismatch check comes before in-flight")
+	assert.Equal(t, "idempotency_key_reused", other.problem(t).Code)
+
+	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "in_flight"))
+	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
+
+	release()
+	first := <-firstDone
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	assert.Zero(t, env.Redis.Exists(context.Background(), marker).Val(), "marker released after commit")
+	after := rp.createOrder(alice, "busy-1", mugOrder)
+	assert.Equal(t, "true", after.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, string(first.Body), string(after.Body))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+}
+
+// Without Redis the database alone answers: the duplicate waits on the unique index for at most
+// DB_LOCK_TIMEOUT, then gets 409. Two replicas share the database, as in production.
+func TestInFlightWithoutRedisIs409FromTheDatabase(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{LockTimeout: 30 * time.Second})
+	slow := newReplica(t, env, replicaOpts{redis: deadRedis(t)})
+	impatient := testenv.OpenDB(t, env.DatabaseURL, 300*time.Millisecond)
+	fast := newReplica(t, env, replicaOpts{redis: deadRedis(t), db: impatient})
+	release := holdProduct(t, env.DB, 1)
+
+	firstDone := make(chan response, 1)
+	go func() { firstDone <- slow.createOrder(alice, "busy-db", mugOrder) }()
+	eventually(t, 10*time.Second, "the first request to block inside its transaction", func() bool {
+		return waitersOnLocks(t, env.DB) > 0
+	})
+	dup := fast.createOrder(alice, "busy-db", mugOrder)
+	assert.Equal(t, http.StatusConflict, dup.Status, "%s", dup.Body)
+	assert.Equal(t, "idempotency_key_in_use", dup.problem(t).Code)
+	assert.NotEmpty(t, dup.Header.Get("Retry-After"))
+
+	release()
+	first := <-firstDone
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	after := fast.createOrder(alice, "busy-db", mugOrder)
+	assert.Equal(t, string(first.Body), string(after.Body))
+	assert.Equal(t, "true", after.Header.Get("Idempotent-Replayed"))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+}
+
+func TestFailedValidationStoresNothingSoCorrectedRetryRuns(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	bad := rp.createOrder(alice, "fix-1", `{"product_id":1,"quantity":0}`)
+	require.Equal(t, http.StatusBadRequest, bad.Status)
+	assert.Equal(t, "validation_failed", bad.problem(t).Code)
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 1 WHERE id = 2`).Error)
+	short := rp.createOrder(alice, "fix-2", `{"product_id":2,"quantity":2}`)
+	require.Equal(t, http.StatusConflict, short.Status)
+	assert.Equal(t, "insufficient_stock", short.problem(t).Code)
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+
+	fixed := rp.createOrder(alice, "fix-1", mugOrder)
+	assert.Equal(t, http.StatusCreated, fixed.Status, "a corrected retry with the same key runs: %s", fixed.Body)
+	fixed2 := rp.createOrder(alice, "fix-2", `{"product_id":2,"quantity":1}`)
+	assert.Equal(t, http.StatusCreated, fixed2.Status, "%s", fixed2.Body)
+	assert.Empty(t, fixed2.Header.Get("Idempotent-Replayed"))
+	assert.EqualValues(t, 2, count(t, env.DB, "orders"))
+}
+
+func TestFailedAuthStoresNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	r := rp.createOrder("mallory-token", "auth-1", mugOrder)
+	require.Equal(t, http.StatusUnauthorized, r.Status)
+	assert.Equal(t, "unauthorized", r.problem(t).Code)
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+	ok := rp.createOrder(alice, "auth-1", mugOrder)
+	assert.Equal(t, http.StatusCreated, ok.Status)
+	assert.Empty(t, ok.Header.Get("Idempotent-Replayed"))
+}
+
+func TestUsersWithTheSameKeyGetIndependentOrders(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	a := rp.createOrder(alice, "shared-key", mugOrder)
+	b := rp.createOrder(bob, "shared-key", mugOrder)
+	require.Equal(t, http.StatusCreated, a.Status)
+	require.Equal(t, http.StatusCreated, b.Status)
+	assert.Empty(t, b.Header.Get("Idempotent-Replayed"))
+	assert.NotEqual(t, orderID(t, a), orderID(t, b))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "user_id = ?", 1))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "user_id = ?", 2))
+	// Each user still sees only their own order.
+	assert.Equal(t, http.StatusNotFound, rp.call(http.MethodGet, fmt.Sprintf("/v1/orders/%d", orderID(t, a)), bob, "", nil).Status)
+}
+
+func orderID(t testing.TB, r response) int64 {
+	t.Helper()
+	var o struct{ ID int64 }
+	require.NoError(t, json.Unmarshal(r.Body, &o))
+	require.NotZero(t, o.ID)
+	return o.ID
+}
+
+// 50 goroutines behind a barrier send the same key and body: one order, identical 201s or 409s, no 5xx.
+// Run with Redis (marker answers most duplicates) and without (the unique index alone decides).
+func TestConcurrentSameKeyCreatesOneOrder(t *testing.T) {
+	t.Parallel()
+	for _, redisUp := range []bool{true, false} {
+		t.Run(fmt.Sprintf("redis_up=%v", redisUp), func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t, testenv.Options{MaxConns: 60})
+			o := replicaOpts{}
+			if !redisUp {
+				o.redis = deadRedis(t)
+			}
+			rp := newReplica(t, env, o)
+			const n = 50
+			start := make(chan struct{})
+			results := make([]response, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					results[i] = rp.createOrder(alice, "storm-1", mugOrder)
+				})
+			}
+			close(start)
+			wg.Wait()
+
+			var created []string
+			conflicts := 0
+			for _, r := range results {
+				switch r.Status {
+				case http.StatusCreated:
+					created = append(created, string(r.Body))
+				case http.StatusConflict:
+					conflicts++
+					assert.Equal(t, "idempotency_key_in_use", r.problem(t).Code)
+				default:
+					t.Errorf("unexpected status %d: %s", r.Status, r.Body)
+				}
+			}
+			require.NotEmpty(t, created)
+			for _, b := range created {
+				assert.Equal(t, created[0], b, "every 201 carries the same body")
+			}
+			t.Logf("redis_up=%v: %d×201, %d×409", redisUp, len(created), conflicts)
+			assert.EqualValues(t, 1, count(t, env.DB, "orders"), "exactly one order row")
+			assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys"))
+		})
+	}
+}
+
+// S3, guarded: a failure after the key row is written, inside the same transaction, rolls back both;
+// the retry with the same key creates the order. The failure is a trigger that raises on the first
+// INSERT INTO orders only (a sequence is not rolled back, so it counts attempts).
+func TestFailureAfterKeyRowRollsBackBothAndRetrySucceeds(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	require.NoError(t, env.DB.Exec(`
+		CREATE SEQUENCE fail_once;
+		CREATE FUNCTION fail_first_order() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('fail_once') = 1 THEN
+				RAISE EXCEPTION 'injected failure after the idempotency key row was written';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER orders_fail_once BEFORE INSERT ON orders
+			FOR EACH ROW EXECUTE FUNCTION fail_first_order();`).Error)
+
+	r := rp.createOrder(alice, "s3-1", mugOrder)
+	require.Equal(t, http.StatusInternalServerError, r.Status)
+	assert.Equal(t, "internal", r.problem(t).Code)
+	assert.NotContains(t, string(r.Body), "injected", "the cause is logged, not shown")
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"), "the key row rolled back with the work")
+	assert.Zero(t, count(t, env.DB, "orders"))
+
+	retry := rp.createOrder(alice, "s3-1", mugOrder)
+	require.Equal(t, http.StatusCreated, retry.Status, "%s", retry.Body)
+	assert.Empty(t, retry.Header.Get("Idempotent-Replayed"))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "state = 'COMPLETED'"))
+}

@@ -1,0 +1,65 @@
+package ordersapp_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/testenv"
+)
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+
+	up := newReplica(t, env, replicaOpts{})
+	h := up.call(http.MethodGet, "/healthz", "", "", nil)
+	assert.Equal(t, http.StatusOK, h.Status)
+	r := up.call(http.MethodGet, "/readyz", "", "", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var ready struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	require.NoError(t, json.Unmarshal(r.Body, &ready))
+	assert.Equal(t, "ok", ready.Status)
+	assert.Equal(t, map[string]string{"postgres": "ok", "redis": "ok", "rabbitmq": "ok"}, ready.Checks)
+
+	// Redis is an efficiency layer: down means degraded (still 200), and orders still work.
+	noRedis := newReplica(t, env, replicaOpts{redis: deadRedis(t)})
+	r = noRedis.call(http.MethodGet, "/readyz", "", "", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.NoError(t, json.Unmarshal(r.Body, &ready))
+	assert.Equal(t, "degraded", ready.Status)
+	assert.Contains(t, ready.Checks["redis"], "down")
+	assert.Equal(t, http.StatusCreated, noRedis.createOrder(alice, "no-redis-1", mugOrder).Status)
+
+	// PostgreSQL down is unavailable: 503.
+	deadDB := testenv.OpenDB(t, env.DatabaseURL, 0)
+	noDB := newReplica(t, env, replicaOpts{db: deadDB})
+	sqlDB, err := deadDB.DB()
+	require.NoError(t, err)
+	require.NoError(t, sqlDB.Close())
+	r = noDB.call(http.MethodGet, "/readyz", "", "", nil)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+}
+
+func TestMetricsAndUnknownRoutes(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	require.Equal(t, http.StatusCreated, rp.createOrder(alice, "m-1", mugOrder).Status)
+
+	m := rp.call(http.MethodGet, "/metrics", "", "", nil)
+	require.Equal(t, http.StatusOK, m.Status)
+	assert.Contains(t, string(m.Body), `idemshop_idempotency_requests_total{outcome="executed",route="/v1/orders"} 1`)
+	assert.Contains(t, string(m.Body), `idemshop_http_request_duration_seconds_bucket`)
+
+	nf := rp.call(http.MethodGet, "/nope", "", "", nil)
+	assert.Equal(t, http.StatusNotFound, nf.Status)
+	assert.Equal(t, "not_found", nf.problem(t).Code)
+	assert.NotEmpty(t, nf.Header.Get("X-Request-Id"), "every response carries its request id")
+}

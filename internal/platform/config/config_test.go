@@ -1,0 +1,47 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/config"
+)
+
+func TestDefaultsMatchDesign(t *testing.T) {
+	c := config.DefaultOrders()
+	assert.Equal(t, ":8080", c.HTTPAddr)
+	assert.Equal(t, "postgres://postgres@127.0.0.1:5432/idemshop?sslmode=disable", c.Postgres.URL)
+	assert.Equal(t, "redis://127.0.0.1:6379/0", c.Redis.URL)
+	assert.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", c.AMQPURL)
+	assert.Equal(t, "http://127.0.0.1:8081", c.PaymentsURL)
+	assert.Equal(t, "http://127.0.0.1:8080/v1/payments/callback", c.CallbackURL)
+	assert.True(t, c.MigrateOnStart)
+	assert.False(t, c.Lab)
+	assert.Equal(t, 24*time.Hour, c.IdempotencyRetention)
+	assert.Equal(t, 5*time.Second, c.SweepInterval)
+	assert.EqualValues(t, 1<<20, c.BodyLimitBytes)
+	assert.Equal(t, "text", c.Log.Format)
+	assert.Equal(t, "info", c.Log.Level)
+	require.NoError(t, c.Validate())
+}
+
+func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
+	cases := map[string]struct{ name, value, want string }{
+		"unparsable duration": {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
+		"zero duration":       {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
+		"not a bool":          {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
+		"relative URL":        {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
+		"negative body limit": {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			_, err := config.LoadOrders()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

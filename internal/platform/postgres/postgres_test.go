@@ -1,0 +1,68 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/testenv"
+)
+
+// EnsureAndMigrate creates a missing database, migrates it with the seed, and is a no-op when repeated.
+func TestEnsureAndMigrateCreatesMissingDatabase(t *testing.T) {
+	t.Parallel()
+	svc := testenv.Find(t)
+	ctx := context.Background()
+	name := fmt.Sprintf("idemshop_test_%d_ensure", os.Getpid())
+	url := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
+	require.NotEqual(t, svc.PostgresURL, url)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, svc.PostgresURL)
+		if err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+
+	for range 2 {
+		require.NoError(t, postgres.EnsureAndMigrate(ctx, url, slog.New(slog.DiscardHandler)))
+	}
+	db, err := postgres.Open(ctx, url, postgres.Options{})
+	require.NoError(t, err)
+	defer postgres.Close(db)
+	var users []string
+	require.NoError(t, db.Raw(`SELECT name FROM users ORDER BY name`).Scan(&users).Error)
+	assert.Equal(t, []string{"alice", "bob", "carol"}, users)
+	var stock map[string]any = map[string]any{}
+	require.NoError(t, db.Raw(`SELECT stock FROM products WHERE id = 1`).Scan(&stock).Error)
+	assert.EqualValues(t, 100, stock["stock"])
+}
+
+func TestTranslateError(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+
+	err := env.DB.Exec(`INSERT INTO users (name, token_hash) VALUES ('alice', 'x')`).Error
+	assert.ErrorIs(t, postgres.TranslateError(err), postgres.ErrDuplicate)
+
+	// A lock wait past lock_timeout is ErrLockTimeout.
+	impatient := testenv.OpenDB(t, env.DatabaseURL, 100*time.Millisecond)
+	tx := env.DB.Begin()
+	require.NoError(t, tx.Exec(`SELECT 1 FROM products WHERE id = 1 FOR UPDATE`).Error)
+	defer tx.Rollback()
+	err = impatient.WithContext(ctx).Exec(`UPDATE products SET stock = stock WHERE id = 1`).Error
+	assert.ErrorIs(t, postgres.TranslateError(err), postgres.ErrLockTimeout)
+
+	plain := fmt.Errorf("not a driver error")
+	assert.Equal(t, plain, postgres.TranslateError(plain))
+}

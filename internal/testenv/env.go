@@ -1,0 +1,291 @@
+package testenv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"idemshop/internal/platform/postgres"
+	"idemshop/migrations"
+)
+
+// Env is one test's isolated slice of the backing services.
+type Env struct {
+	Services
+	// DatabaseURL is this test's own database, cloned from the migrated template (seed data included).
+	DatabaseURL string
+	DB          *gorm.DB
+	Redis       *redis.Client
+	// Prefix namespaces every Redis key and queue name of this test, e.g. "t42-1234:".
+	Prefix string
+
+	t      testing.TB
+	mu     sync.Mutex
+	queues []string
+}
+
+// Options tune New.
+type Options struct {
+	// LockTimeout is the DB session's lock_timeout (0: 2 s, the service default).
+	LockTimeout time.Duration
+	// MaxConns bounds the test's pool (0: 20).
+	MaxConns int
+}
+
+var seq atomic.Int64
+
+// New gives t its own database, Redis prefix and queue namespace, and removes them when t ends.
+func New(t testing.TB, opts ...Options) *Env {
+	t.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = 2 * time.Second
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = 20
+	}
+	svc := Find(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	tmpl, err := templateDB(ctx, svc.PostgresURL)
+	if err != nil {
+		t.Fatalf("testenv: template database: %v", err)
+	}
+	n := seq.Add(1)
+	name := fmt.Sprintf("idemshop_test_%d_%d", os.Getpid(), n)
+	admin, err := pgx.Connect(ctx, svc.PostgresURL)
+	if err != nil {
+		t.Fatalf("testenv: connect: %v", err)
+	}
+	_, err = admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+		pgx.Identifier{name}.Sanitize(), pgx.Identifier{tmpl}.Sanitize()))
+	admin.Close(ctx)
+	if err != nil {
+		t.Fatalf("testenv: clone template into %s: %v", name, err)
+	}
+	e := &Env{Services: svc, DatabaseURL: withDatabase(svc.PostgresURL, name), t: t,
+		Prefix: fmt.Sprintf("t%d-%d:", os.Getpid(), n)}
+	t.Cleanup(func() { dropDatabase(t, svc.PostgresURL, name) })
+
+	e.DB, err = postgres.Open(ctx, e.DatabaseURL, postgres.Options{
+		LockTimeout: o.LockTimeout, StatementTimeout: 30 * time.Second, MaxConns: o.MaxConns})
+	if err != nil {
+		t.Fatalf("testenv: open %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = postgres.Close(e.DB) })
+
+	ropt, err := redis.ParseURL(svc.RedisURL)
+	if err != nil {
+		t.Fatalf("testenv: REDIS url: %v", err)
+	}
+	e.Redis = redis.NewClient(ropt)
+	t.Cleanup(func() {
+		e.cleanRedis()
+		e.deleteQueues()
+		_ = e.Redis.Close()
+	})
+	return e
+}
+
+// Queue returns a queue (or exchange) name unique to this test, and deletes the queue when the test ends.
+func (e *Env) Queue(base string) string {
+	name := e.Prefix + base
+	e.mu.Lock()
+	e.queues = append(e.queues, name)
+	e.mu.Unlock()
+	return name
+}
+
+func (e *Env) cleanRedis() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := e.Redis.Scan(ctx, 0, e.Prefix+"*", 500).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+	}
+	if len(batch) > 0 {
+		_ = e.Redis.Del(ctx, batch...).Err()
+	}
+}
+
+func (e *Env) deleteQueues() {
+	e.mu.Lock()
+	qs := e.queues
+	e.mu.Unlock()
+	if len(qs) == 0 {
+		return
+	}
+	conn, err := amqp.Dial(e.AMQPURL)
+	if err != nil {
+		e.t.Logf("testenv: queues not deleted: %v", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	for _, q := range qs {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+}
+
+func withDatabase(serverURL, db string) string {
+	cfg := strings.SplitN(serverURL, "?", 2)
+	base := cfg[0][:strings.LastIndex(cfg[0], "/")+1] + db
+	if len(cfg) == 2 {
+		return base + "?" + cfg[1]
+	}
+	return base
+}
+
+func dropDatabase(t testing.TB, serverURL, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		t.Logf("testenv: drop %s: %v", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		t.Logf("testenv: drop %s: %v", name, err)
+	}
+}
+
+var (
+	tmplOnce sync.Once
+	tmplName string
+	tmplErr  error
+)
+
+// templateDB returns the name of a database holding the current migrations, creating it once per
+// migration set. Test binaries run in parallel, so creation is serialised by an advisory lock and a
+// template is only used once it is marked IS_TEMPLATE (the mark is the "finished" flag).
+func templateDB(ctx context.Context, serverURL string) (string, error) {
+	tmplOnce.Do(func() { tmplName, tmplErr = buildTemplate(ctx, serverURL) })
+	return tmplName, tmplErr
+}
+
+func migrationsHash() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(migrations.FS, path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\n%d\n", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:16], err
+}
+
+func buildTemplate(ctx context.Context, serverURL string) (string, error) {
+	sum, err := migrationsHash()
+	if err != nil {
+		return "", err
+	}
+	name := "idemshop_tmpl_" + sum
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext('idemshop-testenv-template'))"); err != nil {
+		return "", err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext('idemshop-testenv-template'))")
+
+	dropStaleTestDatabases(ctx, conn)
+
+	var isTemplate *bool
+	err = conn.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", name).Scan(&isTemplate)
+	if err != nil && err != pgx.ErrNoRows {
+		return "", err
+	}
+	if isTemplate != nil && *isTemplate {
+		return name, nil
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	if isTemplate != nil { // a half-built template from a run that died: start over
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+ident+" WITH (FORCE)"); err != nil {
+			return "", err
+		}
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		return "", err
+	}
+	db, err := postgres.Open(ctx, withDatabase(serverURL, name), postgres.Options{MaxConns: 1})
+	if err != nil {
+		return "", err
+	}
+	sqlDB, _ := db.DB()
+	_, err = postgres.Migrate(ctx, sqlDB)
+	_ = sqlDB.Close()
+	if err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident+" IS_TEMPLATE true"); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// dropStaleTestDatabases removes databases left by test processes that were killed before cleanup.
+// The creating pid is part of the name; a pid with no /proc entry is gone.
+func dropStaleTestDatabases(ctx context.Context, conn *pgx.Conn) {
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'idemshop\\_test\\_%'")
+	if err != nil {
+		return
+	}
+	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, n := range names {
+		parts := strings.Split(n, "_") // idemshop, test, pid, seq
+		if len(parts) != 4 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[2])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + parts[2]); err == nil {
+			continue
+		}
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)")
+	}
+}
+
+// OpenDB opens another pool on url with its own lock_timeout, as a second replica would have; it is
+// closed when t ends.
+func OpenDB(t testing.TB, url string, lockTimeout time.Duration) *gorm.DB {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), url, postgres.Options{LockTimeout: lockTimeout, MaxConns: 10})
+	if err != nil {
+		t.Fatalf("testenv: open %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	return db
+}

@@ -98,6 +98,11 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 	s := Scope{UserID: userID, Key: key}
 	lg := logging.From(ctx).With("idempotency_key", key)
 
+	// settled becomes true once a committed row answers for this key. From then on the marker is
+	// redundant (answerWhileHeld reads the row first), so it is left to expire instead of costing a
+	// round trip on the success path. When nothing was committed it must go now, or a corrected retry
+	// would be refused by a marker carrying the failed request's fingerprint.
+	settled := false
 	if g.marker != nil {
 		cl, heldFP, err := g.marker.acquire(ctx, s, fp)
 		switch {
@@ -107,7 +112,10 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 			return g.answerWhileHeld(c, route, s, fp, heldFP)
 		default:
 			defer func() {
-				// Release even if the client went away; a stale marker would turn its retry into a 409.
+				if settled {
+					return
+				}
+				// Release even if the client went away: its retry must not meet a stale marker.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 				defer cancel()
 				if err := g.marker.release(rctx, cl); err != nil {
@@ -162,8 +170,10 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 		g.metrics.Count(route, OutcomeInFlight)
 		return ErrKeyInUse.WithRetryAfter(g.retryAfter)
 	case conflict:
+		settled = true
 		return g.answerFromRecord(c, route, existing, fp)
 	}
+	settled = true
 	g.metrics.Count(route, OutcomeExecuted)
 	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"idemshop/internal/idempotency"
 	"idemshop/internal/ordersapp"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/problem"
@@ -31,9 +32,10 @@ type replica struct {
 }
 
 type replicaOpts struct {
-	db    *gorm.DB      // nil: the env's
-	redis *redis.Client // nil: the env's
-	cfg   func(*config.Orders)
+	db     *gorm.DB           // nil: the env's
+	redis  *redis.Client      // nil: the env's
+	runner idempotency.Runner // nil: the real Guard
+	cfg    func(*config.Orders)
 }
 
 func testConfig(env *testenv.Env) config.Orders {
@@ -61,7 +63,7 @@ func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
 	}
 	reg := prometheus.NewRegistry()
 	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: slog.New(slog.DiscardHandler),
-		DB: db, Redis: rdb, Registry: reg})
+		DB: db, Redis: rdb, Registry: reg, Runner: o.runner})
 	require.NoError(t, err)
 	srv := httptest.NewServer(app.Echo)
 	t.Cleanup(srv.Close)

@@ -66,6 +66,7 @@ func run() error {
 		return err
 	}
 	defer postgres.Close(db)
+	redisx.UseLogger(logger)
 	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout)
 	if err != nil {
 		return err

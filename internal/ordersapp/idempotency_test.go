@@ -194,7 +194,6 @@ func TestInFlightIs409AndMismatchComesFirst(t *testing.T) {
 	release()
 	first := <-firstDone
 	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
-	assert.Zero(t, env.Redis.Exists(context.Background(), marker).Val(), "marker released after commit")
 	after := rp.createOrder(alice, "busy-1", mugOrder)
 	assert.Equal(t, "true", after.Header.Get("Idempotent-Replayed"))
 	assert.Equal(t, string(first.Body), string(after.Body))
@@ -237,6 +236,7 @@ func TestFailedValidationStoresNothingSoCorrectedRetryRuns(t *testing.T) {
 
 	bad := rp.createOrder(alice, "fix-1", `{"product_id":1,"quantity":0}`)
 	require.Equal(t, http.StatusBadRequest, bad.Status)
+	assert.Zero(t, env.Redis.Exists(context.Background(), env.Prefix+fmt.Sprintf("idem:inflight:%d:fix-1", aliceID)).Val())
 	assert.Equal(t, "validation_failed", bad.problem(t).Code)
 	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
 
@@ -368,6 +368,9 @@ func TestFailureAfterKeyRowRollsBackBothAndRetrySucceeds(t *testing.T) {
 	assert.NotContains(t, string(r.Body), "injected", "the cause is logged, not shown")
 	assert.Zero(t, count(t, env.DB, "idempotency_keys"), "the key row rolled back with the work")
 	assert.Zero(t, count(t, env.DB, "orders"))
+	marker := env.Prefix + fmt.Sprintf("idem:inflight:%d:s3-1", aliceID)
+	assert.Zero(t, env.Redis.Exists(context.Background(), marker).Val(),
+		"a request that committed nothing releases its in-flight marker")
 
 	retry := rp.createOrder(alice, "s3-1", mugOrder)
 	require.Equal(t, http.StatusCreated, retry.Status, "%s", retry.Body)

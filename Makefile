@@ -40,3 +40,7 @@ migrate: ## create the database if missing and apply migrations (DATABASE_URL)
 
 run-orders: ## run the orders API on :8080 against the local services
 	$(GO) run ./cmd/orders
+
+.PHONY: run-payments-mock
+run-payments-mock: ## run the flaky payment platform on :8081 (chaos via CHAOS_* env, see docs/payments-mock.md)
+	$(GO) run ./cmd/payments-mock

@@ -98,4 +98,3 @@ func (h *Handler) getOrder(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, toJSON(o))
 }
-

@@ -17,15 +17,15 @@ type Kind int
 
 // The kinds, with the HTTP status each maps to in statusOf.
 const (
-	KindInternal      Kind = iota // 500
-	KindInvalid                   // 400: the request is malformed or fails validation
-	KindUnauthorized              // 401: missing or unknown credentials
-	KindNotFound                  // 404
-	KindConflict                  // 409: the resource is busy or in the wrong state
-	KindUnprocessable             // 422: well-formed but semantically refused (e.g. a reused idempotency key)
-	KindTooLarge                  // 413: body over the configured limit
-	KindUnavailable               // 503: a dependency is down; retry later
-	KindMethodNotAllowed          // 405
+	KindInternal         Kind = iota // 500
+	KindInvalid                      // 400: the request is malformed or fails validation
+	KindUnauthorized                 // 401: missing or unknown credentials
+	KindNotFound                     // 404
+	KindConflict                     // 409: the resource is busy or in the wrong state
+	KindUnprocessable                // 422: well-formed but semantically refused (e.g. a reused idempotency key)
+	KindTooLarge                     // 413: body over the configured limit
+	KindUnavailable                  // 503: a dependency is down; retry later
+	KindMethodNotAllowed             // 405
 )
 
 // Error is a domain error with a stable, machine-readable Code (the RFC 9457 "code" extension member that

@@ -1,0 +1,53 @@
+package orders_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/orders"
+	"idemshop/internal/platform/problem"
+)
+
+func TestCreateRequestValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		req  orders.CreateRequest
+		ok   bool
+	}{
+		{"minimum", orders.CreateRequest{ProductID: 1, Quantity: 1}, true},
+		{"maximum", orders.CreateRequest{ProductID: 1, Quantity: 10}, true},
+		{"zero quantity", orders.CreateRequest{ProductID: 1, Quantity: 0}, false},
+		{"eleven", orders.CreateRequest{ProductID: 1, Quantity: 11}, false},
+		{"negative", orders.CreateRequest{ProductID: 1, Quantity: -1}, false},
+		{"no product", orders.CreateRequest{Quantity: 1}, false},
+		{"negative product", orders.CreateRequest{ProductID: -4, Quantity: 1}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.req.Validate()
+			if tc.ok {
+				assert.NoError(t, err)
+				return
+			}
+			var pe *problem.Error
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, "validation_failed", pe.Code)
+			assert.Equal(t, problem.KindInvalid, pe.Kind)
+		})
+	}
+}
+
+func TestAmountIsIntegerAndRefusesOverflow(t *testing.T) {
+	t.Parallel()
+	a, err := orders.Amount(1250, 3)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3750, a)
+	_, err = orders.Amount(math.MaxInt64/2, 3)
+	assert.Error(t, err)
+	_, err = orders.Amount(-1, 1)
+	assert.Error(t, err)
+}

@@ -44,6 +44,8 @@ func statusOf(k Kind) int {
 		return http.StatusServiceUnavailable
 	case KindMethodNotAllowed:
 		return http.StatusMethodNotAllowed
+	case KindForbidden:
+		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}

@@ -26,6 +26,7 @@ const (
 	KindTooLarge                     // 413: body over the configured limit
 	KindUnavailable                  // 503: a dependency is down; retry later
 	KindMethodNotAllowed             // 405
+	KindForbidden                    // 403: authenticated or not, this caller may not use this route
 )
 
 // Error is a domain error with a stable, machine-readable Code (the RFC 9457 "code" extension member that

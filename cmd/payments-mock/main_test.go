@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/payclient"
+	"idemshop/internal/paysig"
+	"idemshop/internal/platform/config"
+)
+
+// TestServeEndToEnd runs the wired binary in-process: a payment is auto-approved, its callback arrives
+// signed with the default demo secret, the ops routes answer, and cancelling the context (what SIGTERM
+// does) shuts everything down.
+func TestServeEndToEnd(t *testing.T) {
+	t.Parallel()
+	cfg := config.DefaultPaymentsMock()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.AutoApproveDelay = 10 * time.Millisecond
+	cfg.ChaosSeed = "11"
+	cfg.ChaosDuplicates = 2
+	require.NoError(t, cfg.Validate())
+	t.Logf("chaos seed %s", cfg.ChaosSeed)
+
+	var mu sync.Mutex
+	var verdicts []error
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		v := paysig.Verifier{Secret: []byte("idemshop-demo-webhook-secret")}
+		mu.Lock()
+		verdicts = append(verdicts, v.Verify(r.Header.Get(paysig.Header), raw))
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"result":"success"}`)
+	}))
+	t.Cleanup(rcv.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+			func(a net.Addr) { addrc <- a })
+	}()
+	var base string
+	select {
+	case a := <-addrc:
+		base = "http://" + a.String()
+	case err := <-done:
+		t.Fatalf("serve ended early: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("server did not start")
+	}
+
+	c, err := payclient.New(base, 5*time.Second)
+	require.NoError(t, err)
+	_, created, err := c.CreatePayment(ctx, payclient.CreatePaymentRequest{
+		MerchantOrderNo: "1", AmountCents: 1999, Currency: "EUR", NotifyURL: rcv.URL + "/v1/payments/callback"})
+	require.NoError(t, err)
+	assert.True(t, created)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(verdicts) == 2
+	}, 5*time.Second, 5*time.Millisecond, "two signed copies (CHAOS_DUPLICATES=2)")
+	mu.Lock()
+	for _, v := range verdicts {
+		assert.NoError(t, v)
+	}
+	mu.Unlock()
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		status, _ := get(path)
+		assert.Equal(t, http.StatusOK, status, path)
+	}
+	// The receiver counts a callback before its ack reaches the platform: poll for the counter.
+	require.Eventually(t, func() bool {
+		_, m := get("/metrics")
+		return strings.Contains(m, `idemshop_paymock_callbacks_sent_total{outcome="success"} 2`)
+	}, 5*time.Second, 5*time.Millisecond, "both attempts counted as success")
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after the context ended")
+	}
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	cfg := config.DefaultPaymentsMock()
+	cfg.ChaosSeed = "minus-one"
+	cfg.ChaosDuplicates = 0
+	cfg.ChaosErrorRate = 2
+	cfg.CallbackRetrySchedule = append(cfg.CallbackRetrySchedule, -time.Second)
+	err := cfg.Validate()
+	require.Error(t, err)
+	for _, name := range []string{"CHAOS_SEED", "CHAOS_DUPLICATES", "CHAOS_ERROR_RATE", "CALLBACK_RETRY_SCHEDULE"} {
+		assert.True(t, strings.Contains(err.Error(), name), "%s missing from %v", name, err)
+	}
+	def := config.DefaultPaymentsMock()
+	assert.Equal(t, ":8081", def.HTTPAddr)
+	assert.Equal(t, 200*time.Millisecond, def.AutoApproveDelay)
+	assert.Equal(t, 7, len(def.CallbackRetrySchedule))
+	assert.NoError(t, def.Validate())
+}

@@ -1,0 +1,217 @@
+package paymock
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"idemshop/internal/paysig"
+)
+
+// maxAckBody bounds how much of a receiver's answer is read: the ack is a few bytes.
+const maxAckBody = 64 << 10
+
+// Extra headers on every callback. Receivers must not rely on them (only the body and X-Pay-Signature
+// are the contract); they make the delivery log and a receiver's log easy to match up.
+const (
+	HeaderEventID    = "X-Pay-Event-Id"
+	HeaderDeliveryID = "X-Pay-Delivery-Id"
+	HeaderAttempt    = "X-Pay-Attempt"
+)
+
+// delivery is one copy of one event, sent until it is acked, refused, or the schedule runs out.
+type delivery struct {
+	id     string
+	copy   int
+	event  Event
+	body   []byte
+	url    string
+	source string
+	plan   copyPlan
+}
+
+// dispatch sends ev to pay's notify_url: copies <= 0 means the configured duplicates, parallel nil the
+// configured mode. Everything chaos decides and every id is fixed here, synchronously, so that two runs
+// with the same seed and the same calls log the same deliveries; only the sending is in the background.
+// It returns the delivery ids, and false when Close has begun and nothing will be sent.
+func (p *Platform) dispatch(pay Payment, ev Event, source string, copies int, parallel *bool) ([]string, bool) {
+	plan := p.chaos.planDispatch(copies, parallel, len(p.cfg.RetrySchedule)+1)
+	body, err := json.Marshal(ev)
+	if err != nil {
+		// Event has only strings, ints and a time: unreachable unless the type changes.
+		p.logger.Error("encode callback", "event_id", ev.EventID, "err", err)
+		return nil, false
+	}
+	ds := make([]delivery, len(plan.copies))
+	ids := make([]string, len(plan.copies))
+	for i, cp := range plan.copies {
+		ids[i] = p.store.nextID("dlv")
+		ds[i] = delivery{id: ids[i], copy: i + 1, event: ev, body: body, url: pay.NotifyURL, source: source, plan: cp}
+	}
+	var stale *delivery
+	if plan.reorder && source == "settle" && ev.Status == StatusSuccess {
+		// A platform that retried a failed first charge can deliver that older FAILED event late. Its
+		// occurred_at is older than the SUCCESS's: a receiver must not move a PAID order back.
+		sev := ev
+		sev.EventID, sev.Status, sev.OccurredAt = p.store.nextID("evt"), StatusFailed, pay.CreatedAt
+		sbody, err := json.Marshal(sev)
+		if err == nil {
+			stale = &delivery{id: p.store.nextID("dlv"), copy: 1, event: sev, body: sbody, url: pay.NotifyURL, source: "reorder", plan: plan.stale}
+		}
+	}
+	started := p.goTracked(func() {
+		p.deliverAll(ds, plan.parallel)
+		if stale != nil {
+			p.deliver(*stale)
+		}
+	})
+	if !started {
+		p.logger.Warn("callback not sent: shutting down", "event_id", ev.EventID, "payment_id", ev.PaymentID)
+		p.metrics.deliveries.WithLabelValues("abandoned").Add(float64(len(ds)))
+	}
+	return ids, started
+}
+
+// deliverAll sends the copies at once (parallel: the triple-callback incident, copies racing each other
+// into the receiver) or one after the other, each copy starting when the previous one has ended.
+func (p *Platform) deliverAll(ds []delivery, parallel bool) {
+	if !parallel {
+		for _, d := range ds {
+			p.deliver(d)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		wg.Go(func() { p.deliver(d) })
+	}
+	wg.Wait()
+}
+
+// deliver runs one delivery through the retry schedule. Attempt k+1 waits RetrySchedule[k-1] after
+// attempt k ended, plus that attempt's jitter. It reports whether the receiver acked.
+func (p *Platform) deliver(d delivery) bool {
+	p.metrics.inFlight.Inc()
+	lg := p.logger.With("event_id", d.event.EventID, "payment_id", d.event.PaymentID, "delivery_id", d.id)
+	maxAttempts := len(p.cfg.RetrySchedule) + 1
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		wait := d.plan.jitter[attempt-1]
+		if attempt > 1 {
+			wait += p.cfg.RetrySchedule[attempt-2]
+		}
+		if !sleep(p.waitCtx, wait) {
+			lg.Info("callback abandoned: shutting down", "attempt", attempt)
+			p.metrics.deliveries.WithLabelValues("abandoned").Inc()
+			p.metrics.inFlight.Dec()
+			return false
+		}
+		a := p.attempt(d, attempt)
+		if a.Outcome == OutcomeSuccess && d.plan.ackLost[attempt-1] {
+			a.Outcome = OutcomeAckLost
+		}
+		a.Final = a.Outcome == OutcomeSuccess || a.Outcome == OutcomeRejected || attempt == maxAttempts
+		p.metrics.sent.WithLabelValues(a.Outcome).Inc()
+		var result string
+		switch {
+		case a.Outcome == OutcomeSuccess:
+			result = "delivered"
+		case a.Outcome == OutcomeRejected:
+			result = "rejected"
+			lg.Warn("callback rejected by receiver; not retrying", "attempt", attempt, "status", a.HTTPStatus)
+		case a.Final:
+			result = "exhausted"
+			lg.Warn("callback retries exhausted", "attempts", attempt, "outcome", a.Outcome, "err", a.Error)
+		default:
+			lg.Debug("callback attempt", "attempt", attempt, "status", a.HTTPStatus, "outcome", a.Outcome, "err", a.Error)
+		}
+		if a.Final {
+			p.metrics.deliveries.WithLabelValues(result).Inc()
+			p.metrics.inFlight.Dec()
+		}
+		// Counters first, log entry last: whoever sees the final entry also sees the counters.
+		p.store.appendAttempt(a)
+		if a.Final {
+			return a.Outcome == OutcomeSuccess
+		}
+	}
+	return false // unreachable: the last attempt is Final
+}
+
+// attempt makes one signed POST and classifies the answer. Each attempt is signed afresh: t is the send
+// time, so a receiver's 300 s tolerance holds across a minute of retries.
+func (p *Platform) attempt(d delivery, n int) Attempt {
+	a := Attempt{
+		DeliveryID: d.id, EventID: d.event.EventID, PaymentID: d.event.PaymentID, EventStatus: d.event.Status,
+		Source: d.source, Copy: d.copy, Attempt: n, JitterMS: d.plan.jitter[n-1].Milliseconds(),
+		At: p.cfg.Now().UTC(),
+	}
+	start := time.Now()
+	defer func() {
+		lat := time.Since(start)
+		a.LatencyMS = float64(lat.Microseconds()) / 1000
+		p.metrics.latency.Observe(lat.Seconds())
+	}()
+	req, err := http.NewRequestWithContext(p.sendCtx, http.MethodPost, d.url, bytes.NewReader(d.body))
+	if err != nil {
+		a.Outcome, a.Error = OutcomeRejected, "bad notify_url: "+err.Error()
+		return a
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "idemshop-payments-mock")
+	req.Header.Set(paysig.Header, paysig.Sign(p.cfg.Secret, p.cfg.Now(), d.body))
+	req.Header.Set(HeaderEventID, d.event.EventID)
+	req.Header.Set(HeaderDeliveryID, d.id)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(n))
+	resp, err := p.client.Do(req)
+	if err != nil {
+		a.Outcome, a.Error = OutcomeError, err.Error()
+		return a
+	}
+	defer resp.Body.Close()
+	raw, readErr := io.ReadAll(io.LimitReader(resp.Body, maxAckBody))
+	a.HTTPStatus = resp.StatusCode
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		if readErr == nil && isSuccessAck(raw) {
+			a.Outcome = OutcomeSuccess
+		} else {
+			// A 2xx that does not say "success" might be a proxy's page, not the receiver: retry.
+			a.Outcome, a.Error = OutcomeRetry, `2xx without {"result":"success"}`
+		}
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		a.Outcome = OutcomeRejected
+	default:
+		a.Outcome = OutcomeRetry
+	}
+	return a
+}
+
+func isSuccessAck(raw []byte) bool {
+	var ack struct {
+		Result string `json:"result"`
+	}
+	return json.Unmarshal(raw, &ack) == nil && ack.Result == "success"
+}
+
+// sleep waits d or until ctx ends; it reports whether the full wait elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

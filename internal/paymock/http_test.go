@@ -1,0 +1,331 @@
+package paymock_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/paymock"
+)
+
+func TestCreateIsIdempotentOnMerchantOrderNo(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, nil)
+	first := h.create(t, "order-idem", 1999, rcv.url())
+	assert.Equal(t, paymock.StatusPending, first.Status)
+
+	var again paymock.Payment
+	h.callJSON(t, http.MethodPost, "/v1/payments", createBody("order-idem", 1999, rcv.url()), http.StatusOK, &again)
+	assert.Equal(t, first, again, "the same order and amount: the same payment")
+
+	status, raw := h.call(t, http.MethodPost, "/v1/payments", createBody("order-idem", 2000, rcv.url()))
+	requireProblem(t, status, raw, http.StatusConflict, "merchant_order_no_conflict")
+	status, raw = h.call(t, http.MethodPost, "/v1/payments",
+		`{"merchant_order_no":"order-idem","amount_cents":1999,"currency":"USD","notify_url":"`+rcv.url()+`"}`)
+	requireProblem(t, status, raw, http.StatusConflict, "merchant_order_no_conflict")
+
+	var found struct {
+		Payments []paymock.Payment `json:"payments"`
+	}
+	h.callJSON(t, http.MethodGet, "/v1/payments?merchant_order_no=order-idem", "", http.StatusOK, &found)
+	assert.Equal(t, []paymock.Payment{first}, found.Payments, "the conflicts changed nothing")
+	h.callJSON(t, http.MethodGet, "/v1/payments?merchant_order_no=never-created", "", http.StatusOK, &found)
+	assert.Empty(t, found.Payments)
+}
+
+type refundAnswer struct {
+	Refund  paymock.Refund  `json:"refund"`
+	Payment paymock.Payment `json:"payment"`
+}
+
+func refundBody(paymentID, refundNo string, amount int) string {
+	b, _ := json.Marshal(map[string]any{"payment_id": paymentID, "refund_no": refundNo, "amount_cents": amount})
+	return string(b)
+}
+
+func TestRefunds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, nil)
+	p := h.create(t, "order-refund", 1000, rcv.url())
+
+	status, raw := h.call(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-pending", 100))
+	requireProblem(t, status, raw, http.StatusConflict, "payment_not_refundable")
+	h.approve(t, p.ID)
+
+	var r1 refundAnswer
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-1", 400), http.StatusCreated, &r1)
+	assert.Equal(t, int64(400), r1.Payment.RefundedCents)
+	assert.Equal(t, paymock.StatusSuccess, r1.Payment.Status, "partly refunded is still SUCCESS")
+
+	var again refundAnswer
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-1", 400), http.StatusOK, &again)
+	assert.Equal(t, r1.Refund, again.Refund, "idempotent on refund_no")
+	assert.Equal(t, int64(400), again.Payment.RefundedCents, "and refunded once")
+
+	status, raw = h.call(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-1", 500))
+	requireProblem(t, status, raw, http.StatusConflict, "refund_no_conflict")
+	status, raw = h.call(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-2", 601))
+	requireProblem(t, status, raw, http.StatusBadRequest, "refund_exceeds_payment")
+
+	var r2 refundAnswer
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-2", 600), http.StatusCreated, &r2)
+	assert.Equal(t, paymock.StatusRefunded, r2.Payment.Status)
+	assert.Equal(t, int64(1000), r2.Payment.RefundedCents)
+	status, raw = h.call(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-3", 1))
+	requireProblem(t, status, raw, http.StatusBadRequest, "refund_exceeds_payment")
+
+	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "SUCCESS + 2 REFUNDED")
+	var refunded []int64
+	for _, r := range rcv.all() {
+		assert.NoError(t, r.SigErr)
+		if r.Event.Status == paymock.StatusRefunded {
+			refunded = append(refunded, r.Event.AmountCents)
+		}
+	}
+	assert.ElementsMatch(t, []int64{400, 600}, refunded, "one REFUNDED callback per refund, with its amount")
+}
+
+func TestCreateTimeoutCommitsThenTimesOut(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *paymock.Config) { c.CreateTimeoutDelay = 50 * time.Millisecond })
+	h.setChaos(t, `{"create_timeout_rate":1}`)
+
+	status, raw := h.call(t, http.MethodPost, "/v1/payments", createBody("order-504", 1000, "http://127.0.0.1:9/cb"))
+	assert.Equal(t, http.StatusGatewayTimeout, status, "%s", raw)
+
+	var found struct {
+		Payments []paymock.Payment `json:"payments"`
+	}
+	h.callJSON(t, http.MethodGet, "/v1/payments?merchant_order_no=order-504", "", http.StatusOK, &found)
+	require.Len(t, found.Payments, 1, "committed although the caller saw a timeout")
+	assert.Equal(t, paymock.StatusPending, found.Payments[0].Status)
+}
+
+func TestErrorRateStoresNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.setChaos(t, `{"error_rate":1}`)
+	status, raw := h.call(t, http.MethodPost, "/v1/payments", createBody("order-503", 1000, "http://127.0.0.1:9/cb"))
+	requireProblem(t, status, raw, http.StatusServiceUnavailable, "chaos_error")
+
+	var found struct {
+		Payments []paymock.Payment `json:"payments"`
+	}
+	h.callJSON(t, http.MethodGet, "/v1/payments?merchant_order_no=order-503", "", http.StatusOK, &found)
+	assert.Empty(t, found.Payments)
+}
+
+// snapshot is everything observable through the API about a fixture payment and the platform settings.
+type snapshot struct {
+	Payment    string
+	ByOrderNo  string
+	Chaos      string
+	Deliveries int
+	Metrics    string
+}
+
+func (h *harness) snapshot(t *testing.T, p paymock.Payment) snapshot {
+	t.Helper()
+	_, pay := h.call(t, http.MethodGet, "/v1/payments/"+p.ID, "")
+	_, byNo := h.call(t, http.MethodGet, "/v1/payments?merchant_order_no="+p.MerchantOrderNo, "")
+	_, chaos := h.call(t, http.MethodGet, "/admin/chaos", "")
+	_, metrics := h.call(t, http.MethodGet, "/metrics", "")
+	var keep []string
+	for line := range strings.Lines(string(metrics)) {
+		// Callback counters prove no callback went out; request counters legitimately move.
+		if strings.HasPrefix(line, "idemshop_paymock_callback") {
+			keep = append(keep, line)
+		}
+	}
+	return snapshot{Payment: string(pay), ByOrderNo: string(byNo), Chaos: string(chaos),
+		Deliveries: len(h.deliveries(t, "")), Metrics: strings.Join(keep, "")}
+}
+
+func TestBadInputIsA4xxProblemAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, nil)
+	paid := h.create(t, "order-fixture", 1000, rcv.url())
+	h.approve(t, paid.ID)
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(paid.ID, "r-fixture", 100), http.StatusCreated, nil)
+	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "fixture callbacks end")
+
+	url := rcv.url()
+	pay := func(fields string) string { return `{` + fields + `}` }
+	okFields := `"merchant_order_no":"o-new","amount_cents":100,"currency":"EUR","notify_url":"` + url + `"`
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"create: empty body", "POST", "/v1/payments", "", 400, "malformed_body"},
+		{"create: not JSON", "POST", "/v1/payments", "{", 400, "malformed_body"},
+		{"create: unknown field", "POST", "/v1/payments", pay(okFields + `,"tip":1`), 400, "malformed_body"},
+		{"create: trailing data", "POST", "/v1/payments", pay(okFields) + "{}", 400, "malformed_body"},
+		{"create: float amount", "POST", "/v1/payments", strings.Replace(pay(okFields), "100", "1.5", 1), 400, "malformed_body"},
+		{"create: string amount", "POST", "/v1/payments", strings.Replace(pay(okFields), "100", `"100"`, 1), 400, "malformed_body"},
+		{"create: zero amount", "POST", "/v1/payments", strings.Replace(pay(okFields), "100", "0", 1), 400, "validation_failed"},
+		{"create: negative amount", "POST", "/v1/payments", strings.Replace(pay(okFields), "100", "-5", 1), 400, "validation_failed"},
+		{"create: huge amount", "POST", "/v1/payments", strings.Replace(pay(okFields), "100", "100000000000000", 1), 400, "validation_failed"},
+		{"create: lower-case currency", "POST", "/v1/payments", strings.Replace(pay(okFields), "EUR", "eur", 1), 400, "validation_failed"},
+		{"create: no merchant_order_no", "POST", "/v1/payments", strings.Replace(pay(okFields), "o-new", "", 1), 400, "validation_failed"},
+		{"create: space in merchant_order_no", "POST", "/v1/payments", strings.Replace(pay(okFields), "o-new", "o new", 1), 400, "validation_failed"},
+		{"create: long merchant_order_no", "POST", "/v1/payments", strings.Replace(pay(okFields), "o-new", strings.Repeat("o", 65), 1), 400, "validation_failed"},
+		{"create: relative notify_url", "POST", "/v1/payments", strings.Replace(pay(okFields), url, "/callback", 1), 400, "validation_failed"},
+		{"create: ftp notify_url", "POST", "/v1/payments", strings.Replace(pay(okFields), "http://", "ftp://", 1), 400, "validation_failed"},
+		{"create: conflicting amount", "POST", "/v1/payments", createBody("order-fixture", 999, url), 409, "merchant_order_no_conflict"},
+		{"create: body over the limit", "POST", "/v1/payments", pay(okFields + `,"x":"` + strings.Repeat("a", testBodyLimit) + `"`), 413, "body_too_large"},
+		{"create: wrong method", "DELETE", "/v1/payments", "", 405, "method_not_allowed"},
+		{"find: no merchant_order_no", "GET", "/v1/payments", "", 400, "validation_failed"},
+		{"find: bad merchant_order_no", "GET", "/v1/payments?merchant_order_no=a%20b", "", 400, "validation_failed"},
+		{"get: unknown id", "GET", "/v1/payments/pay_999", "", 404, "payment_not_found"},
+		{"approve: unknown id", "POST", "/v1/payments/pay_999/approve", "", 404, "payment_not_found"},
+		{"decline: unknown id", "POST", "/v1/payments/pay_999/decline", "", 404, "payment_not_found"},
+		{"decline: already SUCCESS", "POST", "/v1/payments/" + paid.ID + "/decline", "", 409, "payment_not_pending"},
+		{"refund: not JSON", "POST", "/v1/refunds", "[]", 400, "malformed_body"},
+		{"refund: no refund_no", "POST", "/v1/refunds", refundBody(paid.ID, "", 10), 400, "validation_failed"},
+		{"refund: zero amount", "POST", "/v1/refunds", refundBody(paid.ID, "r-x", 0), 400, "validation_failed"},
+		{"refund: unknown payment", "POST", "/v1/refunds", refundBody("pay_999", "r-x", 10), 404, "payment_not_found"},
+		{"refund: more than paid", "POST", "/v1/refunds", refundBody(paid.ID, "r-x", 901), 400, "refund_exceeds_payment"},
+		{"refund: refund_no reused", "POST", "/v1/refunds", refundBody(paid.ID, "r-fixture", 50), 409, "refund_no_conflict"},
+		{"chaos: duplicates 0", "PUT", "/admin/chaos", `{"duplicates":0}`, 400, "validation_failed"},
+		{"chaos: duplicates 21", "PUT", "/admin/chaos", `{"duplicates":21}`, 400, "validation_failed"},
+		{"chaos: rate above 1", "PUT", "/admin/chaos", `{"error_rate":1.5}`, 400, "validation_failed"},
+		{"chaos: negative jitter", "PUT", "/admin/chaos", `{"jitter_ms":-1}`, 400, "validation_failed"},
+		{"chaos: negative seed", "PUT", "/admin/chaos", `{"seed":-1}`, 400, "malformed_body"},
+		{"chaos: valid field with an invalid one", "PUT", "/admin/chaos", `{"duplicates":3,"ack_loss_rate":-0.1}`, 400, "validation_failed"},
+		{"chaos: unknown field", "PUT", "/admin/chaos", `{"dupes":3}`, 400, "malformed_body"},
+		{"replay: times 0", "POST", "/admin/payments/" + paid.ID + "/replay", `{"times":0}`, 400, "validation_failed"},
+		{"replay: times 21", "POST", "/admin/payments/" + paid.ID + "/replay", `{"times":21}`, 400, "validation_failed"},
+		{"replay: no body", "POST", "/admin/payments/" + paid.ID + "/replay", "", 400, "malformed_body"},
+		{"replay: unknown payment", "POST", "/admin/payments/pay_999/replay", `{"times":1}`, 404, "payment_not_found"},
+		{"unknown route", "GET", "/v1/nothing", "", 404, "not_found"},
+	}
+	before := h.snapshot(t, paid)
+	for _, tc := range cases {
+		// Sequential on purpose: every case shares the fixture and the snapshot taken before them all.
+		status, raw := h.call(t, tc.method, tc.path, tc.body)
+		requireProblem(t, status, raw, tc.status, tc.code)
+		assert.Equal(t, before, h.snapshot(t, paid), "%s changed state", tc.name)
+	}
+	staysAt(t, 100*time.Millisecond, 2, rcv.count, "no callback was sent by a refused request")
+
+	// A PENDING payment has no event to replay.
+	pending := h.create(t, "order-pending", 100, url)
+	status, raw := h.call(t, http.MethodPost, "/admin/payments/"+pending.ID+"/replay", `{"times":1}`)
+	requireProblem(t, status, raw, http.StatusConflict, "payment_not_settled")
+}
+
+func TestPutChaosMergesAndValidates(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	c := h.setChaos(t, `{"duplicates":3}`)
+	assert.Equal(t, paymock.Chaos{Duplicates: 3, Parallel: true, Seed: 1}, c, "omitted fields keep their value")
+	c = h.setChaos(t, `{"parallel":false,"jitter_ms":10,"reorder":true,"ack_loss_rate":0.1,"create_timeout_rate":0.2,"error_rate":0.3,"seed":99}`)
+	assert.Equal(t, paymock.Chaos{Duplicates: 3, JitterMS: 10, Reorder: true, AckLossRate: 0.1, CreateTimeoutRate: 0.2, ErrorRate: 0.3, Seed: 99}, c)
+	var got paymock.Chaos
+	h.callJSON(t, http.MethodGet, "/admin/chaos", "", http.StatusOK, &got)
+	assert.Equal(t, c, got)
+	assert.Equal(t, c, h.p.Chaos())
+}
+
+func TestAdminAccess(t *testing.T) {
+	t.Parallel()
+	t.Run("loopback peer without a token configured", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, nil)
+		h.callJSON(t, http.MethodGet, "/admin/chaos", "", http.StatusOK, nil)
+	})
+	t.Run("remote peer without a token configured, even claiming loopback in X-Forwarded-For", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, nil)
+		// httptest.NewServer listens on loopback only, so the remote peer is simulated on the handler.
+		for _, path := range []string{"/admin/chaos", "/admin/deliveries"} {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.RemoteAddr = "203.0.113.7:40000"
+			req.Header.Set("X-Forwarded-For", "127.0.0.1")
+			req.Header.Set("X-Real-IP", "127.0.0.1")
+			rec := httptest.NewRecorder()
+			h.e.ServeHTTP(rec, req)
+			requireProblem(t, rec.Code, rec.Body.Bytes(), http.StatusForbidden, "admin_loopback_only")
+		}
+		// The platform API itself is not restricted.
+		req := httptest.NewRequest(http.MethodGet, "/v1/payments?merchant_order_no=x", nil)
+		req.RemoteAddr = "203.0.113.7:40000"
+		rec := httptest.NewRecorder()
+		h.e.ServeHTTP(rec, req)
+		assert.Equal(t, http.StatusOK, rec.Code)
+	})
+	t.Run("token configured", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, func(c *paymock.Config) { c.AdminToken = "s3cret" })
+		for _, auth := range []string{"", "Bearer wrong", "Bearer s3cret2", "s3cret", "Basic czNjcmV0"} {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, h.srv.URL+"/admin/chaos", nil)
+			require.NoError(t, err)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := h.http.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "Authorization %q", auth)
+		}
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, h.srv.URL+"/admin/chaos", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer s3cret")
+		resp, err := h.http.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+	})
+}
+
+func TestMetricsCountCallbacksByOutcome(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, func(n int) (int, string) {
+		if n == 1 {
+			return http.StatusBadGateway, ""
+		}
+		return http.StatusOK, ack
+	})
+	p := h.create(t, "order-metrics", 1000, rcv.url())
+	h.approve(t, p.ID)
+	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "delivered")
+	_, raw := h.call(t, http.MethodGet, "/metrics", "")
+	m := string(raw)
+	assert.Contains(t, m, `idemshop_paymock_callbacks_sent_total{outcome="retry"} 1`)
+	assert.Contains(t, m, `idemshop_paymock_callbacks_sent_total{outcome="success"} 1`)
+	assert.Contains(t, m, `idemshop_paymock_callback_deliveries_total{result="delivered"} 1`)
+	assert.Contains(t, m, `idemshop_paymock_payment_creates_total{result="created"} 1`)
+	assert.Contains(t, m, `idemshop_paymock_callback_deliveries_in_flight 0`)
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	for name, mutate := range map[string]func(*paymock.Config){
+		"no secret":           func(c *paymock.Config) { c.Secret = nil },
+		"no callback timeout": func(c *paymock.Config) { c.CallbackTimeout = 0 },
+		"negative step":       func(c *paymock.Config) { c.RetrySchedule = []time.Duration{-1} },
+		"no log":              func(c *paymock.Config) { c.DeliveryLogLimit = 0 },
+		"bad chaos":           func(c *paymock.Config) { c.Chaos.Duplicates = 0 },
+	} {
+		cfg := testConfig()
+		mutate(&cfg)
+		_, err := paymock.New(cfg, slogDiscard(), promRegistry())
+		assert.Error(t, err, name)
+	}
+	_, err := paymock.New(testConfig(), nil, promRegistry())
+	assert.Error(t, err, "nil logger")
+	_, err = paymock.New(testConfig(), slogDiscard(), nil)
+	assert.Error(t, err, "nil registerer")
+}

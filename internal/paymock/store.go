@@ -1,0 +1,199 @@
+package paymock
+
+import (
+	"strconv"
+	"sync"
+	"time"
+)
+
+// store is the platform's memory: payments, refunds and the delivery log behind one mutex. Every method
+// is one critical section, so each check-then-write (idempotent create, settle, refund) is atomic, the
+// way a database transaction would make it. Ids are counters (pay_1, evt_1, ...), so two runs that make
+// the same calls in the same order get the same ids.
+type store struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	counters map[string]int64
+	payments map[string]*entry // by payment id
+	byOrder  map[string]*entry // by merchant_order_no
+	refunds  map[string]Refund // by refund_no
+	log      []Attempt         // the last logLimit attempts, oldest first
+	logLimit int
+	logSeq   int64
+}
+
+// entry is a payment plus its latest real event, the one a replay re-sends.
+type entry struct {
+	p    Payment
+	last *Event
+}
+
+func newStore(now func() time.Time, logLimit int) *store {
+	return &store{
+		now: now, counters: map[string]int64{},
+		payments: map[string]*entry{}, byOrder: map[string]*entry{}, refunds: map[string]Refund{},
+		logLimit: logLimit,
+	}
+}
+
+// nextIDLocked returns "<prefix>_<n>" with n counting from 1 per prefix.
+func (s *store) nextIDLocked(prefix string) string {
+	s.counters[prefix]++
+	return prefix + "_" + strconv.FormatInt(s.counters[prefix], 10)
+}
+
+func (s *store) nextID(prefix string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextIDLocked(prefix)
+}
+
+// stamp is the store's clock in UTC at microsecond precision, the precision PostgreSQL keeps.
+func (s *store) stamp() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// createPayment stores a new PENDING payment, or returns the existing one for the same
+// merchant_order_no with created=false. The same order number with a different amount or currency is
+// ErrOrderNoConflict: the merchant is asking for a different charge under a key it already used.
+func (s *store) createPayment(req createPaymentRequest) (p Payment, created bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.byOrder[req.MerchantOrderNo]; ok {
+		if e.p.AmountCents != req.AmountCents || e.p.Currency != req.Currency {
+			return Payment{}, false, ErrOrderNoConflict
+		}
+		return e.p, false, nil
+	}
+	now := s.stamp()
+	e := &entry{p: Payment{
+		ID: s.nextIDLocked("pay"), MerchantOrderNo: req.MerchantOrderNo, AmountCents: req.AmountCents,
+		Currency: req.Currency, Status: StatusPending, NotifyURL: req.NotifyURL, CreatedAt: now, UpdatedAt: now,
+	}}
+	s.payments[e.p.ID] = e
+	s.byOrder[e.p.MerchantOrderNo] = e
+	return e.p, true, nil
+}
+
+func (s *store) payment(id string) (Payment, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.payments[id]
+	if !ok {
+		return Payment{}, ErrPaymentNotFound
+	}
+	return e.p, nil
+}
+
+func (s *store) paymentByOrderNo(no string) (Payment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byOrder[no]
+	if !ok {
+		return Payment{}, false
+	}
+	return e.p, true
+}
+
+// settle moves a PENDING payment to SUCCESS or FAILED and returns the event to send. Settling to the
+// state the payment is already in is a no-op (ev == nil), so a double-click on "approve" sends nothing
+// twice; settling a payment the other way is ErrNotPending.
+func (s *store) settle(id string, to Status) (p Payment, ev *Event, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.payments[id]
+	if !ok {
+		return Payment{}, nil, ErrPaymentNotFound
+	}
+	switch e.p.Status {
+	case to:
+		return e.p, nil, nil
+	case StatusPending:
+	default:
+		return e.p, nil, ErrNotPending
+	}
+	now := s.stamp()
+	e.p.Status, e.p.UpdatedAt = to, now
+	e.last = &Event{
+		EventID: s.nextIDLocked("evt"), PaymentID: e.p.ID, MerchantOrderNo: e.p.MerchantOrderNo, Status: to,
+		AmountCents: e.p.AmountCents, Currency: e.p.Currency, OccurredAt: now,
+	}
+	return e.p, e.last, nil
+}
+
+// refund applies a refund once per refund_no. A repeat with the same payment and amount returns the
+// stored refund with created=false and no event; a repeat that differs is ErrRefundNoConflict.
+func (s *store) refund(req refundRequest) (r Refund, created bool, p Payment, ev *Event, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.refunds[req.RefundNo]; ok {
+		if r.PaymentID != req.PaymentID || r.AmountCents != req.AmountCents {
+			return Refund{}, false, Payment{}, nil, ErrRefundNoConflict
+		}
+		return r, false, s.payments[r.PaymentID].p, nil, nil
+	}
+	e, ok := s.payments[req.PaymentID]
+	if !ok {
+		return Refund{}, false, Payment{}, nil, ErrPaymentNotFound
+	}
+	if e.p.Status != StatusSuccess && e.p.Status != StatusRefunded {
+		return Refund{}, false, Payment{}, nil, ErrNotRefundable
+	}
+	if req.AmountCents > e.p.AmountCents-e.p.RefundedCents {
+		return Refund{}, false, Payment{}, nil, ErrRefundExceeds
+	}
+	now := s.stamp()
+	r = Refund{
+		ID: s.nextIDLocked("ref"), RefundNo: req.RefundNo, PaymentID: e.p.ID, AmountCents: req.AmountCents,
+		Currency: e.p.Currency, Status: "SUCCEEDED", CreatedAt: now,
+	}
+	s.refunds[r.RefundNo] = r
+	e.p.RefundedCents += r.AmountCents
+	if e.p.RefundedCents == e.p.AmountCents {
+		e.p.Status = StatusRefunded
+	}
+	e.p.UpdatedAt = now
+	e.last = &Event{
+		EventID: s.nextIDLocked("evt"), PaymentID: e.p.ID, MerchantOrderNo: e.p.MerchantOrderNo,
+		Status: StatusRefunded, AmountCents: r.AmountCents, Currency: e.p.Currency, OccurredAt: now,
+	}
+	return r, true, e.p, e.last, nil
+}
+
+// lastEvent is the event a replay re-sends: the payment's latest real one.
+func (s *store) lastEvent(id string) (Payment, Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.payments[id]
+	if !ok {
+		return Payment{}, Event{}, ErrPaymentNotFound
+	}
+	if e.last == nil {
+		return e.p, Event{}, ErrNotSettled
+	}
+	return e.p, *e.last, nil
+}
+
+// appendAttempt adds a to the log, dropping the oldest entry past the limit so memory stays bounded.
+func (s *store) appendAttempt(a Attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.logSeq++
+	a.Seq = s.logSeq
+	if len(s.log) == s.logLimit {
+		copy(s.log, s.log[1:])
+		s.log = s.log[:len(s.log)-1]
+	}
+	s.log = append(s.log, a)
+}
+
+// attempts returns a copy of the log, oldest first, keeping entries that match the non-empty filters.
+func (s *store) attempts(paymentID, eventID string) []Attempt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Attempt, 0, len(s.log))
+	for _, a := range s.log {
+		if (paymentID == "" || a.PaymentID == paymentID) && (eventID == "" || a.EventID == eventID) {
+			out = append(out, a)
+		}
+	}
+	return out
+}

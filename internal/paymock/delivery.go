@@ -183,6 +183,10 @@ func (p *Platform) attempt(d delivery, n int) Attempt {
 			// A 2xx that does not say "success" might be a proxy's page, not the receiver: retry.
 			a.Outcome, a.Error = OutcomeRetry, `2xx without {"result":"success"}`
 		}
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusTooManyRequests:
+		// DESIGN.md: the shop answers 404 for an order it does not know yet "so the platform retries";
+		// 429 asks for a retry by definition. Every other 4xx is a definite refusal.
+		a.Outcome = OutcomeRetry
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		a.Outcome = OutcomeRejected
 	default:

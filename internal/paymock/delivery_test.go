@@ -91,9 +91,9 @@ func TestRetrySchedule(t *testing.T) {
 			attempts: 1, outcomes: []string{"rejected"},
 		},
 		{
-			name:     "404 (unknown order) is a 4xx too",
+			name:     "404 (unknown order) retries: the shop may not know the order yet",
 			respond:  func(int) (int, string) { return http.StatusNotFound, `{}` },
-			attempts: 1, outcomes: []string{"rejected"},
+			attempts: 3, outcomes: []string{"retry", "retry", "retry"},
 		},
 		{
 			name:     "2xx without the success body retries until the schedule ends",

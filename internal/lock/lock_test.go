@@ -1,0 +1,376 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"idemshop/internal/lock"
+	"idemshop/internal/testenv"
+)
+
+func newLocker(t *testing.T) (*lock.Locker, *testenv.Env) {
+	t.Helper()
+	env := testenv.New(t)
+	l, err := lock.New(env.Redis, env.Prefix)
+	require.NoError(t, err)
+	return l, env
+}
+
+// owner returns the value of name's lock key, or "" when there is none.
+func owner(t *testing.T, env *testenv.Env, l *lock.Locker, name string) string {
+	t.Helper()
+	v, err := env.Redis.Get(context.Background(), l.LockKey(name)).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	require.NoError(t, err)
+	return v
+}
+
+func TestAcquire_ExactlyOneOfManyConcurrentWins(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+	const n = 50
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	leases := make([]*lock.Lease, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			leases[i], errs[i] = l.Acquire(ctx, "order-7", 10*time.Second)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var winners []*lock.Lease
+	for i := range n {
+		if errs[i] == nil {
+			winners = append(winners, leases[i])
+			continue
+		}
+		assert.ErrorIs(t, errs[i], lock.ErrNotAcquired, "goroutine %d", i)
+	}
+	require.Len(t, winners, 1)
+	assert.Equal(t, int64(1), winners[0].Fence)
+	assert.Equal(t, winners[0].Owner, owner(t, env, l, "order-7"))
+	// The 49 losers must not have drawn tokens: the counter moves only when SET NX succeeded.
+	fence, err := env.Redis.Get(ctx, l.FenceKey("order-7")).Int64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), fence)
+}
+
+func TestFence_IncreasesAcrossReleaseCycles(t *testing.T) {
+	t.Parallel()
+	l, _ := newLocker(t)
+	ctx := context.Background()
+
+	var last int64
+	for i := range 20 {
+		lease, err := l.Acquire(ctx, "rec", time.Second)
+		require.NoError(t, err, "cycle %d", i)
+		assert.Greater(t, lease.Fence, last, "cycle %d", i)
+		last = lease.Fence
+		require.NoError(t, l.Release(ctx, lease), "cycle %d", i)
+	}
+}
+
+// The S8 shape: A's lease expires under it, B takes over, and A's late calls must not touch B's lease.
+func TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+
+	a, err := l.Acquire(ctx, "rec", 50*time.Millisecond)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := env.Redis.Exists(ctx, l.LockKey("rec")).Result()
+		return err == nil && n == 0
+	}, 5*time.Second, 5*time.Millisecond, "A's lease never expired")
+
+	b, err := l.Acquire(ctx, "rec", 10*time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, b.Fence, a.Fence)
+
+	assert.ErrorIs(t, l.Release(ctx, a), lock.ErrLost)
+	assert.Equal(t, b.Owner, owner(t, env, l, "rec"), "A's release deleted B's lease")
+
+	assert.ErrorIs(t, l.Renew(ctx, a, time.Hour), lock.ErrLost)
+	pttl, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, pttl, 10*time.Second, "A's renew extended B's lease")
+
+	assert.NoError(t, l.Release(ctx, b))
+}
+
+func TestRenew_ExtendsTheTTL(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+
+	lease, err := l.Acquire(ctx, "rec", 500*time.Millisecond)
+	require.NoError(t, err)
+	before, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, before, 500*time.Millisecond)
+
+	require.NoError(t, l.Renew(ctx, lease, 30*time.Second))
+	after, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, after, 20*time.Second)
+	assert.Equal(t, lease.Owner, owner(t, env, l, "rec"))
+}
+
+func TestKeepAlive_HoldsPastSeveralTTLsAndReportsLoss(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	const ttl = 200 * time.Millisecond
+	lease, err := l.Acquire(ctx, "rec", ttl)
+	require.NoError(t, err)
+	lost := l.KeepAlive(ctx, lease, ttl, ttl/4)
+
+	// Watch the key for five TTLs: without the watchdog it would be gone after the first.
+	until := time.Now().Add(5 * ttl)
+	for time.Now().Before(until) {
+		require.Equal(t, lease.Owner, owner(t, env, l, "rec"), "lease expired while kept alive")
+		select {
+		case err := <-lost:
+			t.Fatalf("watchdog stopped early: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	// Delete the key behind the watchdog's back, as an expiry during a long pause would.
+	require.NoError(t, env.Redis.Del(ctx, l.LockKey("rec")).Err())
+	select {
+	case err := <-lost:
+		assert.ErrorIs(t, err, lock.ErrLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("watchdog did not report the loss")
+	}
+	select {
+	case _, open := <-lost:
+		assert.False(t, open, "the channel carries one error and is closed")
+	case <-time.After(5 * time.Second):
+		t.Fatal("channel not closed after the loss")
+	}
+}
+
+func TestKeepAlive_EndsQuietlyWhenTheHolderIsDone(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+
+	lease, err := l.Acquire(ctx, "rec", time.Second)
+	require.NoError(t, err)
+	kctx, cancel := context.WithCancel(ctx)
+	lost := l.KeepAlive(kctx, lease, time.Second, 10*time.Millisecond)
+	cancel()
+	select {
+	case err, open := <-lost:
+		assert.NoError(t, err)
+		assert.False(t, open)
+	case <-time.After(5 * time.Second):
+		t.Fatal("channel not closed after cancel")
+	}
+	assert.Equal(t, lease.Owner, owner(t, env, l, "rec"), "cancelling the watchdog must not release the lease")
+	assert.NoError(t, l.Release(ctx, lease))
+}
+
+func TestAcquireWait(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+
+	t.Run("succeeds once the holder releases", func(t *testing.T) {
+		holder, err := l.Acquire(ctx, "a", 10*time.Second)
+		require.NoError(t, err)
+		released := make(chan error, 1)
+		time.AfterFunc(100*time.Millisecond, func() { released <- l.Release(ctx, holder) })
+
+		start := time.Now()
+		waiter, err := l.AcquireWait(ctx, "a", 10*time.Second, 5*time.Second)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+		assert.Greater(t, waiter.Fence, holder.Fence)
+		assert.NoError(t, <-released)
+		assert.Equal(t, waiter.Owner, owner(t, env, l, "a"))
+	})
+
+	t.Run("gives up with ErrNotAcquired after wait", func(t *testing.T) {
+		holder, err := l.Acquire(ctx, "b", 10*time.Second)
+		require.NoError(t, err)
+
+		start := time.Now()
+		_, err = l.AcquireWait(ctx, "b", time.Second, 150*time.Millisecond)
+		elapsed := time.Since(start)
+		assert.ErrorIs(t, err, lock.ErrNotAcquired)
+		assert.GreaterOrEqual(t, elapsed, 150*time.Millisecond)
+		assert.Less(t, elapsed, 2*time.Second)
+		assert.Equal(t, holder.Owner, owner(t, env, l, "b"))
+	})
+
+	t.Run("stops when ctx ends", func(t *testing.T) {
+		_, err := l.Acquire(ctx, "c", 10*time.Second)
+		require.NoError(t, err)
+
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = l.AcquireWait(cctx, "c", time.Second, time.Minute)
+		require.Error(t, err)
+		// Usually ctx's own error; when the deadline lands during a round trip it is the client's
+		// timeout instead. Either way it is not "busy", and the wait did not run its full minute.
+		assert.NotErrorIs(t, err, lock.ErrNotAcquired)
+		assert.Less(t, time.Since(start), 2*time.Second)
+	})
+}
+
+func TestRedisDown_FailsFastWithARedisError(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{
+		Addr:        "127.0.0.1:1", // nothing listens on port 1
+		DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
+		WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond,
+		DialerRetries: 1, MaxRetries: -1,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := lock.New(rdb, "down:")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	start := time.Now()
+	_, err = l.Acquire(ctx, "rec", time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, lock.ErrNotAcquired, "a dead Redis must not look like a busy lock")
+	assert.Less(t, time.Since(start), time.Second)
+
+	start = time.Now()
+	_, err = l.AcquireWait(ctx, "rec", time.Second, 10*time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, lock.ErrNotAcquired)
+	assert.Less(t, time.Since(start), time.Second, "AcquireWait must not retry a dead Redis for the whole wait")
+
+	lease := &lock.Lease{Name: "rec", Owner: "someone", Fence: 1}
+	err = l.Renew(ctx, lease, time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, lock.ErrLost)
+	err = l.Release(ctx, lease)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, lock.ErrLost)
+}
+
+func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
+	l, _ := newLocker(t)
+	ctx := context.Background()
+
+	_, err := lock.New(nil, "p:")
+	assert.Error(t, err, "nil client")
+	_, err = lock.New(&redis.Client{}, "p{x}:")
+	assert.Error(t, err, "brace in prefix")
+
+	for name, call := range map[string]func() error{
+		"empty name":        func() error { _, err := l.Acquire(ctx, "", time.Second); return err },
+		"ttl below 1 ms":    func() error { _, err := l.Acquire(ctx, "x", time.Microsecond); return err },
+		"release nil":       func() error { return l.Release(ctx, nil) },
+		"renew nil":         func() error { return l.Renew(ctx, nil, time.Second) },
+		"renew ttl 0":       func() error { return l.Renew(ctx, &lock.Lease{Name: "x", Owner: "o"}, 0) },
+		"keepalive nil":     func() error { return <-l.KeepAlive(ctx, nil, time.Second, 100*time.Millisecond) },
+		"every not < ttl":   func() error { return <-l.KeepAlive(ctx, &lock.Lease{Name: "x"}, time.Second, time.Second) },
+		"every not above 0": func() error { return <-l.KeepAlive(ctx, &lock.Lease{Name: "x"}, time.Second, 0) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			assert.Error(t, err)
+			assert.NotErrorIs(t, err, lock.ErrNotAcquired)
+			assert.NotErrorIs(t, err, lock.ErrLost)
+		})
+	}
+}
+
+// A random sequence of acquire, release, renew and expiry, by current and stale holders, against a
+// model of who holds the name. Expiry is a DEL of the lock key: the same state as a TTL that ran out,
+// without waiting for one.
+func TestLease_Model(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+	var run int
+
+	rapid.Check(t, func(rt *rapid.T) {
+		run++
+		name := "m" + strconv.Itoa(run)
+		var (
+			holder    *lock.Lease // nil: nobody holds name
+			issued    []*lock.Lease
+			lastFence int64
+		)
+		pick := func(rt *rapid.T) *lock.Lease {
+			if len(issued) == 0 {
+				rt.Skip("no lease issued yet")
+			}
+			return rapid.SampledFrom(issued).Draw(rt, "lease")
+		}
+		rt.Repeat(map[string]func(*rapid.T){
+			"acquire": func(rt *rapid.T) {
+				lease, err := l.Acquire(ctx, name, time.Minute)
+				if holder != nil {
+					require.ErrorIs(rt, err, lock.ErrNotAcquired)
+					return
+				}
+				require.NoError(rt, err)
+				require.Greater(rt, lease.Fence, lastFence)
+				holder, lastFence = lease, lease.Fence
+				issued = append(issued, lease)
+			},
+			"release": func(rt *rapid.T) {
+				lease := pick(rt)
+				err := l.Release(ctx, lease)
+				if lease == holder {
+					require.NoError(rt, err)
+					holder = nil
+					return
+				}
+				require.ErrorIs(rt, err, lock.ErrLost)
+			},
+			"renew": func(rt *rapid.T) {
+				lease := pick(rt)
+				err := l.Renew(ctx, lease, time.Minute)
+				if lease == holder {
+					require.NoError(rt, err)
+					return
+				}
+				require.ErrorIs(rt, err, lock.ErrLost)
+			},
+			"expire": func(rt *rapid.T) {
+				require.NoError(rt, env.Redis.Del(ctx, l.LockKey(name)).Err())
+				holder = nil
+			},
+			"": func(rt *rapid.T) {
+				got, err := env.Redis.Get(ctx, l.LockKey(name)).Result()
+				if holder == nil {
+					require.ErrorIs(rt, err, redis.Nil)
+					return
+				}
+				require.NoError(rt, err)
+				require.Equal(rt, holder.Owner, got)
+			},
+		})
+	})
+}

@@ -46,6 +46,18 @@ type orderJSON struct {
 	CreatedAt   string `json:"created_at"`
 }
 
+// orderWithCallbacks is GET /v1/orders/{id}: the order plus "callbacks":{"received":N,"applied":M}, so an
+// operator sees at a glance that 3 identical callbacks arrived and 1 was applied.
+type orderWithCallbacks struct {
+	orderJSON
+	Callbacks callbackCounts `json:"callbacks"`
+}
+
+type callbackCounts struct {
+	Received int64 `json:"received"`
+	Applied  int64 `json:"applied"`
+}
+
 func toJSON(o Order) orderJSON {
 	return orderJSON{ID: o.ID, Status: o.Status, ProductID: o.ProductID, Quantity: o.Quantity,
 		AmountCents: o.AmountCents, Currency: o.Currency,
@@ -96,5 +108,10 @@ func (h *Handler) getOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toJSON(o))
+	received, applied, err := h.repo.CallbackCounts(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, orderWithCallbacks{orderJSON: toJSON(o),
+		Callbacks: callbackCounts{Received: received, Applied: applied}})
 }

@@ -42,8 +42,10 @@ type Order struct {
 	Quantity    int
 	AmountCents int64
 	Currency    string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// PaymentID is the platform's payment id, once known (nil before).
+	PaymentID *string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Quantity bounds for one order line.

@@ -74,3 +74,58 @@ func (r *Repository) Get(ctx context.Context, userID, id int64) (Order, error) {
 	}
 	return o, nil
 }
+
+// Lookup returns order id whoever owns it (for callbacks, which carry no user). ErrOrderNotFound if absent.
+func (r *Repository) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, error) {
+	var o Order
+	res := db.WithContext(ctx).Table("orders").Where("id = ?", id).Limit(1).Find(&o)
+	if res.Error != nil {
+		return Order{}, fmt.Errorf("read order %d: %w", id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return Order{}, ErrOrderNotFound
+	}
+	return o, nil
+}
+
+// Transition moves order id to status to, if and only if its current status is one the transition
+// table allows; paymentID, when not empty, is recorded if the order has none yet. It reports whether
+// the row changed. This single conditional UPDATE is the guard against duplicate and out-of-order
+// events: the row lock makes concurrent callers queue, and only the first still finds an allowed prior
+// status, so exactly one of any number of identical events sees true.
+func (r *Repository) Transition(ctx context.Context, tx *gorm.DB, id int64, to Status, paymentID string) (bool, error) {
+	from := AllowedFrom(to)
+	if len(from) == 0 {
+		return false, ErrIllegalTransition{To: to}
+	}
+	res := tx.WithContext(ctx).Exec(`UPDATE orders
+		SET status = ?, payment_id = COALESCE(payment_id, NULLIF(?, '')), updated_at = now()
+		WHERE id = ? AND status IN ?`, to, paymentID, id, from)
+	if res.Error != nil {
+		return false, fmt.Errorf("order %d → %s: %w", id, to, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// DecrementStock takes quantity units of product id, if and only if that many are left; it reports
+// whether it did. The guard is in the WHERE clause (stock >= quantity), never a read-then-write, so two
+// concurrent buyers of the last unit cannot both succeed.
+func (r *Repository) DecrementStock(ctx context.Context, tx *gorm.DB, productID int64, quantity int) (bool, error) {
+	res := tx.WithContext(ctx).Exec(`UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?`,
+		quantity, productID, quantity)
+	if res.Error != nil {
+		return false, fmt.Errorf("decrement stock of product %d: %w", productID, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// CallbackCounts returns how many payment callbacks with a valid signature were received for order id,
+// and how many of them were applied.
+func (r *Repository) CallbackCounts(ctx context.Context, id int64) (received, applied int64, err error) {
+	row := r.db.WithContext(ctx).Raw(`SELECT count(*), count(*) FILTER (WHERE applied)
+		FROM payment_callbacks WHERE order_id = ? AND signature_ok`, id).Row()
+	if err := row.Scan(&received, &applied); err != nil {
+		return 0, 0, fmt.Errorf("count callbacks of order %d: %w", id, err)
+	}
+	return received, applied, nil
+}

@@ -35,6 +35,7 @@ type replicaOpts struct {
 	db     *gorm.DB           // nil: the env's
 	redis  *redis.Client      // nil: the env's
 	runner idempotency.Runner // nil: the real Guard
+	logger *slog.Logger       // nil: discard
 	cfg    func(*config.Orders)
 }
 
@@ -62,7 +63,11 @@ func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
 		rdb = o.redis
 	}
 	reg := prometheus.NewRegistry()
-	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: slog.New(slog.DiscardHandler),
+	logger := o.logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger,
 		DB: db, Redis: rdb, Registry: reg, Runner: o.runner})
 	require.NoError(t, err)
 	srv := httptest.NewServer(app.Echo)

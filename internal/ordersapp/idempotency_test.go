@@ -21,10 +21,11 @@ import (
 )
 
 const (
-	alice    = "alice-token"
-	bob      = "bob-token"
-	aliceID  = 1
-	mugOrder = `{"product_id":1,"quantity":2}`
+	alice      = "alice-token"
+	bob        = "bob-token"
+	carolToken = "carol-token"
+	aliceID    = 1
+	mugOrder   = `{"product_id":1,"quantity":2}`
 )
 
 func TestKeyMissingIs400AndStoresNothing(t *testing.T) {

@@ -14,7 +14,10 @@ import (
 
 	"idemshop/internal/auth"
 	"idemshop/internal/idempotency"
+	"idemshop/internal/lock"
 	"idemshop/internal/orders"
+	"idemshop/internal/payments"
+	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/postgres"
@@ -73,6 +76,10 @@ func New(d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	callbackRoute, err := newCallbackRoute(d, repo)
+	if err != nil {
+		return nil, err
+	}
 
 	e := httpserver.New(d.Logger, d.Registry, cfg.BodyLimitBytes)
 	httpserver.MountOps(e, d.Registry, cfg.ReadyProbeTimeout,
@@ -89,9 +96,27 @@ func New(d Deps) (*App, error) {
 			return rabbitmq.Ping(ctx, cfg.AMQPURL)
 		}},
 	)
+	callbackRoute.Mount(e) // signed, not bearer-authenticated: outside the /v1 group
 	v1 := e.Group("/v1", authn.Middleware())
 	orderRoutes.Mount(v1)
 	return &App{Echo: e, Reaper: reaper, cfg: cfg}, nil
+}
+
+func newCallbackRoute(d Deps, repo *orders.Repository) (*payments.Handler, error) {
+	locker, err := lock.New(d.Redis, d.Config.Redis.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	orderLock, err := payments.NewRedisOrderLock(locker, d.Config.CallbackLockTTL, d.Config.CallbackLockWait)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := payments.NewService(d.DB, repo, paysig.Verifier{Secret: []byte(d.Config.PaymentWebhookSecret)},
+		orderLock, payments.NewMetrics(d.Registry))
+	if err != nil {
+		return nil, err
+	}
+	return payments.NewHandler(svc)
 }
 
 // RunWorkers runs the background workers until ctx is done.

@@ -80,6 +80,10 @@ type Orders struct {
 	ReaperInterval         time.Duration `env:"REAPER_INTERVAL" envDefault:"1m"`
 	ReaperBatch            int           `env:"REAPER_BATCH" envDefault:"1000"`
 	SweepInterval          time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
+	// CallbackLockTTL and CallbackLockWait shape the Redis efficiency lock around a payment callback:
+	// the lease, and how long a duplicate queues for it before going to the database anyway.
+	CallbackLockTTL  time.Duration `env:"CALLBACK_LOCK_TTL" envDefault:"2s"`
+	CallbackLockWait time.Duration `env:"CALLBACK_LOCK_WAIT" envDefault:"100ms"`
 	ReadyProbeTimeout      time.Duration `env:"READY_PROBE_TIMEOUT" envDefault:"2s"`
 }
 
@@ -104,6 +108,10 @@ func (c Orders) Validate() error {
 	positive("IDEMPOTENCY_INFLIGHT_TTL", c.IdempotencyInFlightTTL)
 	positive("REAPER_INTERVAL", c.ReaperInterval)
 	positive("SWEEP_INTERVAL", c.SweepInterval)
+	positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
+	if c.CallbackLockWait < 0 {
+		errs = append(errs, fmt.Errorf("CALLBACK_LOCK_WAIT must be >= 0, got %s", c.CallbackLockWait))
+	}
 	positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
 	positive("DB_LOCK_TIMEOUT", c.LockTimeout)
 	positive("DB_STATEMENT_TIMEOUT", c.StatementTimeout)

@@ -1,0 +1,356 @@
+// Package payments holds the shop's side of the payment platform. callback.go is the guard of the
+// incident this project exists for: the platform resent one "payment succeeded" callback three times,
+// and each copy deducted stock and credited points. Here, any number of identical (or reordered)
+// callbacks change the order, the stock and the outbox exactly once.
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"idemshop/internal/events"
+	"idemshop/internal/orders"
+	"idemshop/internal/outbox"
+	"idemshop/internal/paysig"
+	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/problem"
+)
+
+// Callback is the body the payment platform POSTs to the callback route (DESIGN.md). AmountCents is in
+// minor units of Currency; for REFUNDED it is the refunded amount.
+type Callback struct {
+	EventID         string    `json:"event_id"`
+	PaymentID       string    `json:"payment_id"`
+	MerchantOrderNo string    `json:"merchant_order_no"`
+	Status          string    `json:"status"`
+	AmountCents     int64     `json:"amount_cents"`
+	Currency        string    `json:"currency"`
+	OccurredAt      time.Time `json:"occurred_at"`
+}
+
+// Callback statuses sent by the platform.
+const (
+	StatusSuccess  = "SUCCESS"
+	StatusFailed   = "FAILED"
+	StatusRefunded = "REFUNDED"
+)
+
+// Outcome is what a callback did; it labels idemshop_callbacks_total and the audit table.
+type Outcome string
+
+// The outcomes. Only applied changed the order; duplicate and stale are answered 200 all the same, so
+// that the platform stops resending.
+const (
+	OutcomeApplied   Outcome = "applied"   // the conditional UPDATE changed the order
+	OutcomeDuplicate Outcome = "duplicate" // the order already has this status (a resend)
+	OutcomeStale     Outcome = "stale"     // the order has moved past what this event could change
+	OutcomeRejected  Outcome = "rejected"  // bad signature, bad body, unknown order or amount mismatch
+)
+
+// Errors of the callback route; codes are stable.
+var (
+	ErrSignature = problem.New(problem.KindUnauthorized, "signature_invalid",
+		"X-Pay-Signature is missing, malformed, stale or does not match the body")
+	ErrAmountMismatch = problem.New(problem.KindInvalid, "amount_mismatch",
+		"amount or currency does not match the order")
+	ErrInvalidCallback = problem.New(problem.KindInvalid, "validation_failed", "the callback is invalid")
+)
+
+// OrderLock serialises callbacks of one order before they reach the database. It is an efficiency
+// layer only: Lock returns an error when the lock is unavailable (Redis down, or still busy after a
+// short wait), and the caller then goes straight to the database path, which alone is correct.
+type OrderLock interface {
+	Lock(ctx context.Context, orderID int64) (unlock func(), err error)
+}
+
+// Service applies payment callbacks.
+type Service struct {
+	db       *gorm.DB
+	orders   *orders.Repository
+	verifier paysig.Verifier
+	lock     OrderLock
+	metrics  *Metrics
+	now      func() time.Time
+}
+
+// NewService returns a Service. lock may be nil (no efficiency lock); the others must not be.
+func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics) (*Service, error) {
+	if db == nil || repo == nil || m == nil || len(verifier.Secret) == 0 {
+		return nil, errors.New("payments: NewService needs a db, an orders repository, metrics and a verifier secret")
+	}
+	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, now: time.Now}, nil
+}
+
+// Handle verifies, checks and applies one callback. raw is the request body exactly as received;
+// signature is the X-Pay-Signature header. It returns the outcome, or an error for a rejected callback:
+// ErrSignature (401), problem.ErrMalformedBody or ErrInvalidCallback (400), orders.ErrOrderNotFound
+// (404, so the platform retries), ErrAmountMismatch (400). Every callback is recorded in
+// payment_callbacks, rejected ones included.
+func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Outcome, error) {
+	lg := logging.From(ctx)
+
+	// 1. The signature covers the raw bytes, so it is checked before anything is decoded.
+	if err := s.verifier.Verify(signature, raw); err != nil {
+		var claimed Callback
+		_ = json.Unmarshal(raw, &claimed) // best effort, for the audit row only: nothing here is trusted
+		s.reject(ctx, lg, claimed, false, "signature: "+err.Error())
+		return OutcomeRejected, ErrSignature.Wrap(err)
+	}
+
+	// 2. Parse and validate.
+	var cb Callback
+	if err := json.Unmarshal(raw, &cb); err != nil {
+		s.reject(ctx, lg, cb, true, "malformed body: "+err.Error())
+		return OutcomeRejected, problem.ErrMalformedBody.Wrap(err)
+	}
+	orderID, err := validate(cb)
+	if err != nil {
+		s.reject(ctx, lg, cb, true, err.Error())
+		return OutcomeRejected, err
+	}
+	lg = lg.With("event_id", cb.EventID, "order_id", orderID, "payment_id", cb.PaymentID, "callback_status", cb.Status)
+
+	// 3. The order must exist, and the money must match it.
+	o, err := s.orders.Lookup(ctx, s.db, orderID)
+	if err != nil {
+		if errors.Is(err, orders.ErrOrderNotFound) {
+			s.reject(ctx, lg, cb, true, "unknown order")
+		}
+		return OutcomeRejected, err
+	}
+	if !amountMatches(cb, o) {
+		lg.Error("ALERT: payment callback amount or currency does not match the order",
+			"alert", "amount_mismatch", "callback_amount_cents", cb.AmountCents, "callback_currency", cb.Currency,
+			"order_amount_cents", o.AmountCents, "order_currency", o.Currency)
+		s.reject(ctx, lg, cb, true, "amount or currency mismatch")
+		return OutcomeRejected, ErrAmountMismatch
+	}
+
+	// 4. Efficiency only: let duplicates of one order queue in Redis rather than on the row lock.
+	if s.lock != nil {
+		if unlock, err := s.lock.Lock(ctx, o.ID); err != nil {
+			lg.Debug("callback lock unavailable; the database path alone decides", "err", err)
+		} else {
+			defer unlock()
+		}
+	}
+
+	// 5. ONE transaction: the conditional UPDATE decides, the side effects follow only if it changed
+	// the row, and the audit row commits with them.
+	var outcome Outcome
+	var reason string
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		outcome, reason, err = s.apply(ctx, tx, cb, o)
+		if err != nil {
+			return err
+		}
+		return record(ctx, tx, cb, orderID, true, outcome, reason)
+	})
+	if err != nil {
+		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, err)
+	}
+	s.metrics.count(outcome)
+	lg.Info("payment callback", "outcome", outcome, "reason", reason)
+	return outcome, nil
+}
+
+// apply runs inside the callback transaction. It returns the outcome and a reason for the audit row.
+func (s *Service) apply(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
+	switch cb.Status {
+	case StatusSuccess:
+		// One UPDATE decides the race: the row lock admits one writer at a time, and only the first
+		// still finds PENDING or PAYING. Every other copy of this callback sees 0 rows.
+		paid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, cb.PaymentID)
+		if err != nil {
+			return "", "", err
+		}
+		if !paid {
+			return s.afterLostSuccess(ctx, tx, cb, o)
+		}
+		inStock, err := s.orders.DecrementStock(ctx, tx, o.ProductID, o.Quantity)
+		if err != nil {
+			return "", "", err
+		}
+		if !inStock {
+			// The money is taken but the goods are gone (stock is checked at order time, deducted only
+			// now): the order owes a refund, which the pay flow executes against the platform.
+			if _, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefundRequired, ""); err != nil {
+				return "", "", err
+			}
+			if err := requestRefund(ctx, tx, o, cb.PaymentID, "out_of_stock"); err != nil {
+				return "", "", err
+			}
+			return OutcomeApplied, "paid, but out of stock: refund required", nil
+		}
+		ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: o.ID, UserID: o.UserID,
+			AmountCents: o.AmountCents, Points: events.PointsFor(o.AmountCents), OccurredAt: s.now().UTC()}
+		if err := outbox.Insert(ctx, tx, ev.EventID, events.RoutingKeyOrderPaid, ev); err != nil {
+			return "", "", err
+		}
+		return OutcomeApplied, "paid", nil
+
+	case StatusFailed:
+		failed, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusFailed, cb.PaymentID)
+		if err != nil {
+			return "", "", err
+		}
+		if !failed {
+			return classify(ctx, tx, o.ID, orders.StatusFailed)
+		}
+		return OutcomeApplied, "payment failed", nil
+
+	case StatusRefunded:
+		refunded, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefunded, "")
+		if err != nil {
+			return "", "", err
+		}
+		if !refunded {
+			return classify(ctx, tx, o.ID, orders.StatusRefunded)
+		}
+		if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'DONE', updated_at = now()
+			WHERE order_id = ? AND status <> 'DONE'`, o.ID).Error; err != nil {
+			return "", "", fmt.Errorf("close refund requests of order %d: %w", o.ID, err)
+		}
+		return OutcomeApplied, "refunded", nil
+	}
+	return "", "", fmt.Errorf("unreachable: status %q passed validation", cb.Status)
+}
+
+// afterLostSuccess handles a SUCCESS that changed nothing. If the order is already paid it is a resend.
+// If the order had FAILED or been CANCELLED, the platform has nevertheless taken the money: the order
+// stays as it is (the transition table has no way back) and a refund is recorded, idempotent on its
+// refund_no, so the customer is never charged for an order they do not get.
+func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
+	current, err := currentStatus(ctx, tx, o.ID)
+	if err != nil {
+		return "", "", err
+	}
+	switch current {
+	case orders.StatusPaid, orders.StatusRefundRequired, orders.StatusRefunded:
+		return OutcomeDuplicate, "already " + string(current), nil
+	case orders.StatusFailed, orders.StatusCancelled:
+		if err := requestRefund(ctx, tx, o, cb.PaymentID, "success_after_"+strings.ToLower(string(current))); err != nil {
+			return "", "", err
+		}
+		return OutcomeStale, "success for a " + string(current) + " order: refund requested", nil
+	}
+	return OutcomeStale, "order is " + string(current), nil
+}
+
+// classify names a callback that changed nothing: a duplicate if the order already has the status the
+// callback asked for, otherwise stale (e.g. a FAILED that arrives after the SUCCESS).
+func classify(ctx context.Context, tx *gorm.DB, id int64, target orders.Status) (Outcome, string, error) {
+	current, err := currentStatus(ctx, tx, id)
+	if err != nil {
+		return "", "", err
+	}
+	if current == target {
+		return OutcomeDuplicate, "already " + string(current), nil
+	}
+	return OutcomeStale, "order is " + string(current), nil
+}
+
+func currentStatus(ctx context.Context, tx *gorm.DB, id int64) (orders.Status, error) {
+	var st orders.Status
+	if err := tx.WithContext(ctx).Raw(`SELECT status FROM orders WHERE id = ?`, id).Scan(&st).Error; err != nil {
+		return "", fmt.Errorf("read status of order %d: %w", id, err)
+	}
+	return st, nil
+}
+
+// RefundNo is the refund number of an order's refund. One per order, so that recording it twice (a
+// duplicate callback) and asking the platform twice (a retried pay flow) both stay one refund.
+func RefundNo(orderID int64) string { return "order-" + strconv.FormatInt(orderID, 10) + "-refund" }
+
+func requestRefund(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID, reason string) error {
+	err := tx.WithContext(ctx).Exec(`INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`,
+		o.ID, paymentID, RefundNo(o.ID), o.AmountCents, reason).Error
+	if err != nil {
+		return fmt.Errorf("record refund request for order %d: %w", o.ID, err)
+	}
+	return nil
+}
+
+func validate(cb Callback) (int64, error) {
+	var missing []string
+	if cb.EventID == "" {
+		missing = append(missing, "event_id")
+	}
+	if cb.PaymentID == "" {
+		missing = append(missing, "payment_id")
+	}
+	if len(missing) > 0 {
+		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("missing %s", strings.Join(missing, ", ")))
+	}
+	switch cb.Status {
+	case StatusSuccess, StatusFailed, StatusRefunded:
+	default:
+		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("unknown status %q", cb.Status))
+	}
+	id, err := strconv.ParseInt(cb.MerchantOrderNo, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("merchant_order_no %q is not an order id", cb.MerchantOrderNo))
+	}
+	return id, nil
+}
+
+// amountMatches: SUCCESS and FAILED carry the payment's amount, which must equal the order's; REFUNDED
+// carries the refunded amount, which may be partial but never more than was paid.
+func amountMatches(cb Callback, o orders.Order) bool {
+	if cb.Currency != o.Currency {
+		return false
+	}
+	if cb.Status == StatusRefunded {
+		return cb.AmountCents > 0 && cb.AmountCents <= o.AmountCents
+	}
+	return cb.AmountCents == o.AmountCents
+}
+
+// reject records a refused callback (outside any transaction) and counts it.
+func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigOK bool, reason string) {
+	s.metrics.count(OutcomeRejected)
+	var orderID int64
+	if id, err := strconv.ParseInt(cb.MerchantOrderNo, 10, 64); err == nil {
+		orderID = id
+	}
+	if err := record(ctx, s.db, cb, orderID, sigOK, OutcomeRejected, reason); err != nil {
+		lg.Error("record rejected callback", "err", err)
+	}
+	lg.Warn("payment callback rejected", "reason", reason, "signature_ok", sigOK)
+}
+
+// record inserts the audit row. Text from an unverified body is cut to a bounded length.
+func record(ctx context.Context, db *gorm.DB, cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) error {
+	var oid *int64
+	if orderID > 0 {
+		oid = &orderID
+	}
+	err := db.WithContext(ctx).Exec(`INSERT INTO payment_callbacks
+		(event_id, payment_id, order_id, status, amount_cents, currency, signature_ok, applied, outcome, reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		clip(cb.EventID), clip(cb.PaymentID), oid, clip(cb.Status), cb.AmountCents, clip(cb.Currency),
+		sigOK, outcome == OutcomeApplied, outcome, clip(reason)).Error
+	if err != nil {
+		return fmt.Errorf("record callback: %w", err)
+	}
+	return nil
+}
+
+func clip(s string) string {
+	const max = 200
+	if len(s) > max {
+		return s[:max]
+	}
+	return s
+}

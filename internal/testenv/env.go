@@ -105,7 +105,8 @@ func New(t testing.TB, opts ...Options) *Env {
 	return e
 }
 
-// Queue returns a queue (or exchange) name unique to this test, and deletes the queue when the test ends.
+// Queue returns a queue (or exchange) name unique to this test, and deletes the queue or exchange of
+// that name when the test ends.
 func (e *Env) Queue(base string) string {
 	name := e.Prefix + base
 	e.mu.Lock()
@@ -127,11 +128,13 @@ func (e *Env) cleanRedis() {
 	}
 }
 
+// deleteQueues deletes every queue and exchange named through Queue. A broker error closes the channel,
+// so each delete gets a fresh one.
 func (e *Env) deleteQueues() {
 	e.mu.Lock()
-	qs := e.queues
+	names := e.queues
 	e.mu.Unlock()
-	if len(qs) == 0 {
+	if len(names) == 0 {
 		return
 	}
 	conn, err := amqp.Dial(e.AMQPURL)
@@ -140,12 +143,18 @@ func (e *Env) deleteQueues() {
 		return
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	for _, q := range qs {
-		_, _ = ch.QueueDelete(q, false, false, false)
+	for _, n := range names {
+		for _, del := range []func(*amqp.Channel) error{
+			func(ch *amqp.Channel) error { _, err := ch.QueueDelete(n, false, false, false); return err },
+			func(ch *amqp.Channel) error { return ch.ExchangeDelete(n, false, false) },
+		} {
+			ch, err := conn.Channel()
+			if err != nil {
+				return
+			}
+			_ = del(ch)
+			_ = ch.Close()
+		}
 	}
 }
 

@@ -1,0 +1,276 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/events"
+	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/points"
+	"idemshop/internal/testenv"
+)
+
+// The lab's consumer crash windows with a real process and a real SIGKILL (the binary kills itself at
+// the fault point, so the kill lands on that exact line). The second process is the redelivery's
+// consumer; the invariant is checked on the database.
+func TestCrashWindowsAreGuarded(t *testing.T) {
+	t.Parallel()
+	bin := build(t)
+	cases := map[string]struct {
+		fault         points.FaultPoint
+		rowsAfterKill int64  // what the dead process left committed
+		secondOutcome string // how the redelivery is counted
+	}{
+		"S6 killed after the commit, before the ack": {
+			fault: points.FaultAfterCommit, rowsAfterKill: 1, secondOutcome: points.OutcomeDuplicate,
+		},
+		"S11 killed after the claim, before the commit": {
+			fault: points.FaultAfterClaim, rowsAfterKill: 0, secondOutcome: points.OutcomeApplied,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t)
+			top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
+			declare(t, env, top)
+			ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: 77, UserID: 2, AmountCents: 4900,
+				Points: 49, OccurredAt: time.Now().UTC()}
+
+			first := start(t, bin, env, "ORDERS_LAB=true", "POINTS_FAULT="+string(tc.fault))
+			publish(t, env, top, ev)
+			err := first.wait(t, 15*time.Second)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "the process died; logs:\n%s", first.logs.String())
+			assert.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal(), "killed, not exited")
+			assert.Contains(t, first.logs.String(), "LAB FAULT ARMED", "lab faults are announced at start")
+			assert.Equal(t, tc.rowsAfterKill, ledgerRows(t, env))
+			lease := env.Redis.Get(context.Background(), env.Prefix+"points:dedup:"+points.BizIDOrderPaid(77)).Val()
+			assert.NotEmpty(t, lease, "the dead process left its claim behind")
+			assert.NotEqual(t, "done", lease, "and never marked it done")
+
+			second := start(t, bin, env)
+			waitFor(t, 15*time.Second, func() bool { return second.metric(t, tc.secondOutcome) == 1 },
+				"the redelivery is handled once the lease ran out; logs:\n%s", second.logs.String())
+			assert.Equal(t, 0, second.metric(t, points.OutcomeFailed), "waiting for the lease is not a failure")
+			assert.EqualValues(t, 1, ledgerRows(t, env), "exactly one credit")
+			var balance int64
+			require.NoError(t, env.DB.Raw(`SELECT balance FROM points_accounts WHERE user_id = 2`).Scan(&balance).Error)
+			assert.EqualValues(t, 49, balance)
+
+			require.NoError(t, second.cmd.Process.Signal(syscall.SIGTERM))
+			assert.NoError(t, second.wait(t, 15*time.Second), "graceful exit 0; logs:\n%s", second.logs.String())
+			assert.Contains(t, second.logs.String(), "points-consumer stopped")
+		})
+	}
+}
+
+// Without lab mode a fault is refused at start, naming the variable.
+func TestFaultNeedsLabMode(t *testing.T) {
+	t.Parallel()
+	bin := build(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "POINTS_FAULT=exit-after-commit", "ORDERS_LAB=false")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "POINTS_FAULT needs ORDERS_LAB=true")
+}
+
+// --- helpers ---
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildOut  []byte
+)
+
+func build(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "points-consumer-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "points-consumer")
+		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	})
+	require.NoError(t, buildErr, "%s", buildOut)
+	return binPath
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	addr   string
+	exited chan error
+}
+
+func start(t *testing.T, bin string, env *testenv.Env, extra ...string) *proc {
+	t.Helper()
+	p := &proc{logs: &syncBuffer{}, addr: freeAddr(t), exited: make(chan error, 1)}
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+p.addr, "DATABASE_URL="+env.DatabaseURL,
+		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL, "REDIS_KEY_PREFIX="+env.Prefix,
+		"AMQP_NAME_PREFIX="+env.Prefix, "POINTS_LEASE_TTL=1500ms", "POINTS_LEASE_POLL=50ms",
+		"AMQP_RECONNECT_MIN=50ms", "AMQP_RECONNECT_MAX=500ms", "LOG_LEVEL=debug")
+	p.cmd.Env = append(p.cmd.Env, extra...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(t, p.cmd.Start())
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	waitFor(t, 15*time.Second, func() bool {
+		resp, err := http.Get("http://" + p.addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "points-consumer ready; logs:\n%s", p.logs.String())
+	// Ready means the dependencies answer; wait until the consumer itself is subscribed too.
+	waitFor(t, 15*time.Second, func() bool { return bytes.Contains(p.logs.bytes(), []byte("points consumer connected")) },
+		"subscribed; logs:\n%s", p.logs.String())
+	return p
+}
+
+func (p *proc) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		return err
+	case <-time.After(d):
+		t.Fatalf("process still running after %s; logs:\n%s", d, p.logs.String())
+		return errors.New("unreachable")
+	}
+}
+
+var outcomeLine = regexp.MustCompile(`(?m)^idemshop_points_messages_total\{outcome="([a-z_]+)"\} (\d+)`)
+
+// metric reads idemshop_points_messages_total{outcome} from the process's /metrics.
+func (p *proc) metric(t *testing.T, outcome string) int {
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, m := range outcomeLine.FindAllStringSubmatch(string(b), -1) {
+		if m[1] == outcome {
+			n, _ := strconv.Atoi(m[2])
+			return n
+		}
+	}
+	return -1
+}
+
+func declare(t *testing.T, env *testenv.Env, top rabbitmq.Topology) {
+	t.Helper()
+	env.Queue(top.Queue[len(env.Prefix):]) // testenv deletes the queues at the end
+	env.Queue(top.DeadLetterQueue[len(env.Prefix):])
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, rabbitmq.Declare(ch, top))
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(env.AMQPURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(top.Exchange, false, false)
+			_ = ch.ExchangeDelete(top.DeadLetterExchange, false, false)
+		}
+	})
+}
+
+func publish(t *testing.T, env *testenv.Env, top rabbitmq.Topology, ev events.OrderPaid) {
+	t.Helper()
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	body, err := json.Marshal(ev)
+	require.NoError(t, err)
+	dc, err := ch.PublishWithDeferredConfirm(top.Exchange, top.RoutingKey, false, false, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: ev.EventID, ContentType: "application/json", Body: body})
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(context.Background())
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+func ledgerRows(t *testing.T, env *testenv.Env) int64 {
+	var n int64
+	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM points_ledger`).Scan(&n).Error)
+	return n
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, timeout, 25*time.Millisecond, append([]any{msg}, args...)...)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer collects the child's output; exec copies into it from its own goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}

@@ -1,0 +1,316 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"gorm.io/gorm"
+
+	"idemshop/internal/platform/rabbitmq"
+)
+
+// RelayConfig tunes a Relay. Every interval is configurable so that tests can run it fast.
+type RelayConfig struct {
+	AMQPURL string
+	// Topology is declared at every (re)connect; rows are published to Topology.Exchange with their
+	// own routing_key.
+	Topology rabbitmq.Topology
+	// BatchSize is the most rows locked, published and marked in one transaction.
+	BatchSize int
+	// PollInterval is the pause after a batch that was not full (nothing more is waiting).
+	PollInterval time.Duration
+	// ConfirmTimeout bounds the wait for the broker's confirms of one batch.
+	ConfirmTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the exponential backoff after a lost broker or database.
+	ReconnectMin, ReconnectMax time.Duration
+}
+
+func (c RelayConfig) validate() error {
+	if c.AMQPURL == "" {
+		return errors.New("outbox: relay needs an AMQP URL")
+	}
+	if err := c.Topology.Validate(); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	if c.BatchSize < 1 || c.PollInterval <= 0 || c.ConfirmTimeout <= 0 || c.ReconnectMin <= 0 ||
+		c.ReconnectMax < c.ReconnectMin {
+		return fmt.Errorf("outbox: bad relay config %+v", c)
+	}
+	return nil
+}
+
+// relayMetrics are the relay's Prometheus metrics.
+type relayMetrics struct {
+	pending   prometheus.Gauge
+	published prometheus.Counter
+	lag       prometheus.Histogram
+}
+
+func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
+	m := &relayMetrics{
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemshop_outbox_pending",
+			Help: "Outbox rows not yet confirmed by the broker, as of the relay's last poll.",
+		}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemshop_outbox_published_total",
+			Help: "Outbox rows published and confirmed by the broker (a republish after a crash counts again).",
+		}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idemshop_outbox_publish_lag_seconds",
+			Help:    "Time from the outbox insert (created_at) to the broker's publisher confirm.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms .. ~65 s
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.pending, m.published, m.lag} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("outbox: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Relay publishes pending outbox rows to RabbitMQ. Several replicas may run at once: each batch is
+// claimed with FOR UPDATE SKIP LOCKED, so two relays never hold the same row.
+//
+// The transaction boundary is the whole batch: lock rows, publish them, wait for the confirms, mark
+// the confirmed rows, commit. Holding the row locks across the publish costs nothing to the other
+// relays (they skip locked rows) and nothing to the writers (they insert new rows). The crash windows:
+//   - before the confirm: the row is still pending and is published again later;
+//   - after the confirm, before the commit (crash, lost database, failed commit): the marks roll back,
+//     so the row is published again. The broker then holds two copies with the same message_id and the
+//     same body; points-consumer de-duplicates on the order id and credits once.
+//
+// Delivery is therefore at least once, never at most once: a row is marked only after the broker
+// confirmed it had taken responsibility for the message (persistent, on a durable quorum queue).
+type Relay struct {
+	db      *gorm.DB
+	cfg     RelayConfig
+	logger  *slog.Logger
+	metrics *relayMetrics
+
+	// beforeMark, when set by a test, runs after the confirms and before the rows are marked; an
+	// error from it rolls the batch back, which is what a crash at that point leaves behind.
+	beforeMark func() error
+}
+
+// NewRelay returns a relay over db that registers its metrics on reg.
+func NewRelay(db *gorm.DB, cfg RelayConfig, logger *slog.Logger, reg prometheus.Registerer) (*Relay, error) {
+	if db == nil || logger == nil || reg == nil {
+		return nil, errors.New("outbox: NewRelay needs a db, a logger and a registerer")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newRelayMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{db: db, cfg: cfg, logger: logger.With("component", "outbox-relay"), metrics: m}, nil
+}
+
+// Run publishes until ctx is done. A lost broker or database ends the session; Run waits an
+// exponential backoff and reconnects. It returns nil once ctx is done.
+func (r *Relay) Run(ctx context.Context) error {
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval: r.cfg.ReconnectMin, MaxInterval: r.cfg.ReconnectMax,
+		Multiplier: 2, RandomizationFactor: 0.3,
+	}
+	bo.Reset()
+	for ctx.Err() == nil {
+		err := r.session(ctx, bo.Reset)
+		if ctx.Err() != nil {
+			break
+		}
+		wait := bo.NextBackOff()
+		r.logger.Warn("outbox relay session ended; reconnecting", "err", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			break
+		}
+	}
+	r.logger.Info("outbox relay stopped")
+	return nil
+}
+
+// session runs one broker connection until it fails or ctx ends. progress is called whenever the
+// session proves healthy, which resets the reconnect backoff.
+func (r *Relay) session(ctx context.Context, progress func()) error {
+	conn, err := rabbitmq.Dial(ctx, r.cfg.AMQPURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := rabbitmq.Declare(ch, r.cfg.Topology); err != nil {
+		return err
+	}
+	// Publisher confirms: the broker acks each message once it has taken responsibility for it.
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	r.logger.Info("outbox relay connected", "exchange", r.cfg.Topology.Exchange)
+	for {
+		n, err := r.publishBatch(ctx, ch)
+		if err != nil {
+			return err
+		}
+		progress()
+		r.updatePending(ctx)
+		if n == r.cfg.BatchSize && ctx.Err() == nil {
+			continue // more may be waiting: no pause under a backlog
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-closed:
+			return fmt.Errorf("channel closed: %v", e)
+		case <-time.After(r.cfg.PollInterval):
+		}
+	}
+}
+
+type pendingRow struct {
+	ID         int64
+	EventID    string
+	RoutingKey string
+	Payload    []byte
+	CreatedAt  time.Time
+}
+
+// publishBatch locks up to BatchSize pending rows, publishes them, waits for the confirms and marks the
+// confirmed ones, all in one transaction. It returns the number of rows it locked. A publish or confirm
+// failure still commits the marks of the rows confirmed before it (and the attempt count of the
+// others), then returns the error so that the session reconnects.
+func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel) (int, error) {
+	// A batch that started is finished even when shutdown begins: its publishes are already on the
+	// wire, and abandoning it would only turn them into duplicates. Every step below is bounded
+	// (ConfirmTimeout, the database statement timeout).
+	work := context.WithoutCancel(ctx)
+	var n int
+	var publishErr error
+	err := r.db.WithContext(work).Transaction(func(tx *gorm.DB) error {
+		var rows []pendingRow
+		// SKIP LOCKED: rows another relay is publishing right now are not ours to wait for.
+		err := tx.Raw(`SELECT id, event_id::text AS event_id, routing_key, payload::text AS payload, created_at
+			FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
+			r.cfg.BatchSize).Scan(&rows).Error
+		if err != nil {
+			return fmt.Errorf("lock pending outbox rows: %w", err)
+		}
+		n = len(rows)
+		if n == 0 {
+			return nil
+		}
+		confirmed, failed, perr := r.publish(work, ch, rows)
+		publishErr = perr
+		if r.beforeMark != nil {
+			if err := r.beforeMark(); err != nil {
+				return err
+			}
+		}
+		if len(confirmed) > 0 {
+			if err := tx.Exec(`UPDATE outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL
+				WHERE id IN ?`, confirmed).Error; err != nil {
+				return fmt.Errorf("mark outbox rows published: %w", err)
+			}
+		}
+		if len(failed) > 0 {
+			msg := "not confirmed by the broker"
+			if perr != nil {
+				msg = perr.Error()
+			}
+			if err := tx.Exec(`UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id IN ?`,
+				msg, failed).Error; err != nil {
+				return fmt.Errorf("record outbox publish failure: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, publishErr
+}
+
+// publish sends rows and waits for their confirms. It returns the ids the broker confirmed and the ids
+// it did not (nacked, unanswered, or never sent), plus the first error.
+func (r *Relay) publish(ctx context.Context, ch *amqp.Channel, rows []pendingRow) (confirmed, failed []int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmTimeout)
+	defer cancel()
+	// Publish the whole batch first, then wait: the confirms of a batch arrive together, so the batch
+	// costs about one round trip instead of one per row.
+	dcs := make([]*amqp.DeferredConfirmation, 0, len(rows))
+	for _, row := range rows {
+		dc, perr := ch.PublishWithDeferredConfirmWithContext(ctx, r.cfg.Topology.Exchange, row.RoutingKey, false, false,
+			amqp.Publishing{
+				DeliveryMode: amqp.Persistent,
+				MessageId:    row.EventID, // consumers must not dedup on it; it is here for tracing
+				ContentType:  "application/json",
+				Timestamp:    row.CreatedAt,
+				Body:         row.Payload,
+			})
+		if perr != nil {
+			err = fmt.Errorf("publish outbox row %d: %w", row.ID, perr)
+			break
+		}
+		dcs = append(dcs, dc)
+	}
+	for i, row := range rows {
+		if i >= len(dcs) {
+			failed = append(failed, row.ID)
+			continue
+		}
+		ok, werr := dcs[i].WaitContext(ctx)
+		switch {
+		case werr != nil:
+			if err == nil {
+				err = fmt.Errorf("wait for confirm of outbox row %d: %w", row.ID, werr)
+			}
+			failed = append(failed, row.ID)
+		case !ok:
+			// A nack, or the channel closed before the confirm: the broker may or may not have the
+			// message, so the row stays pending and is published again.
+			if err == nil {
+				err = fmt.Errorf("outbox row %d not confirmed (nack or channel closed)", row.ID)
+			}
+			failed = append(failed, row.ID)
+		default:
+			confirmed = append(confirmed, row.ID)
+			r.metrics.published.Inc()
+			r.metrics.lag.Observe(time.Since(row.CreatedAt).Seconds())
+			r.logger.Debug("outbox row published", "event_id", row.EventID, "outbox_id", row.ID)
+		}
+	}
+	return confirmed, failed, err
+}
+
+// updatePending refreshes the pending gauge; the partial index on pending rows keeps the count cheap.
+func (r *Relay) updatePending(ctx context.Context) {
+	var n int64
+	if err := r.db.WithContext(ctx).Raw(`SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n).Error; err != nil {
+		return // the next poll tries again; a failing database also ends the session there
+	}
+	r.metrics.pending.Set(float64(n))
+}
+
+// sleep waits d or until ctx is done; it reports whether the wait ran to the end.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

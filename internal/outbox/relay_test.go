@@ -1,0 +1,299 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"idemshop/internal/events"
+	"idemshop/internal/outbox"
+	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/points"
+	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
+)
+
+// While the broker is unreachable the orders keep being paid (outbox rows keep coming); when it
+// returns, the relay reconnects by itself and every row is published and credited exactly once.
+func TestRelayPublishesEverythingOnceTheBrokerReturns(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.AMQPURL)
+	proxy.Cut() // the broker is "down" before the relay even starts
+	relay := startRelay(t, env, viaProxy, top, nil)
+	consumer := startConsumer(t, env, top)
+
+	insertPaid(t, env.DB, 1, 10) // orders 1..10 paid while the broker is down
+	assert.EqualValues(t, 10, pending(t, env.DB))
+	proxy.Restore()
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published once the broker is back")
+
+	proxy.Cut() // and down again, with more orders paid meanwhile
+	insertPaid(t, env.DB, 11, 20)
+	proxy.Restore()
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published after the second outage")
+
+	waitFor(t, 10*time.Second, func() bool { return ledgerRows(t, env.DB) == 20 }, "all credited")
+	assert.Equal(t, 20, gathered(relay, "idemshop_outbox_published_total"))
+	waitFor(t, 5*time.Second, func() bool { return gathered(relay, "idemshop_outbox_pending") == 0 }, "gauge")
+	assert.Equal(t, 20, histogramCount(relay, "idemshop_outbox_publish_lag_seconds"), "lag observed per row")
+	assert.Equal(t, 20, counter(consumer, points.OutcomeApplied))
+	assertCreditedOnce(t, env.DB, 20)
+}
+
+// The relay dies after the broker confirmed a batch and before the rows were marked: the rows stay
+// pending and are published again. The consumer dedups on the order id: one credit per order.
+func TestRelayCrashAfterPublishBeforeMarkDoesNotDoubleCredit(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	consumer := startConsumer(t, env, top)
+	var crashes atomic.Int64
+	insertPaid(t, env.DB, 1, 15)
+	relay := startRelay(t, env, env.AMQPURL, top, func() error {
+		if crashes.Add(1) <= 2 {
+			return errors.New("simulated crash: published, not marked")
+		}
+		return nil
+	})
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "marked on the third try")
+	waitFor(t, 10*time.Second, func() bool {
+		return counter(consumer, points.OutcomeApplied)+counter(consumer, points.OutcomeDuplicate) == 45
+	}, "three copies of each order consumed")
+	assert.Equal(t, 15, counter(consumer, points.OutcomeApplied))
+	assert.Equal(t, 30, counter(consumer, points.OutcomeDuplicate))
+	assert.Equal(t, 45, gathered(relay, "idemshop_outbox_published_total"), "a republish counts again")
+	assertCreditedOnce(t, env.DB, 15)
+}
+
+// Two relays and two consumers at once, started behind a barrier: SKIP LOCKED gives each outbox row
+// to one relay, and each order is credited exactly once, including orders that have two outbox rows
+// (two events for one order: the dedup key is the order, not the event).
+func TestTwoRelaysAndTwoConsumersCreditEachOrderOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	const orders = 300
+	insertPaid(t, env.DB, 1, orders)
+	insertPaid(t, env.DB, 1, 50) // a second event for orders 1..50
+
+	start := make(chan struct{})
+	regs := make([]*prometheus.Registry, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 4)
+	for i := range regs {
+		regs[i] = prometheus.NewRegistry()
+		var run func(context.Context) error
+		if i < 2 {
+			r, err := outbox.NewRelay(env.DB, relayConfig(env.AMQPURL, top), logger(), regs[i])
+			require.NoError(t, err)
+			run = r.Run
+		} else {
+			c, err := points.NewConsumer(env.DB, env.Redis, consumerConfig(env, env.AMQPURL, top), logger(), regs[i])
+			require.NoError(t, err)
+			run = c.Run
+		}
+		go func() {
+			<-start
+			_ = run(ctx)
+			done <- struct{}{}
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range regs {
+			<-done
+		}
+	})
+	close(start)
+
+	waitFor(t, 20*time.Second, func() bool { return pending(t, env.DB) == 0 }, "all rows published")
+	waitFor(t, 20*time.Second, func() bool {
+		n := 0
+		for _, r := range regs[2:] {
+			n += counter(r, points.OutcomeApplied) + counter(r, points.OutcomeDuplicate)
+		}
+		return n == orders+50
+	}, "every message consumed")
+	assert.Equal(t, orders+50, gathered(regs[0], "idemshop_outbox_published_total")+
+		gathered(regs[1], "idemshop_outbox_published_total"), "no row published by both relays")
+	assert.Equal(t, orders, counter(regs[2], points.OutcomeApplied)+counter(regs[3], points.OutcomeApplied))
+	assertCreditedOnce(t, env.DB, orders)
+}
+
+// --- helpers ---
+
+func topology(t *testing.T, env *testenv.Env) rabbitmq.Topology {
+	t.Helper()
+	top := rabbitmq.Topology{
+		Exchange: env.Prefix + "events", RoutingKey: events.RoutingKeyOrderPaid,
+		Queue: env.Queue("points.order-paid"), DeadLetterExchange: env.Prefix + "events.dlx",
+		DeadLetterQueue: env.Queue("points.order-paid.dlq"), DeliveryLimit: events.DeliveryLimit,
+	}
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(env.AMQPURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(top.Exchange, false, false)
+			_ = ch.ExchangeDelete(top.DeadLetterExchange, false, false)
+		}
+	})
+	return top
+}
+
+func relayConfig(url string, top rabbitmq.Topology) outbox.RelayConfig {
+	return outbox.RelayConfig{AMQPURL: url, Topology: top, BatchSize: 7, PollInterval: 20 * time.Millisecond,
+		ConfirmTimeout: 2 * time.Second, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
+}
+
+func consumerConfig(env *testenv.Env, url string, top rabbitmq.Topology) points.ConsumerConfig {
+	return points.ConsumerConfig{AMQPURL: url, Topology: top, Prefetch: 50, BatchSize: 10, BatchWait: 2 * time.Millisecond, KeyPrefix: env.Prefix,
+		LeaseTTL: 2 * time.Second, DoneTTL: time.Hour, LeasePoll: 20 * time.Millisecond,
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
+}
+
+// runInBackground runs fn until the test ends, then cancels it and waits for it to return.
+func runInBackground(t *testing.T, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = fn(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func startRelay(t *testing.T, env *testenv.Env, url string, top rabbitmq.Topology, beforeMark func() error) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg := relayConfig(url, top)
+	if beforeMark != nil {
+		cfg.BatchSize = 100 // one batch for the whole test, so every row crashes the same number of times
+	}
+	r, err := outbox.NewRelay(env.DB, cfg, logger(), reg)
+	require.NoError(t, err)
+	if beforeMark != nil {
+		outbox.SetBeforeMark(r, beforeMark)
+	}
+	runInBackground(t, r.Run)
+	return reg
+}
+
+func startConsumer(t *testing.T, env *testenv.Env, top rabbitmq.Topology) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c, err := points.NewConsumer(env.DB, env.Redis, consumerConfig(env, env.AMQPURL, top), logger(), reg)
+	require.NoError(t, err)
+	runInBackground(t, c.Run)
+	return reg
+}
+
+// insertPaid writes one order.paid outbox row per order id in [from, to], each in its own transaction,
+// as the payment callback does. Every order is user (id%3)+1 and earns 12 points.
+func insertPaid(t *testing.T, db *gorm.DB, from, to int64) {
+	t.Helper()
+	for id := from; id <= to; id++ {
+		ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: id, UserID: id%3 + 1, AmountCents: 1250,
+			Points: events.PointsFor(1250), OccurredAt: time.Now().UTC()}
+		require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+			return outbox.Insert(context.Background(), tx, ev.EventID, events.RoutingKeyOrderPaid, ev)
+		}))
+	}
+}
+
+func pending(t *testing.T, db *gorm.DB) int64 {
+	var n int64
+	require.NoError(t, db.Raw(`SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n).Error)
+	return n
+}
+
+func ledgerRows(t *testing.T, db *gorm.DB) int64 {
+	var n int64
+	require.NoError(t, db.Raw(`SELECT count(*) FROM points_ledger`).Scan(&n).Error)
+	return n
+}
+
+// assertCreditedOnce checks the invariant on the database: one ledger row per order, 12 points each,
+// and the balances add up to the ledger.
+func assertCreditedOnce(t *testing.T, db *gorm.DB, orders int64) {
+	t.Helper()
+	var s struct{ Rows, Distinct, Sum, Balances int64 }
+	require.NoError(t, db.Raw(`SELECT count(*) AS rows, count(DISTINCT biz_id) AS distinct,
+		COALESCE(sum(delta), 0) AS sum, (SELECT COALESCE(sum(balance), 0) FROM points_accounts) AS balances
+		FROM points_ledger`).Scan(&s).Error)
+	assert.Equal(t, orders, s.Rows)
+	assert.Equal(t, orders, s.Distinct)
+	assert.Equal(t, 12*orders, s.Sum)
+	assert.Equal(t, 12*orders, s.Balances)
+}
+
+func counter(g prometheus.Gatherer, outcome string) int {
+	mfs, _ := g.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "idemshop_points_messages_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == outcome {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return 0
+}
+
+// gathered returns the value of an unlabelled counter or gauge.
+func gathered(g prometheus.Gatherer, name string) int {
+	mfs, _ := g.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			if m.GetCounter() != nil {
+				return int(m.GetCounter().GetValue())
+			}
+			return int(m.GetGauge().GetValue())
+		}
+	}
+	return -1
+}
+
+func histogramCount(g prometheus.Gatherer, name string) int {
+	mfs, _ := g.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return int(mf.GetMetric()[0].GetHistogram().GetSampleCount())
+		}
+	}
+	return -1
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	require.Eventually(t, cond, timeout, 20*time.Millisecond, msg)
+}
+
+func logger() *slog.Logger {
+	lvl := slog.LevelError
+	if os.Getenv("TEST_LOG") != "" {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}

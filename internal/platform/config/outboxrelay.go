@@ -1,0 +1,36 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// OutboxRelay holds the outbox relay knobs of cmd/orders. It is meant to be embedded in Orders
+// (next to AMQP_URL) and checked with its Validate; docs/points.md documents the variables.
+type OutboxRelay struct {
+	// OutboxPollInterval is the pause between polls when the last batch was not full.
+	OutboxPollInterval time.Duration `env:"OUTBOX_POLL_INTERVAL" envDefault:"200ms"`
+	// OutboxBatchSize is the most rows locked, published and marked per transaction.
+	OutboxBatchSize int `env:"OUTBOX_BATCH_SIZE" envDefault:"100"`
+	// OutboxConfirmTimeout bounds the wait for the broker's publisher confirms of one batch.
+	OutboxConfirmTimeout time.Duration `env:"OUTBOX_CONFIRM_TIMEOUT" envDefault:"5s"`
+	Reconnect
+	AMQPNames
+}
+
+// Validate checks the relay knobs; each error names its variable.
+func (o OutboxRelay) Validate() error {
+	var errs []error
+	if o.OutboxPollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("OUTBOX_POLL_INTERVAL must be > 0, got %s", o.OutboxPollInterval))
+	}
+	if o.OutboxBatchSize < 1 || o.OutboxBatchSize > 10000 {
+		errs = append(errs, fmt.Errorf("OUTBOX_BATCH_SIZE must be 1..10000, got %d", o.OutboxBatchSize))
+	}
+	if o.OutboxConfirmTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("OUTBOX_CONFIRM_TIMEOUT must be > 0, got %s", o.OutboxConfirmTimeout))
+	}
+	o.Reconnect.validate(&errs)
+	return errors.Join(errs...)
+}

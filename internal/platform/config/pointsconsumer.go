@@ -1,0 +1,146 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Reconnect is the backoff between broker connection attempts, shared by the outbox relay and
+// points-consumer: exponential from Min, capped at Max, with jitter so that replicas cut off together
+// do not all come back in the same instant.
+type Reconnect struct {
+	Min time.Duration `env:"AMQP_RECONNECT_MIN" envDefault:"250ms"`
+	Max time.Duration `env:"AMQP_RECONNECT_MAX" envDefault:"30s"`
+}
+
+func (r Reconnect) validate(errs *[]error) {
+	if r.Min <= 0 {
+		*errs = append(*errs, fmt.Errorf("AMQP_RECONNECT_MIN must be > 0, got %s", r.Min))
+	}
+	if r.Max < r.Min {
+		*errs = append(*errs, fmt.Errorf("AMQP_RECONNECT_MAX must be >= AMQP_RECONNECT_MIN, got %s", r.Max))
+	}
+}
+
+// AMQPNames namespaces the broker objects: the prefix goes in front of the exchange, queue, DLX and
+// DLQ names (default: none, the names of DESIGN.md). The relay and the consumer must agree on it.
+type AMQPNames struct {
+	NamePrefix string `env:"AMQP_NAME_PREFIX"`
+}
+
+// PointsConsumer is the configuration of cmd/points-consumer. The first names and defaults follow
+// DESIGN.md's environment table; the POINTS_* knobs are documented in docs/points.md.
+type PointsConsumer struct {
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8082"`
+	Log
+	HTTP
+	Postgres
+	Redis
+	Reconnect
+	AMQPNames
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	// Lab arms the crash hooks named by Fault; without it Fault must be empty.
+	Lab bool `env:"ORDERS_LAB" envDefault:"false"`
+
+	// Prefetch bounds the unacknowledged messages the broker pushes to this consumer.
+	Prefetch int `env:"POINTS_PREFETCH" envDefault:"200"`
+	// BatchSize is the most messages applied in one database transaction and acknowledged with one
+	// multiple-ack; 1 = one message per transaction.
+	BatchSize int `env:"POINTS_BATCH_SIZE" envDefault:"100"`
+	// BatchWait is the longest a batch waits to fill after its first message.
+	BatchWait time.Duration `env:"POINTS_BATCH_WAIT" envDefault:"5ms"`
+	// LeaseTTL is how long a Redis claim (layer 1) blocks other consumers of the same order; after a
+	// crash between claim and commit it is how long the redelivery waits before crediting.
+	LeaseTTL time.Duration `env:"POINTS_LEASE_TTL" envDefault:"30s"`
+	// DoneTTL is how long the "done" marker answers duplicates without a database round trip.
+	DoneTTL time.Duration `env:"POINTS_DONE_TTL" envDefault:"24h"`
+	// LeasePoll is how often a message whose order is claimed by someone else re-checks the lease.
+	LeasePoll time.Duration `env:"POINTS_LEASE_POLL" envDefault:"100ms"`
+	// Fault names a lab crash point: exit-after-claim or exit-after-commit. Needs ORDERS_LAB=true.
+	Fault             string        `env:"POINTS_FAULT"`
+	ReadyProbeTimeout time.Duration `env:"READY_PROBE_TIMEOUT" envDefault:"2s"`
+}
+
+// LoadPointsConsumer reads and validates the points-consumer configuration from the environment.
+func LoadPointsConsumer() (PointsConsumer, error) {
+	c, err := env.ParseAs[PointsConsumer]()
+	if err != nil {
+		return c, fmt.Errorf("config: %w", nameVariables[PointsConsumer](err))
+	}
+	return c, c.Validate()
+}
+
+// Validate checks values the parser cannot; each error names its variable.
+func (c PointsConsumer) Validate() error {
+	var errs []error
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be > 0, got %s", name, d))
+		}
+	}
+	positive("POINTS_LEASE_TTL", c.LeaseTTL)
+	if c.BatchWait < 0 {
+		errs = append(errs, fmt.Errorf("POINTS_BATCH_WAIT must be >= 0, got %s", c.BatchWait))
+	}
+	positive("POINTS_DONE_TTL", c.DoneTTL)
+	positive("POINTS_LEASE_POLL", c.LeasePoll)
+	positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
+	positive("DB_LOCK_TIMEOUT", c.LockTimeout)
+	positive("DB_STATEMENT_TIMEOUT", c.StatementTimeout)
+	positive("REDIS_TIMEOUT", c.Redis.Timeout)
+	positive("HTTP_READ_HEADER_TIMEOUT", c.ReadHeaderTimeout)
+	positive("HTTP_READ_TIMEOUT", c.ReadTimeout)
+	positive("HTTP_WRITE_TIMEOUT", c.WriteTimeout)
+	positive("HTTP_IDLE_TIMEOUT", c.IdleTimeout)
+	positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+	c.Reconnect.validate(&errs)
+	if c.Prefetch < 1 || c.Prefetch > 65535 {
+		errs = append(errs, fmt.Errorf("POINTS_PREFETCH must be 1..65535, got %d", c.Prefetch))
+	}
+	if c.BatchSize < 1 || c.BatchSize > c.Prefetch {
+		errs = append(errs, fmt.Errorf("POINTS_BATCH_SIZE must be 1..POINTS_PREFETCH (%d), got %d", c.Prefetch, c.BatchSize))
+	}
+	if c.LeasePoll > 0 && c.LeasePoll > c.LeaseTTL {
+		errs = append(errs, fmt.Errorf("POINTS_LEASE_POLL must be <= POINTS_LEASE_TTL, got %s", c.LeasePoll))
+	}
+	if c.MaxConns <= 0 {
+		errs = append(errs, fmt.Errorf("DB_MAX_CONNS must be > 0, got %d", c.MaxConns))
+	}
+	if c.BodyLimitBytes <= 0 {
+		errs = append(errs, fmt.Errorf("BODY_LIMIT_BYTES must be > 0, got %d", c.BodyLimitBytes))
+	}
+	switch c.Fault {
+	case "":
+	case "exit-after-claim", "exit-after-commit":
+		if !c.Lab {
+			errs = append(errs, errors.New("POINTS_FAULT needs ORDERS_LAB=true (crash hooks exist only in lab mode)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("POINTS_FAULT must be exit-after-claim or exit-after-commit, got %q", c.Fault))
+	}
+	for _, v := range [][2]string{
+		{"DATABASE_URL", c.Postgres.URL}, {"REDIS_URL", c.Redis.URL}, {"AMQP_URL", c.AMQPURL},
+	} {
+		if u, err := url.Parse(v[1]); err != nil || u.Scheme == "" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s is not an absolute URL", v[0]))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// DefaultPointsConsumer returns the configuration with every default and nothing read from the
+// environment; tests start from it and override fields.
+func DefaultPointsConsumer() PointsConsumer {
+	c, err := env.ParseAsWithOptions[PointsConsumer](env.Options{Environment: map[string]string{}})
+	if err != nil {
+		panic(fmt.Sprintf("config: defaults do not parse: %v", err)) // a bug in the struct tags
+	}
+	return c
+}

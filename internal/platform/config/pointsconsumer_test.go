@@ -1,0 +1,57 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/config"
+)
+
+func TestPointsConsumerDefaults(t *testing.T) {
+	c := config.DefaultPointsConsumer()
+	assert.Equal(t, ":8082", c.HTTPAddr)
+	assert.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", c.AMQPURL)
+	assert.Equal(t, "redis://127.0.0.1:6379/0", c.Redis.URL)
+	assert.False(t, c.Lab)
+	assert.Empty(t, c.Fault)
+	assert.Empty(t, c.NamePrefix)
+	assert.Equal(t, 30*time.Second, c.LeaseTTL)
+	assert.Equal(t, 24*time.Hour, c.DoneTTL)
+	require.NoError(t, c.Validate())
+}
+
+func TestLoadPointsConsumerNamesTheBadVariable(t *testing.T) {
+	cases := map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"unparsable lease":       {map[string]string{"POINTS_LEASE_TTL": "soon"}, "POINTS_LEASE_TTL"},
+		"batch above prefetch":   {map[string]string{"POINTS_PREFETCH": "10", "POINTS_BATCH_SIZE": "20"}, "POINTS_BATCH_SIZE"},
+		"fault without lab mode": {map[string]string{"POINTS_FAULT": "exit-after-commit"}, "ORDERS_LAB=true"},
+		"unknown fault":          {map[string]string{"ORDERS_LAB": "true", "POINTS_FAULT": "explode"}, "POINTS_FAULT"},
+		"reconnect max below min": {map[string]string{"AMQP_RECONNECT_MIN": "2s", "AMQP_RECONNECT_MAX": "1s"},
+			"AMQP_RECONNECT_MAX"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := config.LoadPointsConsumer()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestOutboxRelayDefaultsValidate(t *testing.T) {
+	var o config.OutboxRelay
+	o.OutboxPollInterval, o.OutboxBatchSize, o.OutboxConfirmTimeout = 200*time.Millisecond, 100, 5*time.Second
+	o.Reconnect.Min, o.Reconnect.Max = 250*time.Millisecond, 30*time.Second
+	require.NoError(t, o.Validate())
+	o.OutboxBatchSize = 0
+	assert.ErrorContains(t, o.Validate(), "OUTBOX_BATCH_SIZE")
+}

@@ -1,0 +1,123 @@
+package rabbitmq
+
+import (
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"idemshop/internal/events"
+)
+
+// Topology names the broker objects one event stream travels through. Production uses
+// OrderPaidTopology; tests pass per-test names so that parallel tests share no broker state.
+type Topology struct {
+	Exchange   string // durable topic exchange the producer publishes to
+	RoutingKey string // binding key of Queue on Exchange
+	Queue      string // quorum queue the consumer reads
+	// DeadLetterExchange receives what Queue gives up on (delivery limit reached); it routes with
+	// the key DeadLetterQueue into DeadLetterQueue.
+	DeadLetterExchange string
+	DeadLetterQueue    string
+	// DeliveryLimit is the quorum queue's x-delivery-limit: after the first delivery plus this many
+	// redeliveries (RabbitMQ 3.x counts each return in the x-delivery-count header), a message that is
+	// returned again is dead-lettered instead of requeued.
+	DeliveryLimit int
+}
+
+// OrderPaidTopology is the production topology of order.paid (DESIGN.md, "Events").
+func OrderPaidTopology() Topology {
+	return Topology{
+		Exchange:           events.Exchange,
+		RoutingKey:         events.RoutingKeyOrderPaid,
+		Queue:              events.QueueOrderPaid,
+		DeadLetterExchange: events.DeadLetterExchange,
+		DeadLetterQueue:    events.QueueOrderPaidDLQ,
+		DeliveryLimit:      events.DeliveryLimit,
+	}
+}
+
+// WithPrefix returns t with prefix in front of every exchange and queue name (not the routing key).
+// It lets several environments, or parallel tests, share one broker (AMQP_NAME_PREFIX).
+func (t Topology) WithPrefix(prefix string) Topology {
+	t.Exchange = prefix + t.Exchange
+	t.Queue = prefix + t.Queue
+	t.DeadLetterExchange = prefix + t.DeadLetterExchange
+	t.DeadLetterQueue = prefix + t.DeadLetterQueue
+	return t
+}
+
+// Validate refuses a topology with a missing name or a limit below 1.
+func (t Topology) Validate() error {
+	for _, f := range [][2]string{
+		{"exchange", t.Exchange}, {"routing key", t.RoutingKey}, {"queue", t.Queue},
+		{"dead-letter exchange", t.DeadLetterExchange}, {"dead-letter queue", t.DeadLetterQueue},
+	} {
+		if f[1] == "" {
+			return fmt.Errorf("topology: %s is empty", f[0])
+		}
+	}
+	if t.DeliveryLimit < 1 {
+		return errors.New("topology: delivery limit must be >= 1")
+	}
+	return nil
+}
+
+// Declare creates the exchange, the DLX, the DLQ, the queue and its binding. Every declaration is
+// idempotent, so the producer and the consumer both call it at start and whichever runs first wins;
+// a relay that starts before any consumer then never publishes into an exchange with no queue bound
+// (RabbitMQ would drop such a message silently). A declaration whose arguments differ from the
+// existing object fails with PRECONDITION_FAILED and closes ch: a topology drift is loud, not silent.
+func Declare(ch *amqp.Channel, t Topology) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if err := ch.ExchangeDeclare(t.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", t.Exchange, err)
+	}
+	// A direct DLX with an explicit dead-letter routing key keeps this queue's dead letters apart from
+	// any other queue that might share the DLX later.
+	if err := ch.ExchangeDeclare(t.DeadLetterExchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare dead-letter exchange %s: %w", t.DeadLetterExchange, err)
+	}
+	quorum := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	if _, err := ch.QueueDeclare(t.DeadLetterQueue, true, false, false, false, quorum); err != nil {
+		return fmt.Errorf("declare dead-letter queue %s: %w", t.DeadLetterQueue, err)
+	}
+	if err := ch.QueueBind(t.DeadLetterQueue, t.DeadLetterQueue, t.DeadLetterExchange, false, nil); err != nil {
+		return fmt.Errorf("bind dead-letter queue %s: %w", t.DeadLetterQueue, err)
+	}
+	_, err := ch.QueueDeclare(t.Queue, true, false, false, false, amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+		"x-delivery-limit":          t.DeliveryLimit,
+		"x-dead-letter-exchange":    t.DeadLetterExchange,
+		"x-dead-letter-routing-key": t.DeadLetterQueue,
+	})
+	if err != nil {
+		return fmt.Errorf("declare queue %s: %w", t.Queue, err)
+	}
+	if err := ch.QueueBind(t.Queue, t.RoutingKey, t.Exchange, false, nil); err != nil {
+		return fmt.Errorf("bind queue %s to %s: %w", t.Queue, t.Exchange, err)
+	}
+	return nil
+}
+
+// DeliveryCount returns how many times a quorum-queue message was returned to the queue before this
+// delivery (the x-delivery-count header; 0 on the first delivery, when the header is absent).
+func DeliveryCount(d amqp.Delivery) int64 {
+	switch v := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		return v
+	case int32:
+		return int64(v)
+	case int:
+		return int64(v)
+	case int16:
+		return int64(v)
+	case int8:
+		return int64(v)
+	case uint8:
+		return int64(v)
+	}
+	return 0
+}

@@ -1,0 +1,468 @@
+package points
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"idemshop/internal/events"
+	"idemshop/internal/platform/rabbitmq"
+)
+
+// ReasonOrderPaid is the ledger reason of an order.paid credit.
+const ReasonOrderPaid = "order_paid"
+
+// transientAttempts bounds the in-place retries of a batch that failed for a reason that is not the
+// message's fault (database unreachable, deadlock, timeout). Retrying in place, with the reconnect
+// backoff between attempts, does not spend the message's delivery count, so a short database outage
+// does not push good messages into the DLQ; past the bound the messages are nacked like any failure.
+const transientAttempts = 8
+
+// ConsumerConfig tunes a Consumer. Every interval is configurable so that tests can run it fast.
+type ConsumerConfig struct {
+	AMQPURL string
+	// Topology is declared at every (re)connect; the consumer reads Topology.Queue and uses
+	// Topology.DeliveryLimit to tell a final failure (dead-lettered by the broker) from a retry.
+	Topology rabbitmq.Topology
+	// Prefetch bounds the unacknowledged messages the broker pushes to this consumer.
+	Prefetch int
+	// BatchSize is the most messages applied in one transaction and acknowledged with one
+	// multiple-ack; BatchWait is the longest a batch waits to fill after its first message (the
+	// latency a lone message pays for batching).
+	BatchSize int
+	BatchWait time.Duration
+	// KeyPrefix namespaces the Redis lease keys (<KeyPrefix>points:dedup:<biz_id>).
+	KeyPrefix string
+	// LeaseTTL is the life of a claim; DoneTTL the life of the "done" marker; LeasePoll the pause
+	// between two looks at a lease someone else holds.
+	LeaseTTL, DoneTTL, LeasePoll time.Duration
+	// ReconnectMin and ReconnectMax bound the exponential backoff after a lost broker, and between
+	// in-place retries of a transient database failure.
+	ReconnectMin, ReconnectMax time.Duration
+	// Fault, when non-nil, is called at each crash point (fault.go; lab mode only).
+	Fault func(FaultPoint)
+}
+
+func (c ConsumerConfig) validate() error {
+	if c.AMQPURL == "" {
+		return errors.New("points: consumer needs an AMQP URL")
+	}
+	if err := c.Topology.Validate(); err != nil {
+		return fmt.Errorf("points: %w", err)
+	}
+	if c.Prefetch < 1 || c.BatchSize < 1 || c.BatchSize > c.Prefetch || c.BatchWait < 0 || c.LeaseTTL <= 0 || c.DoneTTL <= 0 ||
+		c.LeasePoll <= 0 || c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin {
+		return fmt.Errorf("points: bad consumer config (prefetch %d, batch %d, lease %s, done %s, poll %s, reconnect %s..%s)",
+			c.Prefetch, c.BatchSize, c.LeaseTTL, c.DoneTTL, c.LeasePoll, c.ReconnectMin, c.ReconnectMax)
+	}
+	return nil
+}
+
+// Outcomes of a message, the label values of idemshop_points_messages_total.
+const (
+	OutcomeApplied      = "applied"       // credited now
+	OutcomeDuplicate    = "duplicate"     // already credited: acked without a second credit
+	OutcomeFailed       = "failed"        // nacked with requeue: the broker redelivers it
+	OutcomeDeadLettered = "dead_lettered" // nacked on its last allowed delivery: the broker dead-letters it
+)
+
+// Consumer credits points for order.paid messages, exactly once in effect per order.
+type Consumer struct {
+	ledger   *Ledger
+	leases   *leases
+	cfg      ConsumerConfig
+	logger   *slog.Logger
+	messages *prometheus.CounterVec
+}
+
+// NewConsumer returns a consumer writing through db, leasing in rdb, with metrics registered on reg.
+func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slog.Logger, reg prometheus.Registerer) (*Consumer, error) {
+	if db == nil || rdb == nil || logger == nil || reg == nil {
+		return nil, errors.New("points: NewConsumer needs a db, a redis client, a logger and a registerer")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ledger, err := NewLedger(db)
+	if err != nil {
+		return nil, err
+	}
+	messages := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idemshop_points_messages_total",
+		Help: "order.paid messages handled by points-consumer, by outcome (a redelivery counts again).",
+	}, []string{"outcome"})
+	if err := reg.Register(messages); err != nil {
+		return nil, fmt.Errorf("points: register metrics: %w", err)
+	}
+	for _, o := range []string{OutcomeApplied, OutcomeDuplicate, OutcomeFailed, OutcomeDeadLettered} {
+		messages.WithLabelValues(o) // export every outcome at 0 from the start
+	}
+	return &Consumer{
+		ledger: ledger, cfg: cfg, logger: logger.With("component", "points-consumer"), messages: messages,
+		leases: &leases{rdb: rdb, prefix: cfg.KeyPrefix, ttl: cfg.LeaseTTL, doneTTL: cfg.DoneTTL},
+	}, nil
+}
+
+// Run consumes until ctx is done. A lost connection or channel ends the session; Run waits an
+// exponential backoff and reconnects (never spinning on a closed delivery channel). When ctx is done
+// it stops the flow of new messages, finishes the ones it already received, and returns nil.
+func (c *Consumer) Run(ctx context.Context) error {
+	bo := c.newBackoff()
+	for ctx.Err() == nil {
+		err := c.session(ctx, bo.Reset)
+		if ctx.Err() != nil {
+			break
+		}
+		wait := bo.NextBackOff()
+		c.logger.Warn("consumer session ended; reconnecting", "err", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			break
+		}
+	}
+	c.logger.Info("points consumer stopped")
+	return nil
+}
+
+func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval: c.cfg.ReconnectMin, MaxInterval: c.cfg.ReconnectMax,
+		Multiplier: 2, RandomizationFactor: 0.3,
+	}
+	bo.Reset()
+	return bo
+}
+
+// session runs one connection until it is lost or ctx ends.
+func (c *Consumer) session(ctx context.Context, progress func()) error {
+	conn, err := rabbitmq.Dial(ctx, c.cfg.AMQPURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := rabbitmq.Declare(ch, c.cfg.Topology); err != nil {
+		return err
+	}
+	// The prefetch bounds what a crash puts back in the queue and what one consumer hoards.
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	tag := "points-consumer-" + uuid.NewString()
+	deliveries, err := ch.Consume(c.cfg.Topology.Queue, tag, false /* manual ack */, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue, err)
+	}
+	progress()
+	c.logger.Info("points consumer connected", "queue", c.cfg.Topology.Queue, "prefetch", c.cfg.Prefetch,
+		"batch_size", c.cfg.BatchSize)
+	// Work already received is finished even after shutdown begins; every step of it is bounded.
+	work := context.WithoutCancel(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return c.drain(ctx, work, ch, tag, deliveries)
+		case d, ok := <-deliveries:
+			if !ok {
+				// amqp091 closes the delivery channel when the channel or the connection is lost.
+				// Returning (instead of reading again) is what keeps this from spinning.
+				return errors.New("delivery channel closed (connection or channel lost)")
+			}
+			c.handle(ctx, work, ch, c.collect(d, deliveries))
+		}
+	}
+}
+
+// drain stops new deliveries and handles the ones already in the client's buffer. amqp091 closes the
+// delivery channel after the cancel once that buffer is empty.
+func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery) error {
+	if err := ch.Cancel(tag, false); err != nil {
+		return nil // channel already gone: the broker requeues whatever was unacknowledged
+	}
+	for d := range deliveries {
+		c.handle(ctx, work, ch, c.collect(d, deliveries))
+	}
+	return nil
+}
+
+// collect adds to first the deliveries that arrive within BatchWait, up to BatchSize. Under a
+// backlog the batch fills in microseconds; a lone message waits BatchWait at most. (A non-blocking read
+// would not do: amqp091's delivery channel is unbuffered, so a read only succeeds while its buffering
+// goroutine happens to be parked on the send, and batches would stay at one or two.)
+func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
+	batch := []amqp.Delivery{first}
+	if c.cfg.BatchSize == 1 {
+		return batch
+	}
+	linger := time.NewTimer(c.cfg.BatchWait)
+	defer linger.Stop()
+	for len(batch) < c.cfg.BatchSize {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch // the next read in session sees the close
+			}
+			batch = append(batch, d)
+		case <-linger.C:
+			return batch
+		}
+	}
+	return batch
+}
+
+// message is one delivery on its way through a batch.
+type message struct {
+	d       amqp.Delivery
+	eventID string
+	credit  Credit
+	leased  bool     // we hold its Redis lease: mark it done or release it
+	first   *message // an earlier message of the same batch with the same biz_id
+	outcome string
+	err     error
+}
+
+// handle runs one batch through the two dedup layers and settles every delivery of it:
+//
+//  1. decode; a message that does not decode or validate fails (poison: after the delivery limit the
+//     broker dead-letters it, and it is never credited);
+//  2. layer 1: claim a Redis lease per order (SET NX PX); "done" = a duplicate, ack it; held by
+//     someone else = wait for it to end, never ack-and-drop;
+//  3. layer 2: ONE transaction inserts the ledger rows (unique biz_id) and updates the balances; an
+//     existing biz_id inserts nothing and is a duplicate;
+//  4. mark the leases done (EX DoneTTL), release the ones of failed messages;
+//  5. nack the failures one by one (requeue), then ack every success with one multiple-ack.
+func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp.Delivery) {
+	msgs := make([]*message, len(ds))
+	byBiz := make(map[string]*message, len(ds))
+	var firsts []*message
+	for i, d := range ds {
+		m := &message{d: d}
+		msgs[i] = m
+		if err := m.decode(); err != nil {
+			m.outcome, m.err = OutcomeFailed, err
+			continue
+		}
+		// The same order twice in one batch (a republish next to the original): one is enough.
+		if f := byBiz[m.credit.BizID]; f != nil {
+			m.first = f
+			continue
+		}
+		byBiz[m.credit.BizID] = m
+		firsts = append(firsts, m)
+	}
+
+	token := uuid.NewString()
+	toApply := c.claim(ctx, work, firsts, token)
+	if len(toApply) > 0 {
+		c.fault(FaultAfterClaim)
+	}
+	c.apply(ctx, work, toApply)
+
+	var doneIDs, releaseIDs []string
+	for _, m := range firsts {
+		switch {
+		case m.outcome == OutcomeApplied || m.outcome == OutcomeDuplicate:
+			doneIDs = append(doneIDs, m.credit.BizID)
+		case m.leased:
+			releaseIDs = append(releaseIDs, m.credit.BizID)
+		}
+	}
+	if len(doneIDs) > 0 {
+		c.fault(FaultAfterCommit)
+	}
+	// Both are best effort: a lease that is not marked done expires and the ledger answers the
+	// duplicate; a lease that is not released makes the redelivery wait until it expires.
+	if err := c.leases.markDone(work, doneIDs); err != nil {
+		c.logger.Warn("dedup leases not marked done; the ledger still refuses duplicates", "err", err)
+	}
+	if err := c.leases.release(work, releaseIDs, token); err != nil {
+		c.logger.Warn("dedup leases not released; redeliveries wait for them to expire", "err", err)
+	}
+	c.settle(ch, msgs)
+}
+
+// decode parses and checks the body. The business key is the order id, never the message id: a
+// republished event carries a new delivery, and possibly a new message id, for the same order.
+func (m *message) decode() error {
+	var ev events.OrderPaid
+	if err := json.Unmarshal(m.d.Body, &ev); err != nil {
+		return fmt.Errorf("poison message: decode order.paid: %w", err)
+	}
+	m.eventID = ev.EventID
+	if ev.OrderID <= 0 || ev.UserID <= 0 {
+		return fmt.Errorf("poison message: order_id %d, user_id %d", ev.OrderID, ev.UserID)
+	}
+	if want := events.PointsFor(ev.AmountCents); ev.Points != want {
+		return fmt.Errorf("poison message: points %d, want %d for amount_cents %d", ev.Points, want, ev.AmountCents)
+	}
+	m.credit = Credit{BizID: BizIDOrderPaid(ev.OrderID), UserID: ev.UserID, Delta: ev.Points, Reason: ReasonOrderPaid}
+	return nil
+}
+
+// claim runs layer 1 and returns the messages to take to the database. A lease held by another
+// consumer is waited for, polling every LeasePoll, until it is done (a duplicate), free again (ours) or
+// older than one LeaseTTL (then the message fails and is redelivered). Acking it while someone else
+// holds the lease would be S11's unsafe twin: if that holder crashed before its commit, nobody would
+// ever credit the order.
+func (c *Consumer) claim(ctx, work context.Context, ms []*message, token string) []*message {
+	var toApply []*message
+	pending := ms
+	deadline := time.Now().Add(c.cfg.LeaseTTL + c.cfg.LeasePoll)
+	for len(pending) > 0 {
+		ids := make([]string, len(pending))
+		for i, m := range pending {
+			ids[i] = m.credit.BizID
+		}
+		states, err := c.leases.claim(work, ids, token)
+		if err != nil {
+			// Redis is an efficiency layer: without it the ledger's unique index still decides.
+			c.logger.Warn("dedup leases unavailable; relying on the ledger alone", "err", err)
+			return append(toApply, pending...)
+		}
+		var waiting []*message
+		for i, m := range pending {
+			switch states[i] {
+			case claimed:
+				m.leased = true
+				toApply = append(toApply, m)
+			case done:
+				m.outcome = OutcomeDuplicate
+			default:
+				waiting = append(waiting, m)
+			}
+		}
+		pending = waiting
+		if len(pending) == 0 {
+			break
+		}
+		reason := ""
+		if time.Now().After(deadline) {
+			reason = "lease still held after one lease TTL"
+		} else if !sleep(ctx, c.cfg.LeasePoll) {
+			reason = "shutting down while another consumer holds the lease"
+		}
+		if reason != "" {
+			for _, m := range pending {
+				m.outcome, m.err = OutcomeFailed, errors.New(reason)
+			}
+			break
+		}
+	}
+	return toApply
+}
+
+// apply runs layer 2 for ms and records each outcome. A batch the database rejects is split and
+// retried one message at a time, so one poison message fails alone; a transient failure is retried in
+// place with backoff, up to transientAttempts.
+func (c *Consumer) apply(ctx, work context.Context, ms []*message) {
+	if len(ms) == 0 {
+		return
+	}
+	credits := make([]Credit, len(ms))
+	for i, m := range ms {
+		credits[i] = m.credit
+	}
+	bo := c.newBackoff()
+	for attempt := 1; ; attempt++ {
+		applied, err := c.ledger.Apply(work, credits)
+		if err == nil {
+			for _, m := range ms {
+				m.outcome = OutcomeDuplicate
+				if applied[m.credit.BizID] {
+					m.outcome = OutcomeApplied
+				}
+			}
+			return
+		}
+		if errors.Is(err, ErrRejected) {
+			if len(ms) > 1 {
+				for _, m := range ms {
+					c.apply(ctx, work, []*message{m})
+				}
+				return
+			}
+			ms[0].outcome, ms[0].err = OutcomeFailed, err
+			return
+		}
+		c.logger.Warn("applying credits failed; retrying", "err", err, "attempt", attempt, "messages", len(ms))
+		if attempt >= transientAttempts || !sleep(ctx, bo.NextBackOff()) {
+			for _, m := range ms {
+				m.outcome, m.err = OutcomeFailed, err
+			}
+			return
+		}
+	}
+}
+
+// settle acks or nacks every delivery of the batch. Failures are nacked first, one by one, with
+// requeue; then a single multiple-ack of the last success acknowledges exactly the successes, because
+// this goroutine is the only one settling on ch and every earlier batch is already settled.
+func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
+	var lastOK uint64
+	for _, m := range msgs {
+		if m.first != nil { // a same-batch duplicate follows its first copy
+			switch m.first.outcome {
+			case OutcomeFailed:
+				m.outcome, m.err = OutcomeFailed, m.first.err
+			default:
+				m.outcome = OutcomeDuplicate
+			}
+		}
+		log := c.logger.With("event_id", m.eventID, "biz_id", m.credit.BizID, "message_id", m.d.MessageId)
+		if m.outcome != OutcomeFailed {
+			lastOK = m.d.DeliveryTag
+			c.messages.WithLabelValues(m.outcome).Inc()
+			log.Debug("points message handled", "outcome", m.outcome)
+			continue
+		}
+		outcome := OutcomeFailed
+		// RabbitMQ 3.x quorum queues count every return in x-delivery-count; a return of a message
+		// that already reached the limit dead-letters it instead of requeueing it.
+		if rabbitmq.DeliveryCount(m.d) >= int64(c.cfg.Topology.DeliveryLimit) {
+			outcome = OutcomeDeadLettered
+		}
+		if err := ch.Nack(m.d.DeliveryTag, false, true); err != nil {
+			log.Warn("nack failed; the broker requeues the message when the channel closes", "err", err)
+		}
+		c.messages.WithLabelValues(outcome).Inc()
+		log.Warn("points message failed", "outcome", outcome, "err", m.err,
+			"delivery_count", rabbitmq.DeliveryCount(m.d))
+	}
+	if lastOK == 0 {
+		return
+	}
+	// An ack lost here (channel gone) means a redelivery, which layer 1 or 2 answers as a duplicate.
+	if err := ch.Ack(lastOK, len(msgs) > 1); err != nil {
+		c.logger.Warn("ack failed; the redelivery will be a duplicate", "err", err)
+	}
+}
+
+func (c *Consumer) fault(p FaultPoint) {
+	if c.cfg.Fault != nil {
+		c.cfg.Fault(p)
+	}
+}
+
+// sleep waits d or until ctx is done; it reports whether the wait ran to the end.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,223 @@
+package points_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/events"
+	"idemshop/internal/points"
+	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
+)
+
+// The incident on the consumer side: the same event three times, and once more as a new event (new
+// event id, so a new message_id) for the same order. Dedup is on the order id, so one credit.
+func TestDuplicateDeliveriesCreditOnce(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		batch    int
+		startFst bool // start the consumer before publishing, so copies arrive one by one
+	}{
+		"one message per transaction":  {batch: 1, startFst: true},
+		"batched, copies in one batch": {batch: 20},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t)
+			top := topology(t, env)
+			pub := newPublisher(t, env.AMQPURL, top)
+			cfg := testConfig(env.AMQPURL, env.Prefix, top)
+			cfg.BatchSize = tc.batch
+			var c *running
+			if tc.startFst {
+				c = startConsumer(t, env, cfg)
+			}
+			ev := orderPaid(42, 1, 12_345) // 123 points
+			pub.event(ev)
+			pub.event(ev)
+			pub.event(ev)
+			again := ev
+			again.EventID = uuid.NewString() // a second outbox row for the same order
+			pub.event(again)
+			if c == nil {
+				c = startConsumer(t, env, cfg)
+			}
+			waitFor(t, 10*time.Second, func() bool { return c.handled() == 4 }, "4 messages handled")
+			assert.Equal(t, 1, c.count(points.OutcomeApplied))
+			assert.Equal(t, 3, c.count(points.OutcomeDuplicate))
+			assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 123, Balances: 123}, state(t, env))
+
+			// Layer 1 forgotten (Redis flushed, or a done marker expired): the ledger alone still says no.
+			keys, err := env.Redis.Keys(context.Background(), env.Prefix+"points:dedup:*").Result()
+			require.NoError(t, err)
+			require.Len(t, keys, 1, "one lease per order, marked done")
+			assert.Equal(t, "done", env.Redis.Get(context.Background(), keys[0]).Val())
+			require.NoError(t, env.Redis.Del(context.Background(), keys...).Err())
+			pub.event(ev)
+			waitFor(t, 10*time.Second, func() bool { return c.handled() == 5 }, "5th message handled")
+			assert.Equal(t, 4, c.count(points.OutcomeDuplicate))
+			assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 123, Balances: 123}, state(t, env))
+		})
+	}
+}
+
+// S11 guarded, in process: the order's lease is held by a consumer that died after claiming. The
+// message is neither acked-and-dropped nor burnt through its delivery limit: it waits for the lease to
+// run out, then credits once. (cmd/points-consumer's tests do the same with a real kill -9.)
+func TestHeldLeaseIsWaitedOutThenCredited(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	ev := orderPaid(7, 2, 500)
+	lease := time.Second
+	key := env.Prefix + "points:dedup:" + points.BizIDOrderPaid(ev.OrderID)
+	require.NoError(t, env.Redis.Set(context.Background(), key, "token-of-a-dead-consumer", lease).Err())
+	start := time.Now()
+
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	newPublisher(t, env.AMQPURL, top).event(ev)
+	waitFor(t, 10*time.Second, func() bool { return state(t, env).Rows == 1 }, "credited after the lease expired")
+	assert.GreaterOrEqual(t, time.Since(start), lease-50*time.Millisecond, "not before the dead claim ran out")
+	waitFor(t, 5*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "counted")
+	assert.Equal(t, 0, c.count(points.OutcomeFailed), "waiting costs no delivery attempt")
+	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 5, Balances: 5}, state(t, env))
+}
+
+// The broker connection dies mid-stream (the proxy resets both sides, as a broker crash does), right
+// after a batch committed and before its ack: the consumer reconnects with backoff and finishes; the
+// batch whose ack was lost is redelivered and answered as duplicates; every order is credited once.
+func TestConnectionLossMidStreamReconnectsAndCreditsOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.AMQPURL)
+	pub := newPublisher(t, env.AMQPURL, top) // the producer's path is not cut
+	const n = 600
+	for i := 1; i <= n/2; i++ {
+		pub.event(orderPaid(int64(i), int64(i%3+1), 250))
+	}
+	cfg := testConfig(viaProxy, env.Prefix, top)
+	cfg.BatchSize = 5
+	var commits atomic.Int64
+	cut := make(chan struct{})
+	// The hook runs on the consumer's goroutine after the 5th commit, before the leases are marked
+	// done and the batch is acked: the cut lands exactly in the S6 window.
+	cfg.Fault = func(p points.FaultPoint) {
+		if p == points.FaultAfterCommit && commits.Add(1) == 5 {
+			proxy.Cut()
+			close(cut)
+		}
+	}
+	c := startConsumer(t, env, cfg)
+	<-cut
+	for i := n/2 + 1; i <= n; i++ {
+		pub.event(orderPaid(int64(i), int64(i%3+1), 250))
+	}
+	proxy.Restore()
+	waitFor(t, 30*time.Second, func() bool { return state(t, env).Rows == n }, "every order credited")
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 10*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == 0 }, "queue drained")
+	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == n }, "all applied counted")
+	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: 2 * n, Balances: 2 * n}, state(t, env))
+	assert.GreaterOrEqual(t, c.count(points.OutcomeDuplicate), 1, "the unacked batch came back as duplicates")
+	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
+}
+
+// Poison messages (undecodable, and a well-formed event for a user that does not exist) are retried up
+// to the delivery limit, dead-lettered and counted, never credited; good messages around them go on.
+func TestPoisonMessagesAreDeadLetteredAndDoNotBlock(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+
+	pub.raw("poison-1", []byte(`{"event_id": "x", "order_id": `)) // truncated JSON
+	pub.event(orderPaid(1, 1, 300))
+	pub.event(orderPaid(666, 999, 10_000)) // user 999 does not exist
+	for i := int64(2); i <= 20; i++ {
+		pub.event(orderPaid(i, 3, 300))
+	}
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 20*time.Second, func() bool { return queueDepth(t, ch, top.DeadLetterQueue) == 2 }, "both poisons in the DLQ")
+	waitFor(t, 10*time.Second, func() bool { return state(t, env).Rows == 20 }, "every good order credited")
+	assert.Equal(t, 2, c.count(points.OutcomeDeadLettered), "counted when nacked on the last delivery")
+	assert.Equal(t, 2*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
+	assert.Equal(t, ledgerState{Rows: 20, Distinct: 20, Sum: 60, Balances: 60}, state(t, env))
+	var forUnknown int64
+	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM points_ledger WHERE biz_id = ?`,
+		points.BizIDOrderPaid(666)).Scan(&forUnknown).Error)
+	assert.Zero(t, forUnknown)
+	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
+}
+
+// SIGTERM while busy: the consumer stops taking messages, finishes the batches it holds and returns.
+// Nothing is lost (every message is either credited or back in the queue) and nothing is credited
+// twice when a second consumer finishes the queue.
+func TestShutdownFinishesInFlightThenStops(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	const n = 400
+	for i := 1; i <= n; i++ {
+		pub.event(orderPaid(int64(i), 1, 100))
+	}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	first := startConsumer(t, env, cfg)
+	waitFor(t, 10*time.Second, func() bool { return first.handled() >= 40 }, "consuming")
+	first.stop(t)
+	handled := first.handled()
+	ch := channel(t, env.AMQPURL)
+	// After Run returned, nothing is unacked: credited + ready == n.
+	assert.Equal(t, int64(handled), state(t, env).Rows, "every handled message is committed")
+	waitFor(t, 5*time.Second, func() bool { return handled+queueDepth(t, ch, top.Queue) == n },
+		"the rest is back in the queue")
+	assert.Zero(t, first.count(points.OutcomeFailed))
+
+	second := startConsumer(t, env, cfg)
+	waitFor(t, 15*time.Second, func() bool { return state(t, env).Rows == n }, "second consumer finishes")
+	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: n, Balances: n}, state(t, env))
+	assert.Equal(t, n-handled, second.count(points.OutcomeApplied))
+}
+
+// Two consumers race for duplicates of the same orders (N goroutines behind a barrier publish every
+// event several times): each order is credited exactly once.
+func TestTwoConsumersRacingOnDuplicatesCreditOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.BatchSize = 3
+	a, b := startConsumer(t, env, cfg), startConsumer(t, env, cfg)
+	const orders, copies = 100, 4
+	start := make(chan struct{})
+	errs := make(chan error, copies)
+	for range copies {
+		pub := newPublisher(t, env.AMQPURL, top) // one channel per goroutine: channels are not shared
+		go func() {
+			<-start
+			for i := 1; i <= orders; i++ {
+				ev := orderPaid(int64(i), int64(i%3+1), 1000)
+				ev.EventID = fmt.Sprintf("00000000-0000-0000-0000-%012d", i) // the same event each time
+				pub.event(ev)
+			}
+			errs <- nil
+		}()
+	}
+	close(start)
+	for range copies {
+		require.NoError(t, <-errs)
+	}
+	waitFor(t, 20*time.Second, func() bool { return a.handled()+b.handled() == orders*copies }, "all copies handled")
+	assert.Equal(t, orders, a.count(points.OutcomeApplied)+b.count(points.OutcomeApplied))
+	assert.Equal(t, ledgerState{Rows: orders, Distinct: orders, Sum: 10 * orders, Balances: 10 * orders}, state(t, env))
+}

@@ -1,0 +1,203 @@
+package points_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/events"
+	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/points"
+	"idemshop/internal/testenv"
+)
+
+// topology returns per-test broker names, declares them, and deletes the exchanges at the end
+// (testenv deletes the queues).
+func topology(t testing.TB, env *testenv.Env) rabbitmq.Topology {
+	t.Helper()
+	top := rabbitmq.Topology{
+		Exchange: env.Prefix + "events", RoutingKey: events.RoutingKeyOrderPaid,
+		Queue: env.Queue("points.order-paid"), DeadLetterExchange: env.Prefix + "events.dlx",
+		DeadLetterQueue: env.Queue("points.order-paid.dlq"), DeliveryLimit: events.DeliveryLimit,
+	}
+	ch := channel(t, env.AMQPURL)
+	require.NoError(t, rabbitmq.Declare(ch, top))
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(env.AMQPURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(top.Exchange, false, false)
+			_ = ch.ExchangeDelete(top.DeadLetterExchange, false, false)
+		}
+	})
+	return top
+}
+
+func channel(t testing.TB, url string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	return ch
+}
+
+// publisher publishes bodies to the test exchange with publisher confirms, as the relay does.
+type publisher struct {
+	t   testing.TB
+	ch  *amqp.Channel
+	top rabbitmq.Topology
+}
+
+func newPublisher(t testing.TB, url string, top rabbitmq.Topology) *publisher {
+	ch := channel(t, url)
+	require.NoError(t, ch.Confirm(false))
+	return &publisher{t: t, ch: ch, top: top}
+}
+
+func (p *publisher) raw(messageID string, body []byte) {
+	p.t.Helper()
+	dc, err := p.ch.PublishWithDeferredConfirm(p.top.Exchange, p.top.RoutingKey, false, false, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: messageID, ContentType: "application/json", Body: body,
+	})
+	require.NoError(p.t, err)
+	ok, err := dc.WaitContext(context.Background())
+	require.NoError(p.t, err)
+	require.True(p.t, ok, "broker confirmed the publish")
+}
+
+func (p *publisher) event(ev events.OrderPaid) {
+	p.t.Helper()
+	b, err := json.Marshal(ev)
+	require.NoError(p.t, err)
+	p.raw(ev.EventID, b)
+}
+
+func amqpPublishing(messageID string, body []byte) amqp.Publishing {
+	return amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: messageID, ContentType: "application/json", Body: body}
+}
+
+func orderPaid(orderID, userID, amountCents int64) events.OrderPaid {
+	return events.OrderPaid{EventID: uuid.NewString(), OrderID: orderID, UserID: userID, AmountCents: amountCents,
+		Points: events.PointsFor(amountCents), OccurredAt: time.Now().UTC()}
+}
+
+// running is an in-process consumer with its own registry.
+type running struct {
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func testConfig(amqpURL, prefix string, top rabbitmq.Topology) points.ConsumerConfig {
+	return points.ConsumerConfig{
+		AMQPURL: amqpURL, Topology: top, Prefetch: 50, BatchSize: 20, BatchWait: 2 * time.Millisecond, KeyPrefix: prefix,
+		LeaseTTL: 2 * time.Second, DoneTTL: time.Hour, LeasePoll: 20 * time.Millisecond,
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
+	}
+}
+
+func startConsumer(t testing.TB, env *testenv.Env, cfg points.ConsumerConfig) *running {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c, err := points.NewConsumer(env.DB, env.Redis, cfg, testLogger(), reg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{reg: reg, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		_ = c.Run(ctx)
+	}()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop cancels the consumer and waits for Run to return (it finishes its in-flight batch first).
+func (r *running) stop(t testing.TB) {
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(15 * time.Second):
+		t.Errorf("consumer did not stop within 15s")
+	}
+}
+
+func (r *running) count(outcome string) int {
+	return counterValue(r.reg, "idemshop_points_messages_total", "outcome", outcome)
+}
+
+func (r *running) handled() int {
+	return r.count(points.OutcomeApplied) + r.count(points.OutcomeDuplicate)
+}
+
+func counterValue(g prometheus.Gatherer, name, label, value string) int {
+	mfs, err := g.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func testLogger() *slog.Logger {
+	lvl := slog.LevelError
+	if os.Getenv("TEST_LOG") != "" {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+type ledgerState struct {
+	Rows     int64
+	Distinct int64
+	Sum      int64
+	Balances int64
+}
+
+// state reads the invariant inputs from the database: ledger rows, distinct biz_ids, the sum of the
+// deltas, and the sum of the balances (which must equal it).
+func state(t testing.TB, env *testenv.Env) ledgerState {
+	t.Helper()
+	var s ledgerState
+	require.NoError(t, env.DB.Raw(`SELECT count(*) AS rows, count(DISTINCT biz_id) AS distinct,
+		COALESCE(sum(delta), 0) AS sum, (SELECT COALESCE(sum(balance), 0) FROM points_accounts) AS balances
+		FROM points_ledger`).Scan(&s).Error)
+	return s
+}
+
+// queueDepth is the number of ready messages in q.
+func queueDepth(t testing.TB, ch *amqp.Channel, q string) int {
+	t.Helper()
+	info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	require.NoError(t, err)
+	return info.Messages
+}
+
+// waitFor polls cond every 20 ms until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, timeout, 20*time.Millisecond, append([]any{msg}, args...)...)
+}

@@ -1,0 +1,155 @@
+// Package points credits loyalty points for paid orders. The consumer (consumer.go) reads order.paid
+// from RabbitMQ and de-duplicates on the business key, the order id, in two layers: a Redis lease
+// (lease.go, an efficiency layer) and the unique index on points_ledger.biz_id (this file, the source
+// of truth). docs/points.md walks through the flow and its crash windows.
+package points
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
+)
+
+// ErrRejected marks a credit the database refuses for what it is (an unknown user, a value out of
+// range): retrying it cannot succeed, so the consumer lets it run into the delivery limit and the DLQ
+// instead of retrying in place.
+var ErrRejected = errors.New("points: credit rejected by the database")
+
+// BizIDOrderPaid is the ledger's business key for the credit of a paid order. The unique index on
+// biz_id makes every order credit at most once, whatever the broker delivers.
+func BizIDOrderPaid(orderID int64) string { return "order-paid:" + strconv.FormatInt(orderID, 10) }
+
+// Credit is one ledger entry to write.
+type Credit struct {
+	BizID  string `json:"biz_id"`
+	UserID int64  `json:"user_id"`
+	Delta  int64  `json:"delta"`
+	Reason string `json:"reason"`
+}
+
+// Entry is a ledger row as GET /v1/points shows it.
+type Entry struct {
+	BizID     string
+	Delta     int64
+	Reason    string
+	CreatedAt time.Time
+}
+
+// Ledger is the repository of points_ledger and points_accounts.
+type Ledger struct {
+	db *gorm.DB
+}
+
+// NewLedger returns the repository over db.
+func NewLedger(db *gorm.DB) (*Ledger, error) {
+	if db == nil {
+		return nil, errors.New("points: NewLedger needs a db")
+	}
+	return &Ledger{db: db}, nil
+}
+
+// Apply writes credits in ONE transaction: the ledger rows and the balance changes commit together or
+// not at all. It returns the biz_ids that were inserted now; a biz_id already in the ledger inserts
+// nothing and adds nothing (ON CONFLICT DO NOTHING: the transaction is not aborted by the duplicate,
+// so the statements after it still run). Duplicate biz_ids inside credits are applied once.
+//
+// The whole batch fails together: one unknown user aborts every credit of the call, and the caller
+// retries the others one by one. Errors the database raises for the data itself wrap ErrRejected.
+func (l *Ledger) Apply(ctx context.Context, credits []Credit) (map[string]bool, error) {
+	applied := make(map[string]bool, len(credits))
+	if len(credits) == 0 {
+		return applied, nil
+	}
+	// Sorted by biz_id so that concurrent batches take the unique-index locks in the same order and
+	// cannot deadlock on each other.
+	sorted := slices.Clone(credits)
+	slices.SortFunc(sorted, func(a, b Credit) int { return strings.Compare(a.BizID, b.BizID) })
+	in, err := json.Marshal(sorted)
+	if err != nil {
+		return nil, fmt.Errorf("encode credits: %w", err)
+	}
+	err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var inserted []Credit
+		err := tx.Raw(`INSERT INTO points_ledger (biz_id, user_id, delta, reason)
+			SELECT biz_id, user_id, delta, reason
+			FROM jsonb_to_recordset(?::jsonb) AS c(biz_id text, user_id bigint, delta bigint, reason text)
+			ON CONFLICT (biz_id) DO NOTHING
+			RETURNING biz_id, user_id, delta`, string(in)).Scan(&inserted).Error
+		if err != nil {
+			return fmt.Errorf("insert ledger rows: %w", translate(err))
+		}
+		if len(inserted) == 0 {
+			return nil // every credit was a duplicate: nothing to add
+		}
+		// Only what was inserted now moves a balance: the ledger row and its balance change are one fact.
+		sums := map[int64]int64{}
+		for _, c := range inserted {
+			applied[c.BizID] = true
+			sums[c.UserID] += c.Delta
+		}
+		type sum struct {
+			UserID int64 `json:"user_id"`
+			Delta  int64 `json:"delta"`
+		}
+		rows := make([]sum, 0, len(sums))
+		for u, d := range sums {
+			rows = append(rows, sum{UserID: u, Delta: d})
+		}
+		// Sorted by user id, for the same reason as above: account rows are locked in one order.
+		slices.SortFunc(rows, func(a, b sum) int { return cmp.Compare(a.UserID, b.UserID) })
+		b, err := json.Marshal(rows)
+		if err != nil {
+			return fmt.Errorf("encode balance changes: %w", err)
+		}
+		err = tx.Exec(`INSERT INTO points_accounts (user_id, balance, updated_at)
+			SELECT user_id, delta, now()
+			FROM jsonb_to_recordset(?::jsonb) AS s(user_id bigint, delta bigint)
+			ON CONFLICT (user_id) DO UPDATE
+			SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()`, string(b)).Error
+		if err != nil {
+			return fmt.Errorf("update balances: %w", translate(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// Balance returns userID's balance (0 without an account) and the newest limit ledger entries.
+func (l *Ledger) Balance(ctx context.Context, userID int64, limit int) (int64, []Entry, error) {
+	var balance int64
+	err := l.db.WithContext(ctx).Raw(`SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = ?), 0)`,
+		userID).Scan(&balance).Error
+	if err != nil {
+		return 0, nil, fmt.Errorf("read balance: %w", err)
+	}
+	entries := []Entry{}
+	err = l.db.WithContext(ctx).Raw(`SELECT biz_id, delta, reason, created_at FROM points_ledger
+		WHERE user_id = ? ORDER BY id DESC LIMIT ?`, userID, limit).Scan(&entries).Error
+	if err != nil {
+		return 0, nil, fmt.Errorf("read ledger: %w", err)
+	}
+	return balance, entries, nil
+}
+
+// translate keeps pgconn types inside the repository: integrity violations (SQLSTATE class 23, e.g.
+// 23503 for an unknown user) and data exceptions (class 22) are the data's fault and become
+// ErrRejected; anything else (connection lost, timeout, deadlock) is transient.
+func translate(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "23") || strings.HasPrefix(pgErr.Code, "22")) {
+		return fmt.Errorf("%w: %s: %w", ErrRejected, pgErr.Code, err)
+	}
+	return err
+}

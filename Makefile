@@ -44,3 +44,7 @@ run-orders: ## run the orders API on :8080 against the local services
 .PHONY: run-payments-mock
 run-payments-mock: ## run the flaky payment platform on :8081 (chaos via CHAOS_* env, see docs/payments-mock.md)
 	$(GO) run ./cmd/payments-mock
+
+.PHONY: run-points-consumer
+run-points-consumer: ## run the points consumer (health and metrics on :8082)
+	$(GO) run ./cmd/points-consumer

@@ -1,7 +1,8 @@
 // Command orders is the shop's HTTP API. Usage:
 //
-//	orders           serve (migrates first unless MIGRATE_ON_START=false)
-//	orders migrate   create the database if missing, apply migrations, exit
+//	orders               serve (migrates first unless MIGRATE_ON_START=false)
+//	orders migrate       create the database if missing, apply migrations, exit
+//	orders sweep --once  resolve stuck pay records and send pending refunds once, exit
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -46,12 +48,13 @@ func run() error {
 	if len(os.Args) > 1 {
 		cmd = os.Args[1]
 	}
-	switch cmd {
-	case "migrate":
+	switch {
+	case cmd == "migrate":
 		return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
-	case "serve":
+	case cmd == "sweep" && len(os.Args) == 3 && os.Args[2] == "--once":
+	case cmd == "serve":
 	default:
-		return fmt.Errorf("unknown command %q (want serve or migrate)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, migrate or sweep --once)", strings.Join(os.Args[1:], " "))
 	}
 
 	if cfg.MigrateOnStart {
@@ -77,6 +80,12 @@ func run() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger, DB: db, Redis: rdb, Registry: reg})
 	if err != nil {
+		return err
+	}
+
+	if cmd == "sweep" {
+		done, err := app.Sweeper.RunOnce(ctx)
+		logger.Info("sweep done", "results", done)
 		return err
 	}
 

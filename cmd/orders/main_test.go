@@ -28,10 +28,7 @@ import (
 func TestOrdersBinaryEndToEnd(t *testing.T) {
 	t.Parallel()
 	svc := testenv.Find(t)
-	bin := filepath.Join(t.TempDir(), "orders")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := buildOrders(t)
 
 	name := fmt.Sprintf("idemshop_test_%d_e2e", os.Getpid())
 	dbURL := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
@@ -94,6 +91,29 @@ func TestOrdersBinaryEndToEnd(t *testing.T) {
 	}
 	assert.Contains(t, logs.String(), `"request_id"`, "request lines carry the request id")
 	assert.Contains(t, logs.String(), "orders stopped")
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildOrders builds the orders binary once for all tests of this package.
+func buildOrders(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "orders-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "orders")
+		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	})
+	require.NoError(t, buildErr, "%s", buildOut)
+	return binPath
 }
 
 func freeAddr(t *testing.T) string {

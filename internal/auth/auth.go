@@ -1,5 +1,6 @@
-// Package auth authenticates the demo users by bearer token. Tokens are looked up by their SHA-256
-// digest, so the database never holds them in clear.
+// Package auth authenticates the demo users by bearer token, or, for the web pages, by the same token
+// held in a session cookie. Tokens are looked up by their SHA-256 digest, so the database never holds
+// them in clear.
 package auth
 
 import (
@@ -8,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -61,19 +63,85 @@ type ctxKey struct{}
 
 // Middleware requires `Authorization: Bearer <token>` and puts the User in the request context.
 // It runs before any idempotency handling, so a 401 stores nothing.
+//
+// A request without an Authorization header may instead carry the session cookie the demo login sets
+// (a browser posting the redeem form). A request that sends a header is judged by the header alone, so
+// the bearer path is exactly what it was. The cookie is SameSite=Lax, so a cross-site POST does not
+// carry it, and the redeem form additionally needs its one-time token, which another site cannot read.
 func (a *Authenticator) Middleware() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") {
-				return problem.ErrUnauthorized
-			}
-			u, err := a.Lookup(c.Request().Context(), strings.TrimSpace(token))
+			token, err := a.credential(c.Request())
 			if err != nil {
 				return err
 			}
-			req := c.Request()
-			c.SetRequest(req.WithContext(context.WithValue(req.Context(), ctxKey{}, u)))
+			u, err := a.Lookup(c.Request().Context(), token)
+			if err != nil {
+				return err
+			}
+			setUser(c, u)
+			return next(c)
+		}
+	}
+}
+
+// credential returns the bearer token, or the session cookie's token when no Authorization header
+// was sent.
+func (a *Authenticator) credential(r *http.Request) (string, error) {
+	if h := r.Header.Get(echo.HeaderAuthorization); h != "" {
+		scheme, token, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return "", problem.ErrUnauthorized
+		}
+		return strings.TrimSpace(token), nil
+	}
+	if ck, err := r.Cookie(CookieName); err == nil && ck.Value != "" {
+		return ck.Value, nil
+	}
+	return "", problem.ErrUnauthorized
+}
+
+func setUser(c echo.Context, u User) {
+	req := c.Request()
+	c.SetRequest(req.WithContext(context.WithValue(req.Context(), ctxKey{}, u)))
+}
+
+// CookieName is the session cookie of the web pages. It holds the demo user's token: this is a demo
+// login, not a session system (see docs/redeem.md).
+const CookieName = "idemshop_session"
+
+// SessionCookie returns the cookie that logs the browser in with token. HttpOnly keeps it from page
+// scripts; SameSite=Lax keeps it off cross-site POSTs; Secure follows the connection, so the demo
+// also works over plain http on localhost.
+func SessionCookie(token string, secure bool) *http.Cookie {
+	return &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteLaxMode, Secure: secure}
+}
+
+// ClearedSessionCookie returns the cookie that logs the browser out (expired now).
+func ClearedSessionCookie(secure bool) *http.Cookie {
+	return &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteLaxMode, Secure: secure, MaxAge: -1}
+}
+
+// PageMiddleware authenticates the web pages by the session cookie. A browser without a valid one is
+// sent to loginPath (303) instead of getting a 401 problem, which a person could do nothing with.
+func (a *Authenticator) PageMiddleware(loginPath string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ck, err := c.Request().Cookie(CookieName)
+			if err != nil || ck.Value == "" {
+				return c.Redirect(http.StatusSeeOther, loginPath)
+			}
+			u, err := a.Lookup(c.Request().Context(), ck.Value)
+			if errors.Is(err, problem.ErrUnauthorized) {
+				c.SetCookie(ClearedSessionCookie(c.IsTLS()))
+				return c.Redirect(http.StatusSeeOther, loginPath)
+			}
+			if err != nil {
+				return err
+			}
+			setUser(c, u)
 			return next(c)
 		}
 	}

@@ -214,15 +214,27 @@ func (g *Guard) answerWhileHeld(c echo.Context, route string, s Scope, fp, heldF
 // answerFromRecord replays a finished record, or refuses: 422 for another fingerprint (in any state),
 // 409 while the record is not finished.
 func (g *Guard) answerFromRecord(c echo.Context, route string, rec *Record, fp string) error {
+	return Respond(c, g.metrics, route, *rec, fp, g.retryAfter)
+}
+
+// Respond answers a request from an existing record: 422 idempotency_key_reused if fp is not the
+// record's fingerprint (whatever its state: the mismatch check comes first); the stored status and body
+// with Idempotent-Replayed: true if the record is COMPLETED or FAILED_PERMANENT; otherwise 409
+// idempotency_key_in_use with Retry-After. Stored error bodies (status >= 400) are problem documents.
+func Respond(c echo.Context, m *Metrics, route string, rec Record, fp string, retryAfter time.Duration) error {
 	if rec.Fingerprint != fp {
-		g.metrics.Count(route, OutcomeMismatch)
+		m.Count(route, OutcomeMismatch)
 		return ErrKeyReused
 	}
 	if (rec.State == StateCompleted || rec.State == StateFailedPermanent) && rec.ResponseStatus != nil {
-		g.metrics.Count(route, OutcomeReplayed)
+		m.Count(route, OutcomeReplayed)
 		c.Response().Header().Set(ReplayedHeader, "true")
-		return c.Blob(*rec.ResponseStatus, echo.MIMEApplicationJSON, rec.ResponseBody)
+		ct := echo.MIMEApplicationJSON
+		if *rec.ResponseStatus >= 400 {
+			ct = problem.ContentType
+		}
+		return c.Blob(*rec.ResponseStatus, ct, rec.ResponseBody)
 	}
-	g.metrics.Count(route, OutcomeInFlight)
-	return ErrKeyInUse.WithRetryAfter(g.retryAfter)
+	m.Count(route, OutcomeInFlight)
+	return ErrKeyInUse.WithRetryAfter(retryAfter)
 }

@@ -13,8 +13,9 @@ const (
 
 // Metrics are the idempotency layer's Prometheus metrics.
 type Metrics struct {
-	requests *prometheus.CounterVec
-	reaped   prometheus.Counter
+	requests        *prometheus.CounterVec
+	reaped          prometheus.Counter
+	fenceRejections prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg.
@@ -28,8 +29,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "idemshop_idempotency_keys_reaped_total",
 			Help: "Idempotency records deleted by the reaper after IDEMPOTENCY_RETENTION.",
 		}),
+		fenceRejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemshop_fence_rejections_total",
+			Help: "Writes of an idempotency record refused because a holder with a newer fencing token took it over.",
+		}),
 	}
-	reg.MustRegister(m.requests, m.reaped)
+	reg.MustRegister(m.requests, m.reaped, m.fenceRejections)
 	return m
 }
 

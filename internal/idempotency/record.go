@@ -40,10 +40,13 @@ type Record struct {
 	ResponseBody   []byte
 	// Fence is the highest fencing token that has written this row; a write carrying a lower token is
 	// rejected by the WHERE clause of the UPDATE (DESIGN.md, "The ladder", step 4).
-	Fence       int64
+	Fence int64
+	// LockedUntil is the PROCESSING lease: until then the holder is presumed alive.
 	LockedUntil *time.Time
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// Attempts counts takeovers of a PROCESSING or FAILED_RETRYABLE record.
+	Attempts  int
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // TableName tells GORM the table.

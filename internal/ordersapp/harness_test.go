@@ -2,11 +2,14 @@ package ordersapp_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +20,11 @@ import (
 
 	"idemshop/internal/idempotency"
 	"idemshop/internal/ordersapp"
+	"idemshop/internal/payclient"
+	"idemshop/internal/payments"
+	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/problem"
 	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
@@ -36,6 +43,7 @@ type replicaOpts struct {
 	redis  *redis.Client      // nil: the env's
 	runner idempotency.Runner // nil: the real Guard
 	logger *slog.Logger       // nil: discard
+	faults payments.Faults    // pay flow hooks
 	cfg    func(*config.Orders)
 }
 
@@ -51,7 +59,11 @@ func testConfig(env *testenv.Env) config.Orders {
 
 func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
 	t.Helper()
+	// Listen first, so the replica knows its own callback URL before it is built.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
 	cfg := testConfig(env)
+	cfg.CallbackURL = "http://" + ln.Addr().String() + "/v1/payments/callback"
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
@@ -68,9 +80,10 @@ func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger,
-		DB: db, Redis: rdb, Registry: reg, Runner: o.runner})
+		DB: db, Redis: rdb, Registry: reg, Runner: o.runner, PayFaults: o.faults})
 	require.NoError(t, err)
-	srv := httptest.NewServer(app.Echo)
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: app.Echo}}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return &replica{t: t, srv: srv, reg: reg, app: app}
 }
@@ -173,4 +186,107 @@ func idemCount(t testing.TB, rp *replica, route, outcome string) float64 {
 		}
 	}
 	return 0
+}
+
+// mockPlatform is payments-mock in-process, behind a loopback server, with its own registry.
+type mockPlatform struct {
+	*paymock.Platform
+	srv    *httptest.Server
+	reg    *prometheus.Registry
+	client *payclient.Client
+}
+
+// newMock starts payments-mock with short retry schedules; mutate adjusts its config.
+func newMock(t testing.TB, mutate func(*paymock.Config)) *mockPlatform {
+	t.Helper()
+	cfg := paymock.Config{
+		Secret:             demoSecret,
+		AutoApproveDelay:   0,
+		RetrySchedule:      []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond},
+		CallbackTimeout:    5 * time.Second,
+		CreateTimeoutDelay: time.Second,
+		DeliveryLogLimit:   10000,
+		Chaos:              paymock.Chaos{Duplicates: 1, Parallel: true, Seed: 1},
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	t.Logf("payments-mock chaos seed %d", cfg.Chaos.Seed)
+	reg := prometheus.NewRegistry()
+	p, err := paymock.New(cfg, slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	e := httpserver.New(slog.New(slog.DiscardHandler), reg, 1<<20)
+	p.Register(e)
+	srv := httptest.NewServer(e)
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	client, err := payclient.New(srv.URL, 5*time.Second)
+	require.NoError(t, err)
+	return &mockPlatform{Platform: p, srv: srv, reg: reg, client: client}
+}
+
+// creates counts POST /v1/payments requests the platform has received.
+func (m *mockPlatform) creates(t testing.TB) uint64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	require.NoError(t, err)
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "idemshop_http_request_duration_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["route"] == "/v1/payments" && labels["method"] == "POST" {
+				n += mt.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+// setChaos changes the platform's chaos through its admin API.
+func (m *mockPlatform) setChaos(t testing.TB, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, m.srv.URL+"/admin/chaos", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := m.srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// metricValue reads a counter or gauge (the sum over label sets matching labels) from reg.
+func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, mt := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, want := range labels {
+				if have[k] != want {
+					continue next
+				}
+			}
+			v += mt.GetCounter().GetValue() + mt.GetGauge().GetValue()
+		}
+	}
+	return v
 }

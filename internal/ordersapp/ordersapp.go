@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,12 +17,14 @@ import (
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
+	"idemshop/internal/outbox"
 	"idemshop/internal/payments"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/points"
 )
 
 // Deps are the opened connections and settings the application runs on.
@@ -34,13 +37,18 @@ type Deps struct {
 	// Runner overrides the idempotency layer of POST /v1/orders; nil means the real Guard. Benchmarks
 	// set it to a baseline without the key layer.
 	Runner idempotency.Runner
+	// PayFaults are test hooks in the pay flow's crash windows (nil: none).
+	PayFaults payments.Faults
 }
 
 // App is the assembled application: the HTTP handler plus its background workers.
 type App struct {
-	Echo   *echo.Echo
-	Reaper *idempotency.Reaper
-	cfg    config.Orders
+	Echo    *echo.Echo
+	Reaper  *idempotency.Reaper
+	Sweeper *payments.Sweeper
+	Relay   *outbox.Relay
+	cfg     config.Orders
+	logger  *slog.Logger
 }
 
 // New builds the application. It opens nothing: every connection comes in through d.
@@ -99,7 +107,30 @@ func New(d Deps) (*App, error) {
 	callbackRoute.Mount(e) // signed, not bearer-authenticated: outside the /v1 group
 	v1 := e.Group("/v1", authn.Middleware())
 	orderRoutes.Mount(v1)
-	return &App{Echo: e, Reaper: reaper, cfg: cfg}, nil
+	if err := mountRedeem(e, v1, d); err != nil {
+		return nil, err
+	}
+	sweeper, err := mountPay(v1, d, repo, idemMetrics)
+	if err != nil {
+		return nil, err
+	}
+	pointsRoutes, err := points.NewHandler(d.DB)
+	if err != nil {
+		return nil, err
+	}
+	pointsRoutes.Mount(v1)
+	relay, err := outbox.NewRelay(d.DB, outbox.RelayConfig{
+		AMQPURL:        cfg.AMQPURL,
+		Topology:       rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix),
+		BatchSize:      cfg.OutboxBatchSize,
+		PollInterval:   cfg.OutboxPollInterval,
+		ConfirmTimeout: cfg.OutboxConfirmTimeout,
+		ReconnectMin:   cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max,
+	}, d.Logger, d.Registry)
+	if err != nil {
+		return nil, err
+	}
+	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Relay: relay, cfg: cfg, logger: d.Logger}, nil
 }
 
 func newCallbackRoute(d Deps, repo *orders.Repository) (*payments.Handler, error) {
@@ -119,7 +150,15 @@ func newCallbackRoute(d Deps, repo *orders.Repository) (*payments.Handler, error
 	return payments.NewHandler(svc)
 }
 
-// RunWorkers runs the background workers until ctx is done.
+// RunWorkers runs the background workers until ctx is done, and returns when all have stopped.
 func (a *App) RunWorkers(ctx context.Context) {
-	a.Reaper.Run(ctx, a.cfg.ReaperInterval)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Reaper.Run(ctx, a.cfg.ReaperInterval) })
+	wg.Go(func() { a.Sweeper.Run(ctx, a.cfg.SweepInterval) })
+	wg.Go(func() {
+		if err := a.Relay.Run(ctx); err != nil {
+			a.logger.Error("outbox relay stopped", "err", err)
+		}
+	})
+	wg.Wait()
 }

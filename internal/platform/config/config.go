@@ -65,7 +65,8 @@ type Orders struct {
 	HTTP
 	Postgres
 	Redis
-	AMQPURL              string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	OutboxRelay
 	PaymentsURL          string `env:"PAYMENTS_URL" envDefault:"http://127.0.0.1:8081"`
 	CallbackURL          string `env:"CALLBACK_URL" envDefault:"http://127.0.0.1:8080/v1/payments/callback"`
 	PaymentWebhookSecret string `env:"PAYMENT_WEBHOOK_SECRET" envDefault:"idemshop-demo-webhook-secret"`
@@ -84,7 +85,23 @@ type Orders struct {
 	// the lease, and how long a duplicate queues for it before going to the database anyway.
 	CallbackLockTTL  time.Duration `env:"CALLBACK_LOCK_TTL" envDefault:"2s"`
 	CallbackLockWait time.Duration `env:"CALLBACK_LOCK_WAIT" envDefault:"100ms"`
-	ReadyProbeTimeout      time.Duration `env:"READY_PROBE_TIMEOUT" envDefault:"2s"`
+	// PayLease is the pay flow's PROCESSING lease and Redis lock TTL: a retry within it gets 409, after
+	// it a retry or the sweeper takes the record over.
+	PayLease time.Duration `env:"PAY_LEASE" envDefault:"10s"`
+	// PaymentsTimeout bounds one call to the payment platform; past it the outcome is unknown.
+	PaymentsTimeout  time.Duration `env:"PAYMENTS_TIMEOUT" envDefault:"3s"`
+	SweepMaxAttempts int           `env:"SWEEP_MAX_ATTEMPTS" envDefault:"10"`
+	SweepBatch       int           `env:"SWEEP_BATCH" envDefault:"100"`
+	// PayFault arms a crash point of the pay flow (crash-after-claim, crash-after-rpc,
+	// crash-before-write). Honoured only with ORDERS_LAB=true.
+	PayFault          string        `env:"PAY_FAULT"`
+	ReadyProbeTimeout time.Duration `env:"READY_PROBE_TIMEOUT" envDefault:"2s"`
+	// FormTokenTTL is how long a one-time form token (the redeem form) stays usable after it was issued,
+	// and how long a consumed one keeps its result for replay.
+	FormTokenTTL time.Duration `env:"FORM_TOKEN_TTL" envDefault:"30m"`
+	// FormTokenInFlightLease bounds how long a submit holds its token IN_FLIGHT: after it, a crashed
+	// submit no longer blocks the form, and the token can be submitted again.
+	FormTokenInFlightLease time.Duration `env:"FORM_TOKEN_INFLIGHT_LEASE" envDefault:"10s"`
 }
 
 // LoadOrders reads and validates the orders configuration from the environment.
@@ -109,10 +126,20 @@ func (c Orders) Validate() error {
 	positive("REAPER_INTERVAL", c.ReaperInterval)
 	positive("SWEEP_INTERVAL", c.SweepInterval)
 	positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
+	positive("PAY_LEASE", c.PayLease)
+	positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
+	if c.SweepMaxAttempts <= 0 || c.SweepBatch <= 0 {
+		errs = append(errs, fmt.Errorf("SWEEP_MAX_ATTEMPTS and SWEEP_BATCH must be > 0, got %d and %d", c.SweepMaxAttempts, c.SweepBatch))
+	}
+	if c.PayFault != "" && !c.Lab {
+		errs = append(errs, errors.New("PAY_FAULT is only allowed with ORDERS_LAB=true"))
+	}
 	if c.CallbackLockWait < 0 {
 		errs = append(errs, fmt.Errorf("CALLBACK_LOCK_WAIT must be >= 0, got %s", c.CallbackLockWait))
 	}
 	positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
+	positive("FORM_TOKEN_TTL", c.FormTokenTTL)
+	positive("FORM_TOKEN_INFLIGHT_LEASE", c.FormTokenInFlightLease)
 	positive("DB_LOCK_TIMEOUT", c.LockTimeout)
 	positive("DB_STATEMENT_TIMEOUT", c.StatementTimeout)
 	positive("REDIS_TIMEOUT", c.Redis.Timeout)
@@ -140,6 +167,9 @@ func (c Orders) Validate() error {
 		if u, err := url.Parse(v[1]); err != nil || u.Scheme == "" || u.Host == "" {
 			errs = append(errs, fmt.Errorf("%s is not an absolute URL", v[0]))
 		}
+	}
+	if err := c.OutboxRelay.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("config: %w", err)

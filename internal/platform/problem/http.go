@@ -25,8 +25,8 @@ type Body struct {
 	Code     string `json:"code"`
 }
 
-// statusOf is the single mapping from error kinds to HTTP statuses.
-func statusOf(k Kind) int {
+// StatusOf is the single mapping from error kinds to HTTP statuses.
+func StatusOf(k Kind) int {
 	switch k {
 	case KindInvalid:
 		return http.StatusBadRequest
@@ -50,6 +50,10 @@ func statusOf(k Kind) int {
 		return http.StatusInternalServerError
 	}
 }
+
+// Status is the HTTP status e maps to. Pages that render errors as HTML use it, so they answer with
+// the same status as the JSON API would.
+func (e *Error) Status() int { return StatusOf(e.Kind) }
 
 // fromEcho turns Echo's own errors (unknown route, wrong method, body limit) into *Error values.
 func fromEcho(he *echo.HTTPError) *Error {
@@ -86,7 +90,7 @@ func Resolve(err error) *Error {
 
 // Write renders pe as an RFC 9457 response.
 func Write(c echo.Context, pe *Error) error {
-	status := statusOf(pe.Kind)
+	status := StatusOf(pe.Kind)
 	if pe.RetryAfter > 0 {
 		secs := int(math.Ceil(pe.RetryAfter.Seconds()))
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))

@@ -15,7 +15,7 @@ import (
 // Kind classifies an error independently of the transport.
 type Kind int
 
-// The kinds, with the HTTP status each maps to in statusOf.
+// The kinds, with the HTTP status each maps to in StatusOf.
 const (
 	KindInternal         Kind = iota // 500
 	KindInvalid                      // 400: the request is malformed or fails validation

@@ -1,0 +1,174 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/paymock"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/httpserver"
+	"idemshop/internal/testenv"
+)
+
+// A real crash in the pay flow's worst window: after the platform created the payment, before the
+// result was written. The process dies (exit 137); `orders sweep --once`, a new process, repairs the
+// record within one sweep, and there is exactly one payment.
+func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
+	t.Parallel()
+	svc := testenv.Find(t)
+	bin := buildOrders(t)
+
+	reg := prometheus.NewRegistry()
+	platform, err := paymock.New(paymock.Config{
+		Secret: []byte(config.DefaultOrders().PaymentWebhookSecret), RetrySchedule: []time.Duration{50 * time.Millisecond},
+		CallbackTimeout: time.Second, CreateTimeoutDelay: time.Second, DeliveryLogLimit: 100,
+		Chaos: paymock.Chaos{Duplicates: 1, Parallel: true, Seed: 7},
+	}, slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	e := httpserver.New(slog.New(slog.DiscardHandler), reg, 1<<20)
+	platform.Register(e)
+	mock := httptest.NewServer(e)
+	t.Cleanup(mock.Close)
+
+	name := fmt.Sprintf("idemshop_test_%d_crash", os.Getpid())
+	dbURL := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+	addr := freeAddr(t)
+	env := append(os.Environ(),
+		"HTTP_ADDR="+addr, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
+		fmt.Sprintf("REDIS_KEY_PREFIX=crash-%d:", os.Getpid()), "PAYMENTS_URL="+mock.URL,
+		"CALLBACK_URL=http://"+addr+"/v1/payments/callback", "PAY_LEASE=500ms", "SWEEP_INTERVAL=1h")
+
+	var logs syncBuffer
+	crashing := exec.Command(bin)
+	crashing.Env = append(append([]string{}, env...), "ORDERS_LAB=true", "PAY_FAULT=crash-before-write")
+	crashing.Stdout, crashing.Stderr = &logs, &logs
+	require.NoError(t, crashing.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- crashing.Wait() }()
+	t.Cleanup(func() { _ = crashing.Process.Kill() })
+	waitReady(t, "http://"+addr, &logs)
+
+	orderID := post(t, "http://"+addr+"/v1/orders", "order-1", `{"product_id":1,"quantity":1}`)
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/v1/orders/%d/pay", addr, orderID), nil)
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Idempotency-Key", "pay-crash")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the pay request should have died with the process, got %d", resp.StatusCode)
+	}
+	t.Logf("pay sent at %s", time.Now().Format(time.RFC3339Nano))
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, 137, ee.ExitCode())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process did not crash")
+	}
+	assert.Contains(t, logs.String(), "LAB MODE")
+
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	state := func() (st string, expired bool) {
+		var until *time.Time
+		require.NoError(t, conn.QueryRow(context.Background(),
+			`SELECT state, locked_until, coalesce(locked_until < now(), true) FROM idempotency_keys WHERE idempotency_key = 'pay-crash'`).Scan(&st, &until, &expired))
+		return st, expired
+	}
+	st, _ := state()
+	require.Equal(t, "PROCESSING", st, "the crash left the record PROCESSING")
+	deadline := time.Now().Add(10 * time.Second)
+	for _, expired := state(); !expired; _, expired = state() {
+		require.True(t, time.Now().Before(deadline), "lease never ran out")
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	t.Logf("lease over at %s", time.Now().Format(time.RFC3339Nano))
+	sweep := exec.Command(bin, "sweep", "--once")
+	sweep.Env = env
+	out, err := sweep.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Logf("sweep done at %s", time.Now().Format(time.RFC3339Nano))
+	st, _ = state()
+	assert.Equal(t, "COMPLETED", st, "one sweep repaired the record")
+	var orderStatus, paymentID string
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT status, payment_id FROM orders WHERE id = $1`, orderID).
+		Scan(&orderStatus, &paymentID))
+	assert.Equal(t, "PAYING", orderStatus)
+	found := 0
+	for _, p := range platformPayments(t, mock.URL, orderID) {
+		found++
+		assert.Equal(t, paymentID, p)
+	}
+	assert.Equal(t, 1, found, "exactly one payment at the platform")
+}
+
+func waitReady(t *testing.T, base string, logs *syncBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "orders never became ready; logs:\n%s", logs.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func post(t *testing.T, url, key, body string) int64 {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", b)
+	var o struct{ ID int64 }
+	require.NoError(t, json.Unmarshal(b, &o))
+	return o.ID
+}
+
+// platformPayments lists the ids of the platform's payments for an order, through its query API.
+func platformPayments(t *testing.T, base string, orderID int64) []string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("%s/v1/payments?merchant_order_no=%d", base, orderID))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct {
+		Payments []struct{ ID string } `json:"payments"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	ids := make([]string, 0, len(out.Payments))
+	for _, p := range out.Payments {
+		ids = append(ids, p.ID)
+	}
+	return ids
+}

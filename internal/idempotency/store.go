@@ -1,0 +1,153 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Store keeps the records of routes whose effect crosses the transaction boundary (ladder steps 2-4):
+// the pay flow calls the payment platform between claiming its record and recording the result, so
+// the record must be visible, and resumable, while the call is in flight.
+//
+//	           Claim                   Finish(COMPLETED)
+//	(none) ─────────────► PROCESSING ─────────────────────► COMPLETED         (replayed)
+//	                        │  ▲  │   Finish(FAILED_PERMANENT)
+//	                        │  │  └─────────────────────────► FAILED_PERMANENT  (replayed)
+//	    Finish(FAILED_RETRYABLE) │
+//	                        ▼  │ Claim (takeover: retry or sweeper)
+//	                FAILED_RETRYABLE, or PROCESSING past locked_until
+//
+// Every write after the claim carries the claimer's fencing token and only applies while the row's
+// fence is not higher (WHERE fence <= $token): a holder that was paused past its lease, and replaced,
+// can never overwrite the newer holder's result.
+type Store struct {
+	db      *gorm.DB
+	metrics *Metrics
+}
+
+// NewStore returns a Store over db.
+func NewStore(db *gorm.DB, m *Metrics) (*Store, error) {
+	if db == nil || m == nil {
+		return nil, errors.New("idempotency: NewStore needs a db and metrics")
+	}
+	return &Store{db: db, metrics: m}, nil
+}
+
+// ErrFenced is returned by Finish when a holder with a higher fencing token has taken the record over:
+// this caller's result is stale and was not written.
+var ErrFenced = errors.New("idempotency: write rejected by fencing token")
+
+// Claim is the outcome of Store.Claim. When Claimed, Record is this caller's (state PROCESSING, with
+// its Fence); otherwise Record is the current record, for the caller to answer from.
+type Claim struct {
+	Claimed bool
+	Record  Record
+}
+
+// Claim takes the record for s: it inserts a PROCESSING record, or takes over one with the same
+// fingerprint that is FAILED_RETRYABLE or PROCESSING past its lease. lease is how long the claimer is
+// presumed alive (locked_until = now + lease).
+//
+// fence is the fencing token from the Redis lock; a takeover needs the stored fence to be lower, so
+// tokens only ever grow in the row. fence = 0 means Redis is unavailable: the database issues the token
+// instead (fence + 1, or 1 for a new record), under the same conditions, so correctness never depends
+// on Redis. (A database-issued token can run ahead of the Redis counter; Redis holders then fail to take
+// over until the counter catches up, which is slow but never wrong.)
+func (st *Store) Claim(ctx context.Context, s Scope, method, path, fp string, fence int64, lease time.Duration) (Claim, error) {
+	db := st.db.WithContext(ctx)
+	until := time.Now().Add(lease)
+	var rec Record
+	res := db.Raw(`INSERT INTO idempotency_keys
+			(user_id, idempotency_key, method, path, fingerprint, state, fence, locked_until)
+		VALUES (?, ?, ?, ?, ?, ?, GREATEST(?, 1), ?)
+		ON CONFLICT (user_id, idempotency_key) DO NOTHING
+		RETURNING *`, s.UserID, s.Key, method, path, fp, StateProcessing, fence, until).Scan(&rec)
+	if res.Error != nil {
+		return Claim{}, fmt.Errorf("claim idempotency record: %w", res.Error)
+	}
+	if res.RowsAffected == 1 {
+		return Claim{Claimed: true, Record: rec}, nil
+	}
+	// The record exists. Take it over only if nobody can still be working on it, and only with a
+	// token newer than the last one that wrote it.
+	res = db.Raw(`UPDATE idempotency_keys
+		SET state = ?, fence = CASE WHEN ? = 0 THEN fence + 1 ELSE ? END, locked_until = ?,
+		    attempts = attempts + 1, updated_at = now()
+		WHERE user_id = ? AND idempotency_key = ? AND fingerprint = ?
+		  AND (state = ? OR (state = ? AND locked_until < now()))
+		  AND (? = 0 OR fence < ?)
+		RETURNING *`,
+		StateProcessing, fence, fence, until, s.UserID, s.Key, fp,
+		StateFailedRetryable, StateProcessing, fence, fence).Scan(&rec)
+	if res.Error != nil {
+		return Claim{}, fmt.Errorf("take over idempotency record: %w", res.Error)
+	}
+	if res.RowsAffected == 1 {
+		return Claim{Claimed: true, Record: rec}, nil
+	}
+	cur, err := Find(ctx, st.db, s)
+	if err != nil {
+		return Claim{}, err
+	}
+	if cur == nil { // reaped between the two statements: extremely unlikely; the caller retries
+		return Claim{}, fmt.Errorf("idempotency record %d/%q vanished during claim", s.UserID, s.Key)
+	}
+	return Claim{Record: *cur}, nil
+}
+
+// Finish records the outcome of claimed record id inside tx, if and only if the stored fence is still
+// at most fence. state is COMPLETED, FAILED_PERMANENT (both replayed to retries) or FAILED_RETRYABLE
+// (a retry runs again); status and body are the HTTP answer to store. It returns ErrFenced, and counts
+// it in idemshop_fence_rejections_total, when a newer holder owns the record.
+func (st *Store) Finish(ctx context.Context, tx *gorm.DB, id, fence int64, state State, status int, body []byte) error {
+	if state == StateProcessing {
+		return errors.New("idempotency: Finish needs a final state")
+	}
+	res := tx.WithContext(ctx).Exec(`UPDATE idempotency_keys
+		SET state = ?, response_status = ?, response_body = ?, locked_until = NULL, updated_at = now()
+		WHERE id = ? AND state = ? AND fence <= ?`,
+		state, status, body, id, StateProcessing, fence)
+	if res.Error != nil {
+		return fmt.Errorf("finish idempotency record %d: %w", id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		st.metrics.fenceRejections.Inc()
+		return ErrFenced
+	}
+	return nil
+}
+
+// Stuck returns up to limit PROCESSING records on paths matching pathLike (SQL LIKE) whose lease has
+// run out: their holder crashed, or is still waiting on an answer that may never come.
+func (st *Store) Stuck(ctx context.Context, pathLike string, limit int) ([]Record, error) {
+	var recs []Record
+	err := st.db.WithContext(ctx).
+		Where("state = ? AND locked_until < now() AND path LIKE ?", StateProcessing, pathLike).
+		Order("locked_until").Limit(limit).Find(&recs).Error
+	if err != nil {
+		return nil, fmt.Errorf("find stuck idempotency records: %w", err)
+	}
+	return recs, nil
+}
+
+// CountByState returns how many records on paths matching pathLike are in each state.
+func (st *Store) CountByState(ctx context.Context, pathLike string) (map[State]int64, error) {
+	var rows []struct {
+		State State
+		N     int64
+	}
+	err := st.db.WithContext(ctx).Raw(`SELECT state, count(*) AS n FROM idempotency_keys
+		WHERE path LIKE ? GROUP BY state`, pathLike).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("count idempotency records: %w", err)
+	}
+	out := map[State]int64{}
+	for _, r := range rows {
+		out[r.State] = r.N
+	}
+	return out, nil
+}

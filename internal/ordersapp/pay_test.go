@@ -1,0 +1,396 @@
+package ordersapp_test
+
+// The pay flow beyond the transaction boundary (ladder steps 2-4), against real PostgreSQL and Redis
+// and payments-mock on loopback.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/lock"
+	"idemshop/internal/payclient"
+	"idemshop/internal/payments"
+	"idemshop/internal/paymock"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/testenv"
+)
+
+func payTo(m *mockPlatform, lease time.Duration) func(*config.Orders) {
+	return func(c *config.Orders) {
+		c.PaymentsURL = m.srv.URL
+		c.PayLease = lease
+		c.PaymentsTimeout = 2 * time.Second
+	}
+}
+
+func (rp *replica) pay(token string, orderID int64, key string) response {
+	rp.t.Helper()
+	return rp.call(http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", orderID), token, key, nil)
+}
+
+type payRecord struct {
+	State          string
+	Fence          int64
+	ResponseStatus *int
+	ResponseBody   []byte
+	LockedUntil    *time.Time
+}
+
+func recordOf(t testing.TB, env *testenv.Env, key string) payRecord {
+	t.Helper()
+	var r payRecord
+	require.NoError(t, env.DB.Raw(`SELECT state, fence, response_status, response_body, locked_until
+		FROM idempotency_keys WHERE idempotency_key = ?`, key).Scan(&r).Error)
+	return r
+}
+
+func paymentID(t testing.TB, r response) string {
+	t.Helper()
+	var b struct {
+		OrderID   int64  `json:"order_id"`
+		PaymentID string `json:"payment_id"`
+		Status    string `json:"status"`
+		PayURL    string `json:"pay_url"`
+	}
+	require.NoError(t, json.Unmarshal(r.Body, &b), "%s", r.Body)
+	require.NotEmpty(t, b.PaymentID)
+	require.Equal(t, "PAYING", b.Status)
+	require.Contains(t, b.PayURL, b.PaymentID)
+	return b.PaymentID
+}
+
+// waitLeaseOver polls until the record's lease has run out.
+func waitLeaseOver(t *testing.T, env *testenv.Env, key string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the PROCESSING lease to run out", func() bool {
+		var over bool
+		require.NoError(t, env.DB.Raw(`SELECT locked_until < now() FROM idempotency_keys WHERE idempotency_key = ?`, key).Scan(&over).Error)
+		return over
+	})
+}
+
+func TestPayOnceWithParallelRetriesOfOneKey(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{MaxConns: 30})
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	rs := parallel(20, func(int) response { return rp.pay(alice, id, "pay-storm") })
+	var bodies []string
+	for _, r := range rs {
+		switch r.Status {
+		case http.StatusCreated:
+			bodies = append(bodies, string(r.Body))
+		case http.StatusConflict:
+			assert.Equal(t, "idempotency_key_in_use", r.problem(t).Code)
+			assert.NotEmpty(t, r.Header.Get("Retry-After"))
+		default:
+			t.Errorf("unexpected %d: %s", r.Status, r.Body)
+		}
+	}
+	require.NotEmpty(t, bodies)
+	for _, b := range bodies {
+		assert.Equal(t, bodies[0], b)
+	}
+	assert.EqualValues(t, 1, mock.creates(t), "one create call reached the platform")
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-storm").State)
+	again := rp.pay(alice, id, "pay-storm")
+	assert.Equal(t, bodies[0], string(again.Body))
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+}
+
+func TestPayAnotherKeyForAPaidOrderIsRefused(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	require.Equal(t, http.StatusCreated, rp.pay(alice, id, "k-a").Status)
+	other := rp.pay(alice, id, "k-b")
+	assert.Equal(t, http.StatusConflict, other.Status)
+	assert.Equal(t, "order_not_payable", other.problem(t).Code)
+	assert.EqualValues(t, 1, mock.creates(t))
+	assert.Zero(t, count(t, env.DB, "idempotency_keys", "idempotency_key = 'k-b'"), "a refused request stores nothing")
+
+	notMine := rp.pay(bob, id, "k-c")
+	assert.Equal(t, http.StatusNotFound, notMine.Status)
+}
+
+// S7, guarded: the platform commits the payment but the call times out. The client is told to retry;
+// the sweeper finds the payment; one payment; the key then replays it.
+func TestPayTimeoutIsResolvedBySweeper(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.Chaos.CreateTimeoutRate = 1
+		c.CreateTimeoutDelay = 3 * time.Second
+	})
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, 300*time.Millisecond)(c)
+		c.PaymentsTimeout = 200 * time.Millisecond
+	}})
+	id, _ := rp.newOrder(alice, 1, 2)
+
+	first := rp.pay(alice, id, "pay-timeout")
+	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	assert.Equal(t, "payment_outcome_unknown", first.problem(t).Code)
+	assert.NotEmpty(t, first.Header.Get("Retry-After"))
+	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-timeout").State)
+	_, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	require.True(t, found, "the platform committed the payment despite the timeout")
+
+	waitLeaseOver(t, env, "pay-timeout")
+	done, err := rp.app.Sweeper.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{payments.RepairCompleted: 1}, done)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-timeout").State)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, mock.creates(t), "the sweeper asked; it did not pay again")
+
+	replay := rp.pay(alice, id, "pay-timeout")
+	assert.Equal(t, http.StatusCreated, replay.Status)
+	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	p, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, p.ID, paymentID(t, replay))
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_sweeper_repairs_total", map[string]string{"result": "completed"}))
+}
+
+func TestPayPlatform5xxIsRetryable(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.Chaos.ErrorRate = 1 })
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	r := rp.pay(alice, id, "pay-5xx")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Equal(t, "payment_unavailable", r.problem(t).Code)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assert.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-5xx").State)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+
+	mock.setChaos(t, `{"error_rate":0}`)
+	retry := rp.pay(alice, id, "pay-5xx")
+	require.Equal(t, http.StatusCreated, retry.Status, "%s", retry.Body)
+	assert.Empty(t, retry.Header.Get("Idempotent-Replayed"), "a FAILED_RETRYABLE record runs again")
+	paymentID(t, retry)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-5xx").State)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+}
+
+func TestPayPlatform4xxIsPermanent(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	id, amount := rp.newOrder(alice, 1, 1)
+	// Somebody already created a payment for this order number with another amount: the platform
+	// refuses ours with 409.
+	_, _, err := mock.client.CreatePayment(context.Background(), payclient.CreatePaymentRequest{
+		MerchantOrderNo: fmt.Sprint(id), AmountCents: amount + 1, Currency: "EUR", NotifyURL: "http://127.0.0.1:9/none"})
+	require.NoError(t, err)
+
+	r := rp.pay(alice, id, "pay-4xx")
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
+	assert.Equal(t, "payment_refused", r.problem(t).Code)
+	assert.Equal(t, "FAILED_PERMANENT", recordOf(t, env, "pay-4xx").State)
+
+	again := rp.pay(alice, id, "pay-4xx")
+	assert.Equal(t, http.StatusUnprocessableEntity, again.Status)
+	assert.Equal(t, string(r.Body), string(again.Body), "the stored error is replayed")
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.EqualValues(t, 2, mock.creates(t), "ours was sent once; the replay sent nothing")
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+}
+
+// gate blocks the first call of a hook until opened, and tells the test when it got there.
+type gate struct {
+	once    sync.Once
+	reached chan struct{}
+	open    chan struct{}
+}
+
+func newGate() *gate { return &gate{reached: make(chan struct{}), open: make(chan struct{})} }
+
+func (g *gate) hook(context.Context) {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.reached)
+		<-g.open
+	}
+}
+
+func (g *gate) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pay flow never reached the fault point")
+	}
+}
+
+// S8, guarded: holder A is paused before its write, past its lease; B takes over with a higher token and
+// writes; A's late write is rejected by the fence in the UPDATE, and counted.
+func TestPayStaleHolderIsFencedOut(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	g := newGate()
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 300*time.Millisecond),
+		faults: payments.Faults{BeforeWrite: g.hook}})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	aDone := make(chan response, 1)
+	go func() { aDone <- rp.pay(alice, id, "pay-fence") }()
+	g.wait(t)
+	aFence := recordOf(t, env, "pay-fence").Fence
+	waitLeaseOver(t, env, "pay-fence")
+	locker, err := lock.New(env.Redis, env.Prefix)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "A's Redis lease to expire", func() bool {
+		return env.Redis.Exists(context.Background(), locker.LockKey(payments.LockName(id))).Val() == 0
+	})
+
+	b := rp.pay(alice, id, "pay-fence")
+	require.Equal(t, http.StatusCreated, b.Status, "%s", b.Body)
+	bRec := recordOf(t, env, "pay-fence")
+	require.Greater(t, bRec.Fence, aFence)
+	require.Equal(t, "COMPLETED", bRec.State)
+
+	close(g.open)
+	a := <-aDone
+	assert.Equal(t, http.StatusConflict, a.Status, "the stale holder's result is dropped: %s", a.Body)
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_fence_rejections_total", nil))
+	after := recordOf(t, env, "pay-fence")
+	assert.Equal(t, bRec.Fence, after.Fence)
+	assert.Equal(t, string(b.Body), string(after.ResponseBody), "B's result stands")
+	assert.EqualValues(t, 2, mock.creates(t), "both called the platform; it made one payment")
+	p, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, p.ID, paymentID(t, b))
+}
+
+// A holder whose lease renewal fails stops before it writes.
+func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	g := newGate()
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second),
+		faults: payments.Faults{AfterRPC: g.hook}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	locker, err := lock.New(env.Redis, env.Prefix)
+	require.NoError(t, err)
+
+	done := make(chan response, 1)
+	go func() { done <- rp.pay(alice, id, "pay-lost") }()
+	g.wait(t)
+	// Another owner holds the lease now (as after an expiry and a takeover).
+	require.NoError(t, env.Redis.Set(context.Background(), locker.LockKey(payments.LockName(id)), "intruder", time.Minute).Err())
+	close(g.open)
+
+	r := <-done
+	assert.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	rec := recordOf(t, env, "pay-lost")
+	assert.Equal(t, "PROCESSING", rec.State, "nothing was written")
+	assert.Nil(t, rec.ResponseStatus)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+	assert.Zero(t, metricValue(t, rp.reg, "idemshop_fence_rejections_total", nil), "it stopped before trying")
+}
+
+// With Redis unreachable the database lease and fence alone guard the payment.
+func TestPayWithRedisDown(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{MaxConns: 30})
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{redis: deadRedis(t), cfg: payTo(mock, 5*time.Second)})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	rs := parallel(10, func(int) response { return rp.pay(alice, id, "pay-noredis") })
+	var created []string
+	for _, r := range rs {
+		switch r.Status {
+		case http.StatusCreated:
+			created = append(created, string(r.Body))
+		case http.StatusConflict:
+			assert.Equal(t, "idempotency_key_in_use", r.problem(t).Code)
+		default:
+			t.Errorf("unexpected %d: %s", r.Status, r.Body)
+		}
+	}
+	require.NotEmpty(t, created)
+	for _, b := range created {
+		assert.Equal(t, created[0], b)
+	}
+	assert.EqualValues(t, 1, mock.creates(t))
+
+	// Different keys for one order, at once: however many pass the local check, one payment.
+	id2, _ := rp.newOrder(alice, 1, 1)
+	rs = parallel(5, func(i int) response { return rp.pay(alice, id2, fmt.Sprintf("pay-noredis-%d", i)) })
+	ids := map[string]bool{}
+	for _, r := range rs {
+		if r.Status == http.StatusCreated {
+			ids[paymentID(t, r)] = true
+		} else {
+			assert.Contains(t, []int{http.StatusConflict}, r.Status, "%s", r.Body)
+		}
+	}
+	assert.Len(t, ids, 1, "one payment for the order")
+}
+
+// REFUND_REQUIRED ends REFUNDED with one refund at the platform, though every callback comes 3 times.
+func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.AutoApproveDelay = 20 * time.Millisecond
+		c.Chaos.Duplicates = 3
+	})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	id, amount := rp.newOrder(bob, 2, 1)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+
+	r := rp.pay(bob, id, "pay-refund")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	eventually(t, 10*time.Second, "the order to need a refund", func() bool {
+		return statusOf(t, env.DB, id) == "REFUND_REQUIRED"
+	})
+	for range 2 { // a second sweep must not refund again
+		_, err := rp.app.Sweeper.RunOnce(context.Background())
+		require.NoError(t, err)
+	}
+	eventually(t, 10*time.Second, "the order to be refunded", func() bool {
+		return statusOf(t, env.DB, id) == "REFUNDED"
+	})
+	p, err := mock.client.GetPayment(context.Background(), paymentID(t, r))
+	require.NoError(t, err)
+	assert.Equal(t, amount, p.RefundedCents, "refunded once, in full")
+	events := map[string]bool{}
+	for _, a := range mock.Deliveries() {
+		if a.Source == "refund" {
+			events[a.EventID] = true
+		}
+	}
+	assert.Len(t, events, 1, "one refund event")
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'DONE'", id))
+	eventually(t, 10*time.Second, "all refund callbacks to arrive", func() bool {
+		return count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED'", id) == 3
+	})
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND applied", id))
+}

@@ -1,0 +1,484 @@
+package ordersapp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"idemshop/internal/formtoken"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/rewards"
+	"idemshop/internal/testenv"
+)
+
+// Demo users of migrations/00002_seed.sql.
+const (
+	redeemAlice = int64(1)
+	redeemBob   = int64(2)
+)
+
+// credit gives userID points the way the points consumer does (ledger row + balance), with plain SQL.
+func credit(t testing.TB, db *gorm.DB, userID, pts int64) {
+	t.Helper()
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason)
+			VALUES (?, 'test-credit:' || gen_random_uuid(), ?, 'test credit')`, userID, pts).Error; err != nil {
+			return err
+		}
+		return tx.Exec(`INSERT INTO points_accounts (user_id, balance) VALUES (?, ?)
+			ON CONFLICT (user_id) DO UPDATE SET balance = points_accounts.balance + EXCLUDED.balance`,
+			userID, pts).Error
+	}))
+}
+
+func balanceOf(t testing.TB, db *gorm.DB, userID int64) int64 {
+	t.Helper()
+	var b int64
+	require.NoError(t, db.Raw(`SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = ?), 0)`,
+		userID).Scan(&b).Error)
+	return b
+}
+
+// assertRedeemed checks the database: coupons, redeem debits in the ledger, and the balance.
+func assertRedeemed(t testing.TB, db *gorm.DB, userID, coupons, balance int64) {
+	t.Helper()
+	assert.Equal(t, coupons, count(t, db, "coupons", "user_id = ?", userID), "coupons")
+	assert.Equal(t, coupons, count(t, db, "points_ledger", "user_id = ? AND biz_id LIKE 'redeem:%'", userID),
+		"redeem debits in the ledger")
+	assert.Equal(t, balance, balanceOf(t, db, userID), "balance")
+}
+
+func (rp *replica) issueFormToken(user string) string {
+	rp.t.Helper()
+	r := rp.call(http.MethodPost, "/v1/form-tokens", user, "", []byte(`{"form":"redeem"}`))
+	require.Equal(rp.t, http.StatusCreated, r.Status, "body: %s", r.Body)
+	var out struct {
+		Token     string `json:"token"`
+		ExpiresAt string `json:"expires_at"`
+	}
+	require.NoError(rp.t, json.Unmarshal(r.Body, &out))
+	require.NotEmpty(rp.t, out.Token)
+	exp, err := time.Parse(time.RFC3339, out.ExpiresAt)
+	require.NoError(rp.t, err)
+	require.WithinDuration(rp.t, time.Now().Add(config.DefaultOrders().FormTokenTTL), exp, time.Hour)
+	return out.Token
+}
+
+func (rp *replica) redeem(user, formToken, reward string) response {
+	rp.t.Helper()
+	var h []string
+	if formToken != "" {
+		h = []string{"Form-Token", formToken}
+	}
+	return rp.call(http.MethodPost, "/v1/rewards/redeem", user, "", []byte(`{"reward":"`+reward+`"}`), h...)
+}
+
+// redeemAsync is redeem without require, for goroutines (t.FailNow must run on the test goroutine).
+func (rp *replica) redeemAsync(user, formToken, reward string) (response, error) {
+	req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem",
+		strings.NewReader(`{"reward":"`+reward+`"}`))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+user)
+	req.Header.Set("Form-Token", formToken)
+	resp, err := rp.srv.Client().Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
+func decodeResult(t testing.TB, body []byte) rewards.Result {
+	t.Helper()
+	var r rewards.Result
+	require.NoError(t, json.Unmarshal(body, &r), "body: %s", body)
+	return r
+}
+
+func TestRedeemConcurrentSubmitsOneCoupon(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	credit(t, env.DB, redeemAlice, 100)
+	tok := rp.issueFormToken("alice-token")
+
+	const n = 20
+	start := make(chan struct{})
+	resps := make([]response, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			resps[i], errs[i] = rp.redeemAsync("alice-token", tok, "coupon-10")
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var created, replayed, inFlight int
+	var firstBody []byte
+	for i, r := range resps {
+		require.NoError(t, errs[i])
+		switch {
+		case r.Status == http.StatusCreated && r.Header.Get("Idempotent-Replayed") == "true":
+			replayed++
+		case r.Status == http.StatusCreated:
+			created++
+			firstBody = r.Body
+		case r.Status == http.StatusConflict:
+			assert.Equal(t, "form_token_in_use", r.problem(t).Code)
+			assert.NotEmpty(t, r.Header.Get("Retry-After"))
+			inFlight++
+		default:
+			t.Errorf("unexpected answer %d: %s", r.Status, r.Body)
+		}
+	}
+	t.Logf("created=%d replayed=%d in_flight=%d", created, replayed, inFlight)
+	assert.Equal(t, 1, created, "exactly one submit redeems")
+	assert.Equal(t, n, created+replayed+inFlight)
+	for _, r := range resps {
+		if r.Status == http.StatusCreated {
+			assert.JSONEq(t, string(firstBody), string(r.Body), "a replay is the first answer")
+		}
+	}
+	// the invariant, on the database: one coupon, one debit
+	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
+}
+
+func TestRedeemReplayAfterSuccess(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	credit(t, env.DB, redeemAlice, 60)
+	tok := rp.issueFormToken("alice-token")
+
+	first := rp.redeem("alice-token", tok, "coupon-50")
+	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
+	assert.Empty(t, first.Header.Get("Idempotent-Replayed"))
+	res := decodeResult(t, first.Body)
+	assert.Equal(t, "coupon-50", res.Coupon.Reward)
+	assert.Equal(t, int64(10), res.Balance)
+	assert.NotEmpty(t, res.Coupon.Code)
+	assert.Positive(t, res.Coupon.ID)
+
+	for range 2 {
+		again := rp.redeem("alice-token", tok, "coupon-50")
+		require.Equal(t, http.StatusCreated, again.Status, "body: %s", again.Body)
+		assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+		assert.Equal(t, string(first.Body), string(again.Body), "byte for byte the first answer")
+	}
+	assertRedeemed(t, env.DB, redeemAlice, 1, 10)
+}
+
+func TestRedeemInsufficientPointsKeepsTokenUsable(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	tok := rp.issueFormToken("alice-token")
+
+	// no account at all, then an account with too few points
+	r := rp.redeem("alice-token", tok, "coupon-10")
+	require.Equal(t, http.StatusConflict, r.Status, "body: %s", r.Body)
+	assert.Equal(t, "insufficient_points", r.problem(t).Code)
+	credit(t, env.DB, redeemAlice, 5)
+	r = rp.redeem("alice-token", tok, "coupon-10")
+	require.Equal(t, http.StatusConflict, r.Status, "body: %s", r.Body)
+	assert.Equal(t, "insufficient_points", r.problem(t).Code)
+	assertRedeemed(t, env.DB, redeemAlice, 0, 5)
+
+	// points arrive (as the consumer would credit them); the SAME token now succeeds
+	credit(t, env.DB, redeemAlice, 10)
+	r = rp.redeem("alice-token", tok, "coupon-10")
+	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+	assert.Empty(t, r.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, int64(5), decodeResult(t, r.Body).Balance)
+	assertRedeemed(t, env.DB, redeemAlice, 1, 5)
+}
+
+// S4, guarded: a submit takes the token (ISSUED -> IN_FLIGHT) and dies before its transaction. The token
+// is not deleted, so once the lease runs out the user's next submit goes through, exactly once.
+func TestRedeemCrashWhileInFlight(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { c.FormTokenInFlightLease = lease }})
+	store, err := formtoken.New(env.Redis, formtoken.Options{KeyPrefix: env.Prefix, TTL: time.Minute, Lease: lease})
+	require.NoError(t, err)
+	credit(t, env.DB, redeemAlice, 50)
+
+	t.Run("crash before the transaction", func(t *testing.T) {
+		tok := rp.issueFormToken("alice-token")
+		// the crashed submit: the Lua transition ran, then nothing (no transaction, no Complete/Release)
+		c, err := store.Begin(context.Background(), tok, redeemAlice, rewards.FormName)
+		require.NoError(t, err)
+		require.Equal(t, formtoken.Acquired, c.Outcome)
+
+		r := rp.redeem("alice-token", tok, "coupon-10")
+		require.Equal(t, http.StatusConflict, r.Status, "body: %s", r.Body)
+		assert.Equal(t, "form_token_in_use", r.problem(t).Code)
+		assert.NotEmpty(t, r.Header.Get("Retry-After"))
+
+		eventually(t, 10*time.Second, "the in-flight lease to expire", func() bool {
+			r = rp.redeem("alice-token", tok, "coupon-10")
+			return r.Status != http.StatusConflict
+		})
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+		assert.Empty(t, r.Header.Get("Idempotent-Replayed"), "the crashed submit wrote nothing; this one did the work")
+		again := rp.redeem("alice-token", tok, "coupon-10")
+		require.Equal(t, http.StatusCreated, again.Status)
+		assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+		assertRedeemed(t, env.DB, redeemAlice, 1, 40)
+	})
+
+	t.Run("crash after the commit, before Complete", func(t *testing.T) {
+		tok := rp.issueFormToken("alice-token")
+		c, err := store.Begin(context.Background(), tok, redeemAlice, rewards.FormName)
+		require.NoError(t, err)
+		require.Equal(t, formtoken.Acquired, c.Outcome)
+		// the crashed submit's transaction committed; Redis never heard of it
+		repo, err := rewards.NewRepository(env.DB)
+		require.NoError(t, err)
+		reward, err := repo.Reward(context.Background(), "coupon-10")
+		require.NoError(t, err)
+		committed, existed, err := repo.Redeem(context.Background(), redeemAlice, tok, reward)
+		require.NoError(t, err)
+		require.False(t, existed)
+
+		var r response
+		eventually(t, 10*time.Second, "the in-flight lease to expire", func() bool {
+			r = rp.redeem("alice-token", tok, "coupon-10")
+			return r.Status != http.StatusConflict
+		})
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"), "the database already had the coupon")
+		assert.Equal(t, committed, decodeResult(t, r.Body))
+		assertRedeemed(t, env.DB, redeemAlice, 2, 30) // the first subtest's coupon plus this one, debited once
+	})
+}
+
+func TestRedeemInvalidTokensWriteNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	shortLived := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { c.FormTokenTTL = 150 * time.Millisecond }})
+	store, err := formtoken.New(env.Redis, formtoken.Options{KeyPrefix: env.Prefix, TTL: time.Minute, Lease: time.Minute})
+	require.NoError(t, err)
+	credit(t, env.DB, redeemAlice, 100)
+
+	bobs := rp.issueFormToken("bob-token")
+	otherForm, err := store.Issue(context.Background(), redeemAlice, "newsletter")
+	require.NoError(t, err)
+	expired := shortLived.issueFormToken("alice-token")
+	eventually(t, 5*time.Second, "the short-lived token to expire", func() bool {
+		n, err := env.Redis.Exists(context.Background(), store.TokenKey(expired)).Result()
+		require.NoError(t, err)
+		return n == 0
+	})
+
+	for _, tc := range []struct{ name, token string }{
+		{"missing", ""},
+		{"unknown", strings.Repeat("x", 32)},
+		{"malformed", "abc}def"},
+		{"expired", expired},
+		{"another user's", bobs},
+		{"another form's", otherForm.ID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rp.redeem("alice-token", tc.token, "coupon-10")
+			require.Equal(t, http.StatusBadRequest, r.Status, "body: %s", r.Body)
+			assert.Equal(t, "form_token_invalid", r.problem(t).Code)
+		})
+	}
+	assertRedeemed(t, env.DB, redeemAlice, 0, 100)
+	assertRedeemed(t, env.DB, redeemBob, 0, 0)
+
+	// bob's token still works for bob: alice's attempt did not touch it
+	r := rp.redeem("bob-token", bobs, "coupon-10")
+	require.Equal(t, http.StatusConflict, r.Status, "bob has no points; body: %s", r.Body)
+	assert.Equal(t, "insufficient_points", r.problem(t).Code)
+
+	t.Run("unknown form and reward", func(t *testing.T) {
+		r := rp.call(http.MethodPost, "/v1/form-tokens", "alice-token", "", []byte(`{"form":"nope"}`))
+		require.Equal(t, http.StatusBadRequest, r.Status)
+		assert.Equal(t, "unknown_form", r.problem(t).Code)
+		tok := rp.issueFormToken("alice-token")
+		r = rp.redeem("alice-token", tok, "coupon-9999")
+		require.Equal(t, http.StatusBadRequest, r.Status)
+		assert.Equal(t, "unknown_reward", r.problem(t).Code)
+		r = rp.redeem("alice-token", tok, "coupon-10")
+		require.Equal(t, http.StatusCreated, r.Status, "a refused body leaves the token usable: %s", r.Body)
+	})
+
+	t.Run("no credentials", func(t *testing.T) {
+		r := rp.call(http.MethodPost, "/v1/form-tokens", "", "", []byte(`{"form":"redeem"}`))
+		require.Equal(t, http.StatusUnauthorized, r.Status)
+		assert.Equal(t, "unauthorized", r.problem(t).Code)
+	})
+}
+
+func TestRedeemRedisDown(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{redis: deadRedis(t)})
+	credit(t, env.DB, redeemAlice, 50)
+
+	r := rp.call(http.MethodPost, "/v1/form-tokens", "alice-token", "", []byte(`{"form":"redeem"}`))
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "body: %s", r.Body)
+	assert.Equal(t, "unavailable", r.problem(t).Code)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+
+	r = rp.redeem("alice-token", strings.Repeat("A", 32), "coupon-10")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "body: %s", r.Body)
+	assert.Equal(t, "unavailable", r.problem(t).Code)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assertRedeemed(t, env.DB, redeemAlice, 0, 50)
+}
+
+// browser is an HTTP client with a cookie jar that does not follow redirects, so tests see them.
+func browser(t testing.TB) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func fetch(t testing.TB, c *http.Client, method, u string, form url.Values) response {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, u, body)
+	require.NoError(t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+var hiddenToken = regexp.MustCompile(`name="form_token" value="([A-Za-z0-9_-]+)"`)
+
+// The pages without a browser: login cookie, storefront, the form's hidden token, the HTML answers.
+func TestRedeemPagesFormPost(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	credit(t, env.DB, redeemAlice, 15)
+	c := browser(t)
+	base := rp.srv.URL
+
+	r := fetch(t, c, http.MethodGet, base+"/", nil)
+	require.Equal(t, http.StatusSeeOther, r.Status)
+	assert.Equal(t, "/login", r.Header.Get("Location"))
+	r = fetch(t, c, http.MethodGet, base+"/nope", nil)
+	assert.Equal(t, http.StatusNotFound, r.Status, "unknown paths stay 404, not a login redirect")
+
+	r = fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"mallory"}})
+	assert.Equal(t, http.StatusUnauthorized, r.Status)
+	r = fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"alice"}})
+	require.Equal(t, http.StatusSeeOther, r.Status, "body: %s", r.Body)
+	ck := r.Header.Get("Set-Cookie")
+	assert.Contains(t, ck, "idemshop_session=alice-token")
+	assert.Contains(t, ck, "HttpOnly")
+	assert.Contains(t, ck, "SameSite=Lax")
+
+	r = fetch(t, c, http.MethodGet, base+"/", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Contains(t, string(r.Body), "Idempotent Mug")
+	assert.Contains(t, string(r.Body), `<strong id="balance">15</strong>`)
+
+	r = fetch(t, c, http.MethodGet, base+"/redeem", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, "no-store", r.Header.Get("Cache-Control"))
+	m := hiddenToken.FindSubmatch(r.Body)
+	require.NotNil(t, m, "hidden form_token field in: %s", r.Body)
+	tok := string(m[1])
+
+	// too few points for coupon-50: the form comes back with the same token, 409
+	r = fetch(t, c, http.MethodPost, base+"/v1/rewards/redeem", url.Values{"reward": {"coupon-50"}, "form_token": {tok}})
+	require.Equal(t, http.StatusConflict, r.Status, "body: %s", r.Body)
+	assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
+	assert.Contains(t, string(r.Body), `value="`+tok+`"`)
+
+	r = fetch(t, c, http.MethodPost, base+"/v1/rewards/redeem", url.Values{"reward": {"coupon-10"}, "form_token": {tok}})
+	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+	assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
+	var code string
+	require.NoError(t, env.DB.Raw(`SELECT code FROM coupons WHERE form_token_id = ?`, tok).Scan(&code).Error)
+	assert.Contains(t, string(r.Body), code)
+	assert.NotContains(t, string(r.Body), `id="replayed"`)
+
+	// reload of the result page: the browser posts the same form again
+	again := fetch(t, c, http.MethodPost, base+"/v1/rewards/redeem", url.Values{"reward": {"coupon-10"}, "form_token": {tok}})
+	require.Equal(t, http.StatusCreated, again.Status)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.Contains(t, string(again.Body), code)
+	assert.Contains(t, string(again.Body), `id="replayed"`)
+
+	r = fetch(t, c, http.MethodPost, base+"/v1/rewards/redeem", url.Values{"reward": {"coupon-10"}, "form_token": {"bogus"}})
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
+	assertRedeemed(t, env.DB, redeemAlice, 1, 5)
+
+	// The cookie authenticates the API too, but only when no Authorization header is sent: a request
+	// with a header is judged by the header alone.
+	for _, tc := range []struct {
+		authz string
+		want  int
+	}{{"", http.StatusCreated}, {"Bearer wrong-token", http.StatusUnauthorized}, {"Bearer bob-token", http.StatusCreated}} {
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/form-tokens", strings.NewReader(`{"form":"redeem"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if tc.authz != "" {
+			req.Header.Set("Authorization", tc.authz)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, tc.want, resp.StatusCode, "Authorization %q with alice's cookie", tc.authz)
+	}
+
+	r = fetch(t, c, http.MethodPost, base+"/logout", url.Values{})
+	require.Equal(t, http.StatusSeeOther, r.Status)
+	r = fetch(t, c, http.MethodGet, base+"/redeem", nil)
+	assert.Equal(t, http.StatusSeeOther, r.Status, "logged out")
+}
+
+// A value from the database is escaped on the pages (html/template), never interpreted.
+func TestPagesEscape(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	require.NoError(t, env.DB.Exec(`UPDATE products SET name = '<script>alert(1)</script>' WHERE id = 1`).Error)
+	c := browser(t)
+	r := fetch(t, c, http.MethodPost, rp.srv.URL+"/login", url.Values{"user": {"alice"}})
+	require.Equal(t, http.StatusSeeOther, r.Status)
+	r = fetch(t, c, http.MethodGet, rp.srv.URL+"/", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.NotContains(t, string(r.Body), "<script>alert(1)</script>")
+	assert.True(t, bytes.Contains(r.Body, []byte("&lt;script&gt;")), string(r.Body))
+}

@@ -1,0 +1,322 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"gorm.io/gorm"
+
+	"idemshop/internal/idempotency"
+	"idemshop/internal/lock"
+	"idemshop/internal/orders"
+	"idemshop/internal/payclient"
+	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/problem"
+)
+
+// The pay flow is ladder steps 2-4: its effect (a payment at the platform) lies across a network call,
+// so no local transaction can cover it. The idempotency record is a visible state machine instead:
+//
+//  1. claim the record (PROCESSING, with a lease and a fencing token from the Redis lock);
+//  2. call the platform (idempotent on merchant_order_no = the order id);
+//  3. record the result with a fenced write: COMPLETED, FAILED_PERMANENT or FAILED_RETRYABLE; or, when
+//     the outcome is unknown (timeout), leave it PROCESSING for the sweeper to resolve.
+
+// Errors of the pay route; codes are stable.
+var (
+	ErrNotPayable = problem.New(problem.KindConflict, "order_not_payable",
+		"the order is not PENDING: it already has a payment, or it is closed")
+	ErrPaymentRefused = problem.New(problem.KindUnprocessable, "payment_refused",
+		"the payment platform refused the payment")
+	ErrPaymentUnavailable = problem.New(problem.KindUnavailable, "payment_unavailable",
+		"the payment platform is unavailable; retry with the same Idempotency-Key")
+	ErrOutcomeUnknown = problem.New(problem.KindUnavailable, "payment_outcome_unknown",
+		"the payment platform did not answer in time; retry with the same Idempotency-Key")
+)
+
+// PayConfig shapes the pay flow. Durations are wall-clock.
+type PayConfig struct {
+	// CallbackURL is sent as notify_url.
+	CallbackURL string
+	// PaymentsURL is the platform's base URL, used to build pay_url.
+	PaymentsURL string
+	// Lease is how long a claimer is presumed alive: the record's locked_until and the Redis lock TTL.
+	// A retry within the lease gets 409; after it, a retry or the sweeper takes over.
+	Lease time.Duration
+}
+
+// Faults are test and lab hooks at the three crash windows of the flow. Nil hooks do nothing; the
+// production wiring leaves them nil unless ORDERS_LAB=true and PAY_FAULT is set.
+type Faults struct {
+	AfterClaim  func(ctx context.Context)
+	AfterRPC    func(ctx context.Context)
+	BeforeWrite func(ctx context.Context)
+}
+
+func run(hook func(context.Context), ctx context.Context) {
+	if hook != nil {
+		hook(ctx)
+	}
+}
+
+// Payer runs POST /v1/orders/{id}/pay.
+type Payer struct {
+	db       *gorm.DB
+	orders   *orders.Repository
+	store    *idempotency.Store
+	metrics  *idempotency.Metrics
+	locker   *lock.Locker // nil: the database lease alone
+	platform *payclient.Client
+	cfg      PayConfig
+	faults   Faults
+}
+
+// NewPayer returns the pay flow. locker may be nil.
+func NewPayer(db *gorm.DB, repo *orders.Repository, store *idempotency.Store, m *idempotency.Metrics,
+	locker *lock.Locker, platform *payclient.Client, cfg PayConfig, faults Faults) (*Payer, error) {
+	if db == nil || repo == nil || store == nil || m == nil || platform == nil {
+		return nil, errors.New("payments: NewPayer needs db, orders, store, metrics and a platform client")
+	}
+	if cfg.Lease <= 0 || cfg.CallbackURL == "" {
+		return nil, errors.New("payments: NewPayer needs a lease > 0 and a callback URL")
+	}
+	return &Payer{db: db, orders: repo, store: store, metrics: m, locker: locker, platform: platform,
+		cfg: cfg, faults: faults}, nil
+}
+
+// payResponse is the 201 body of the pay route.
+type payResponse struct {
+	OrderID   int64  `json:"order_id"`
+	PaymentID string `json:"payment_id"`
+	Status    string `json:"status"`
+	PayURL    string `json:"pay_url"`
+}
+
+// LockName is the Redis lock of an order's payment. It is per order, not per key: the set of names stays
+// bounded (each keeps a fence counter in Redis), and two keys for one order also queue behind each other.
+func LockName(orderID int64) string { return "pay:order:" + strconv.FormatInt(orderID, 10) }
+
+// Pay answers one pay request for userID's order orderID with Idempotency-Key key and fingerprint fp.
+func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error {
+	req := c.Request()
+	ctx := req.Context()
+	route := c.Path()
+	s := idempotency.Scope{UserID: userID, Key: key}
+	lg := logging.From(ctx).With("idempotency_key", key, "order_id", orderID)
+
+	// A known key answers from its record, unless the record may run again.
+	rec, err := idempotency.Find(ctx, p.db, s)
+	if err != nil {
+		return err
+	}
+	if rec != nil && !mayRunAgain(*rec, fp) {
+		return idempotency.Respond(c, p.metrics, route, *rec, fp, p.cfg.Lease)
+	}
+	o, err := p.orders.Get(ctx, userID, orderID)
+	if err != nil {
+		return err // 404 stores nothing
+	}
+	if rec == nil && o.Status != orders.StatusPending {
+		// The local check: a new key for an order that already has a payment must not create a second
+		// one. (Two new keys racing past this check still get one payment: the platform is idempotent
+		// on merchant_order_no.)
+		return ErrNotPayable.Wrap(fmt.Errorf("order %d is %s", o.ID, o.Status))
+	}
+
+	// Claim the record under the order's Redis lock, whose fencing token goes into every write.
+	var fence int64
+	var lease *lock.Lease
+	if p.locker != nil {
+		lease, err = p.locker.Acquire(ctx, LockName(orderID), p.cfg.Lease)
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired):
+			p.metrics.Count(route, idempotency.OutcomeInFlight)
+			return idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+		case err != nil:
+			lg.Warn("pay lock unavailable; the database lease and fence alone guard this payment", "err", err)
+			lease = nil // fence 0: the database issues the token
+		default:
+			fence = lease.Fence
+			defer p.release(ctx, lease)
+		}
+	}
+	cl, err := p.store.Claim(ctx, s, req.Method, req.URL.Path, fp, fence, p.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	if !cl.Claimed {
+		return idempotency.Respond(c, p.metrics, route, cl.Record, fp, p.cfg.Lease)
+	}
+	rec = &cl.Record
+	lg = lg.With("fence", rec.Fence)
+	run(p.faults.AfterClaim, ctx)
+
+	// The watchdog renews the Redis lease while the platform call runs; if a renewal fails, the lease
+	// may be someone else's and this holder must not write.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var lost <-chan error
+	if lease != nil {
+		lost = p.locker.KeepAlive(watchCtx, lease, p.cfg.Lease, p.cfg.Lease/3)
+	}
+	payment, _, rpcErr := p.platform.CreatePayment(ctx, payclient.CreatePaymentRequest{
+		MerchantOrderNo: strconv.FormatInt(o.ID, 10), AmountCents: o.AmountCents, Currency: o.Currency,
+		NotifyURL: p.cfg.CallbackURL})
+	run(p.faults.AfterRPC, ctx)
+	stopWatch()
+	if err := p.stillHeld(ctx, lease, lost); err != nil {
+		// Someone else may hold the lease now. Stop before writing; the fence would refuse the write
+		// anyway, but a holder that knows it lost does not even try. The record stays PROCESSING.
+		lg.Warn("pay lease lost during the platform call; not writing the result", "err", err)
+		p.metrics.Count(route, idempotency.OutcomeInFlight)
+		return idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+	}
+	run(p.faults.BeforeWrite, ctx)
+
+	if rpcErr != nil {
+		lg.Warn("payment platform call failed", "err", rpcErr)
+	}
+	return p.record(c, route, *rec, o, payment, rpcErr)
+}
+
+// mayRunAgain: a record with the same fingerprint that failed retryably, or whose holder's lease ran
+// out, is taken over by the retry. Everything else is answered from the record.
+func mayRunAgain(rec idempotency.Record, fp string) bool {
+	if rec.Fingerprint != fp {
+		return false
+	}
+	return rec.State == idempotency.StateFailedRetryable ||
+		(rec.State == idempotency.StateProcessing && rec.LockedUntil != nil && rec.LockedUntil.Before(time.Now()))
+}
+
+// stillHeld reports whether the holder may write: the watchdog saw no loss, and one last renewal right
+// before the write succeeds (the watchdog ticks only every lease/3, so it alone could miss a recent loss).
+// Without a Redis lease (database fallback) there is nothing to check here: the fence decides.
+func (p *Payer) stillHeld(ctx context.Context, lease *lock.Lease, lost <-chan error) error {
+	if lease == nil {
+		return nil
+	}
+	select {
+	case err := <-lost:
+		if err != nil {
+			return err
+		}
+	default:
+	}
+	return p.locker.Renew(ctx, lease, p.cfg.Lease)
+}
+
+func (p *Payer) release(ctx context.Context, lease *lock.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = p.locker.Release(rctx, lease) // ErrLost: expired already; the fence protects the record
+}
+
+// result is what the platform's answer means for the record and the client.
+type result struct {
+	state  idempotency.State // PROCESSING: outcome unknown, nothing is written
+	status int               // the stored HTTP status (final states)
+	body   []byte            // the stored body (final states)
+	answer error             // the error to answer with when the answer is not the stored body
+}
+
+// record writes the result of the platform call with the claimer's fence and answers the client.
+func (p *Payer) record(c echo.Context, route string, rec idempotency.Record, o orders.Order, pay payclient.Payment, rpcErr error) error {
+	ctx := c.Request().Context()
+	r, err := p.outcome(o, pay, rpcErr)
+	if err != nil {
+		return err
+	}
+	if r.state == idempotency.StateProcessing {
+		// Outcome unknown: the payment may exist. Leave the record PROCESSING; when its lease runs out,
+		// a retry or the sweeper asks the platform and finishes it.
+		p.metrics.Count(route, idempotency.OutcomeExecuted)
+		return r.answer
+	}
+	err = p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if r.state == idempotency.StateCompleted {
+			// PENDING → PAYING; 0 rows is fine: the success callback may already have made it PAID.
+			if _, err := p.orders.Transition(ctx, tx, o.ID, orders.StatusPaying, pay.ID); err != nil {
+				return err
+			}
+		}
+		return p.store.Finish(ctx, tx, rec.ID, rec.Fence, r.state, r.status, r.body)
+	})
+	if errors.Is(err, idempotency.ErrFenced) {
+		logging.From(ctx).Warn("stale pay holder: a newer fencing token owns the record; result dropped",
+			"order_id", o.ID, "fence", rec.Fence)
+		p.metrics.Count(route, idempotency.OutcomeInFlight)
+		return idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+	}
+	if err != nil {
+		return err
+	}
+	p.metrics.Count(route, idempotency.OutcomeExecuted)
+	switch {
+	case r.answer != nil:
+		return r.answer
+	case r.status >= 400:
+		return c.Blob(r.status, problem.ContentType, r.body)
+	default:
+		return c.Blob(r.status, echo.MIMEApplicationJSON, r.body)
+	}
+}
+
+// outcome maps the platform's answer to the record's next state and the client's answer:
+//
+//	success                      → COMPLETED, 201 {"order_id","payment_id","status":"PAYING","pay_url"}
+//	4xx (definite refusal)       → FAILED_PERMANENT, 422 payment_refused (replayed to retries)
+//	5xx except 504, refused dial → FAILED_RETRYABLE, 503 payment_unavailable (a retry runs again)
+//	timeout, 504, garbled answer → stays PROCESSING, 503 payment_outcome_unknown (the sweeper resolves it)
+func (p *Payer) outcome(o orders.Order, pay payclient.Payment, rpcErr error) (result, error) {
+	switch {
+	case rpcErr == nil:
+		body, err := json.Marshal(p.response(o.ID, pay.ID))
+		return result{state: idempotency.StateCompleted, status: http.StatusCreated, body: body}, err
+	case isRefusal(rpcErr):
+		st, code, _ := payclient.Refused(rpcErr)
+		pe := problem.Newf(problem.KindUnprocessable, ErrPaymentRefused.Code,
+			"the payment platform refused the payment (HTTP %d %s)", st, code)
+		body, err := problemBody(pe)
+		return result{state: idempotency.StateFailedPermanent, status: problem.StatusOf(pe.Kind), body: body}, err
+	case isRetryable(rpcErr):
+		body, err := problemBody(ErrPaymentUnavailable)
+		return result{state: idempotency.StateFailedRetryable, status: http.StatusServiceUnavailable, body: body,
+			answer: ErrPaymentUnavailable.WithRetryAfter(p.cfg.Lease).Wrap(rpcErr)}, err
+	default:
+		return result{state: idempotency.StateProcessing,
+			answer: ErrOutcomeUnknown.WithRetryAfter(p.cfg.Lease).Wrap(rpcErr)}, nil
+	}
+}
+
+func (p *Payer) response(orderID int64, paymentID string) payResponse {
+	return payResponse{OrderID: orderID, PaymentID: paymentID, Status: string(orders.StatusPaying),
+		PayURL: p.cfg.PaymentsURL + "/v1/payments/" + paymentID}
+}
+
+func isRefusal(err error) bool {
+	_, _, ok := payclient.Refused(err)
+	return ok
+}
+
+// isRetryable: the platform definitely did not apply the request, or says it failed (5xx). A 504 is a
+// gateway that gave up waiting: the platform may have committed, so it counts as unknown, not retryable.
+func isRetryable(err error) bool {
+	var se *payclient.StatusError
+	if errors.As(err, &se) {
+		return se.Status >= 500 && se.Status != http.StatusGatewayTimeout
+	}
+	return errors.Is(err, payclient.ErrConnection)
+}
+
+// problemBody is the stored form of an error answer: the RFC 9457 document the client would get.
+func problemBody(pe *problem.Error) ([]byte, error) {
+	st := problem.StatusOf(pe.Kind)
+	return json.Marshal(problem.Body{Type: "about:blank", Title: http.StatusText(st), Status: st,
+		Detail: pe.Detail, Code: pe.Code})
+}

@@ -1,0 +1,60 @@
+package payments
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"idemshop/internal/auth"
+	"idemshop/internal/idempotency"
+	"idemshop/internal/orders"
+	"idemshop/internal/platform/problem"
+)
+
+// PayHandler is POST /v1/orders/{id}/pay.
+type PayHandler struct {
+	payer   *Payer
+	metrics *idempotency.Metrics
+}
+
+// NewPayHandler returns the pay route.
+func NewPayHandler(payer *Payer, m *idempotency.Metrics) (*PayHandler, error) {
+	if payer == nil || m == nil {
+		return nil, errors.New("payments: NewPayHandler needs a payer and metrics")
+	}
+	return &PayHandler{payer: payer, metrics: m}, nil
+}
+
+// Mount adds the route to g, which must already authenticate.
+func (h *PayHandler) Mount(g *echo.Group) {
+	g.POST("/orders/:id/pay", h.pay)
+}
+
+func (h *PayHandler) pay(c echo.Context) error {
+	u, err := auth.MustUser(c)
+	if err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return orders.ErrOrderNotFound
+	}
+	key, err := idempotency.KeyFromHeader(c.Request().Header)
+	if err != nil {
+		h.metrics.Count(c.Path(), idempotency.OutcomeInvalid)
+		return err
+	}
+	// The body is optional (the order says what to pay), but whatever is sent is part of the fingerprint.
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return fmt.Errorf("read request body: %w", err)
+	}
+	fp, err := idempotency.Fingerprint(c.Request().Method, c.Request().URL.Path, body)
+	if err != nil {
+		return problem.ErrMalformedBody.Wrap(err)
+	}
+	return h.payer.Pay(c, u.ID, id, key, fp)
+}

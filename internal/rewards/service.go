@@ -1,0 +1,185 @@
+package rewards
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"idemshop/internal/formtoken"
+	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/postgres"
+)
+
+// Outcomes counted by idemshop_rewards_redeem_total.
+const (
+	OutcomeRedeemed     = "redeemed"     // this submit spent the points
+	OutcomeReplayed     = "replayed"     // the token had already paid; its answer was replayed
+	OutcomeInFlight     = "in_flight"    // another submit of the token was running: 409
+	OutcomeInvalid      = "invalid"      // missing, unknown, expired or foreign token: 400
+	OutcomeInsufficient = "insufficient" // too few points: 409, token usable again
+	OutcomeUnavailable  = "unavailable"  // Redis down: 503, nothing written
+	OutcomeError        = "error"        // anything else
+)
+
+// Metrics are the redeem route's Prometheus metrics.
+type Metrics struct {
+	redeems *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{redeems: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idemshop_rewards_redeem_total",
+		Help: "Submits of the redeem form by outcome (redeemed, replayed, in_flight, invalid, insufficient, unavailable, error).",
+	}, []string{"outcome"})}
+	reg.MustRegister(m.redeems)
+	return m
+}
+
+func (m *Metrics) count(outcome string) { m.redeems.WithLabelValues(outcome).Inc() }
+
+// Answer is what a submit gets: the body of the 201 answer, decoded and raw. Body is sent as it is, so a
+// replay is byte for byte the first answer.
+type Answer struct {
+	Result   Result
+	Body     []byte
+	Replayed bool
+}
+
+// Service runs a redeem: form token first, then the database transaction.
+type Service struct {
+	tokens  *formtoken.Store
+	repo    *Repository
+	metrics *Metrics
+	// workTimeout bounds the work once the token is IN_FLIGHT; see Redeem.
+	workTimeout time.Duration
+}
+
+// NewService returns the redeem service. workTimeout bounds the transaction and the token updates after
+// the token was taken; keep it below the in-flight lease, so that a live submit finishes (or gives up)
+// before another one may take its token.
+func NewService(tokens *formtoken.Store, repo *Repository, metrics *Metrics, workTimeout time.Duration) (*Service, error) {
+	if tokens == nil || repo == nil || metrics == nil {
+		return nil, errors.New("rewards: NewService needs a token store, a repository and metrics")
+	}
+	if workTimeout <= 0 {
+		return nil, fmt.Errorf("rewards: work timeout must be > 0, got %s", workTimeout)
+	}
+	return &Service{tokens: tokens, repo: repo, metrics: metrics, workTimeout: workTimeout}, nil
+}
+
+// Catalogue lists the rewards.
+func (s *Service) Catalogue(ctx context.Context) ([]Reward, error) { return s.repo.Catalogue(ctx) }
+
+// Coupons lists userID's newest coupons.
+func (s *Service) Coupons(ctx context.Context, userID int64, limit int) ([]Coupon, error) {
+	return s.repo.Coupons(ctx, userID, limit)
+}
+
+// Redeem submits the redeem form of userID: reward rewardID, paid with form token tokenID.
+//
+// Errors are problem errors: formtoken.ErrTokenInvalid (400), ErrUnknownReward (400),
+// formtoken.ErrTokenInUse (409, Retry-After), ErrInsufficientPoints (409), formtoken.ErrStoreUnavailable
+// (503, Retry-After), or an internal error.
+func (s *Service) Redeem(ctx context.Context, userID int64, tokenID, rewardID string) (Answer, error) {
+	a, outcome, err := s.redeem(ctx, userID, tokenID, rewardID)
+	s.metrics.count(outcome)
+	return a, err
+}
+
+func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID string) (Answer, string, error) {
+	if !formtoken.ValidID(tokenID) {
+		return Answer{}, OutcomeInvalid, formtoken.ErrTokenInvalid
+	}
+	// Validate the form before touching the token: a bad request leaves the token as it was.
+	reward, err := s.repo.Reward(ctx, rewardID)
+	if errors.Is(err, ErrUnknownReward) {
+		return Answer{}, OutcomeInvalid, err
+	}
+	if err != nil {
+		return Answer{}, OutcomeError, err
+	}
+
+	claim, err := s.tokens.Begin(ctx, tokenID, userID, FormName)
+	switch {
+	case errors.Is(err, formtoken.ErrInvalid):
+		return Answer{}, OutcomeInvalid, formtoken.ErrTokenInvalid
+	case err != nil:
+		// Without Redis this submit cannot be told apart from a concurrent duplicate, and the user would
+		// get a 201 now but a 400 on a replay later. Refuse before anything is written.
+		return Answer{}, OutcomeUnavailable, formtoken.ErrStoreUnavailable.Wrap(err)
+	}
+	switch claim.Outcome {
+	case formtoken.Busy:
+		return Answer{}, OutcomeInFlight, formtoken.ErrTokenInUse.WithRetryAfter(claim.RetryAfter)
+	case formtoken.Replay:
+		var r Result
+		if err := json.Unmarshal(claim.Result, &r); err != nil {
+			return Answer{}, OutcomeError, fmt.Errorf("decode stored redeem result: %w", err)
+		}
+		return Answer{Result: r, Body: claim.Result, Replayed: true}, OutcomeReplayed, nil
+	}
+
+	// The token is IN_FLIGHT and ours. From here on the work runs to its end even if the client goes
+	// away (a double-click makes the browser abandon the first request): a cancelled transaction would
+	// only leave the token in flight until its lease expires. The timeout still bounds it.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.workTimeout)
+	defer cancel()
+	lg := logging.From(ctx)
+
+	res, existed, err := s.repo.Redeem(wctx, userID, tokenID, reward)
+	if err != nil {
+		// A business failure (too few points) or an unexpected error: nothing was committed, so the token
+		// goes back to ISSUED and the same form can be submitted again. If this fails too, the lease
+		// expiring does the same a little later.
+		if rerr := s.tokens.Release(wctx, tokenID, claim.Attempt); rerr != nil {
+			lg.Warn("form token not released; it is usable again when its lease expires", "err", rerr)
+		}
+		switch {
+		case errors.Is(err, ErrInsufficientPoints):
+			return Answer{}, OutcomeInsufficient, err
+		case errors.Is(err, postgres.ErrLockTimeout):
+			// Only when a lease expired while its submit was still in the database: that one is running.
+			return Answer{}, OutcomeInFlight, formtoken.ErrTokenInUse.WithRetryAfter(time.Second).Wrap(err)
+		}
+		return Answer{}, OutcomeError, err
+	}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return Answer{}, OutcomeError, fmt.Errorf("encode redeem result: %w", err)
+	}
+	if err := s.tokens.Complete(wctx, tokenID, userID, FormName, body); err != nil {
+		// The coupon is committed, so the user gets it now. The token stays IN_FLIGHT until its lease
+		// expires; a resubmit after that finds the coupon in the database and replays it.
+		lg.Warn("redeem committed but form token not marked consumed", "err", err)
+	}
+	outcome := OutcomeRedeemed
+	if existed {
+		outcome = OutcomeReplayed
+	}
+	return Answer{Result: res, Body: body, Replayed: existed}, outcome, nil
+}
+
+// WaitForResult is Redeem for a browser form post. A double-click sends the form twice, and the browser
+// shows only the answer to the second request; a 409 there would hide the coupon the first one bought.
+// So while the token is in flight it polls, up to wait, until the first submit's result can be replayed.
+func (s *Service) WaitForResult(ctx context.Context, userID int64, tokenID, rewardID string, wait time.Duration) (Answer, error) {
+	deadline := time.Now().Add(wait)
+	const step = 25 * time.Millisecond
+	// bounded: at most wait/step+1 submits
+	for i := 0; ; i++ {
+		a, err := s.Redeem(ctx, userID, tokenID, rewardID)
+		if !errors.Is(err, formtoken.ErrTokenInUse) || time.Now().Add(step).After(deadline) || i > int(wait/step) {
+			return a, err
+		}
+		select {
+		case <-ctx.Done():
+			return a, err
+		case <-time.After(step):
+		}
+	}
+}

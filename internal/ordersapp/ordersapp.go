@@ -114,6 +114,13 @@ func New(d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Lab {
+		err := mountLab(labParts{d: d, e: e, v1: e.Group("/lab/unsafe/v1", authn.Middleware()), authn: authn,
+			repo: repo, idemMetrics: idemMetrics, callbacks: callbackRoute})
+		if err != nil {
+			return nil, err
+		}
+	}
 	pointsRoutes, err := points.NewHandler(d.DB)
 	if err != nil {
 		return nil, err

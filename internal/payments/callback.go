@@ -96,6 +96,13 @@ func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, 
 // (404, so the platform retries), ErrAmountMismatch (400). Every callback is recorded in
 // payment_callbacks, rejected ones included.
 func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Outcome, error) {
+	return s.handle(ctx, signature, raw, s.apply)
+}
+
+// applyFunc applies a verified, checked callback inside the callback transaction.
+type applyFunc func(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error)
+
+func (s *Service) handle(ctx context.Context, signature string, raw []byte, apply applyFunc) (Outcome, error) {
 	lg := logging.From(ctx)
 
 	// 1. The signature covers the raw bytes, so it is checked before anything is decoded.
@@ -150,7 +157,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	var reason string
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		outcome, reason, err = s.apply(ctx, tx, cb, o)
+		outcome, reason, err = apply(ctx, tx, cb, o)
 		if err != nil {
 			return err
 		}

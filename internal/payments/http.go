@@ -42,3 +42,17 @@ func (h *Handler) callback(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, callbackAck)
 }
+
+// MountUnsafe adds the lab's unguarded twin, POST /lab/unsafe/payments/callback (S1). Lab mode only.
+func (h *Handler) MountUnsafe(e *echo.Echo) {
+	e.POST("/lab/unsafe/payments/callback", func(c echo.Context) error {
+		raw, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return fmt.Errorf("read callback body: %w", err)
+		}
+		if _, err := h.svc.HandleUnsafe(c.Request().Context(), c.Request().Header.Get(paysig.Header), raw); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, callbackAck)
+	})
+}

@@ -1,0 +1,236 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"idemshop/internal/auth"
+	"idemshop/internal/payments"
+	"idemshop/internal/paysig"
+)
+
+// Fixture is one scenario's own data: a lab user (with a bearer token of its own) and the products it
+// creates. Close deletes all of it, and every row that refers to it.
+type Fixture struct {
+	env      *Env
+	UserID   int64
+	Token    string
+	products []int64
+}
+
+// NewFixture creates a lab user named after the scenario.
+func (e *Env) NewFixture(ctx context.Context, scenario string) (*Fixture, error) {
+	raw := make([]byte, 8)
+	_, _ = rand.Read(raw)
+	suffix := hex.EncodeToString(raw)
+	f := &Fixture{env: e, Token: "lab-" + suffix}
+	err := e.DB.WithContext(ctx).Raw(`INSERT INTO users (name, token_hash) VALUES (?, ?) RETURNING id`,
+		"lab-"+scenario+"-"+suffix, auth.TokenHash(f.Token)).Scan(&f.UserID).Error
+	if err != nil {
+		return nil, fmt.Errorf("create lab user: %w", err)
+	}
+	return f, nil
+}
+
+// Product creates a product with stock units at priceCents (EUR) and returns its id.
+func (f *Fixture) Product(ctx context.Context, stock, priceCents int64) (int64, error) {
+	var id int64
+	raw := make([]byte, 6)
+	_, _ = rand.Read(raw)
+	err := f.env.DB.WithContext(ctx).Raw(`INSERT INTO products (sku, name, price_cents, currency, stock)
+		VALUES (?, 'Lab product', ?, 'EUR', ?) RETURNING id`, "LAB-"+hex.EncodeToString(raw), priceCents, stock).Scan(&id).Error
+	if err != nil {
+		return 0, fmt.Errorf("create lab product: %w", err)
+	}
+	f.products = append(f.products, id)
+	return id, nil
+}
+
+// Close deletes the fixture's user, products and everything that refers to them.
+func (f *Fixture) Close(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx)
+	stmts := []string{
+		`DELETE FROM refund_requests WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,
+		`DELETE FROM payment_callbacks WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,
+		`DELETE FROM outbox WHERE (payload->>'user_id')::bigint = @u`,
+		`DELETE FROM coupons WHERE user_id = @u`,
+		`DELETE FROM points_ledger WHERE user_id = @u`,
+		`DELETE FROM points_accounts WHERE user_id = @u`,
+		`DELETE FROM idempotency_keys WHERE user_id = @u`,
+		`DELETE FROM orders WHERE user_id = @u OR product_id = ANY(CAST(@p AS bigint[]))`,
+		`DELETE FROM products WHERE id = ANY(CAST(@p AS bigint[]))`,
+		`DELETE FROM users WHERE id = @u`,
+	}
+	args := map[string]any{"u": f.UserID, "p": int64Array(f.products)}
+	for _, s := range stmts {
+		if err := f.env.DB.WithContext(ctx).Exec(s, args).Error; err != nil {
+			return fmt.Errorf("lab cleanup: %w", err)
+		}
+	}
+	return nil
+}
+
+// int64Array renders ids as a PostgreSQL array literal for ANY().
+func int64Array(ids []int64) string {
+	b := []byte{'{'}
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, '}'))
+}
+
+// Response is one HTTP answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into v.
+func (r Response) JSON(v any) error { return json.Unmarshal(r.Body, v) }
+
+// Code returns the problem code of an error answer ("" if none).
+func (r Response) Code() string {
+	var p struct{ Code string }
+	_ = json.Unmarshal(r.Body, &p)
+	return p.Code
+}
+
+// Do sends a request to orders as the fixture's user. headers are name, value pairs.
+func (f *Fixture) Do(ctx context.Context, method, path string, body []byte, headers ...string) (Response, error) {
+	h := append([]string{"Authorization", "Bearer " + f.Token}, headers...)
+	return f.env.Do(ctx, method, f.env.OrdersURL+path, body, h...)
+}
+
+// Do sends one request and reads the whole answer.
+func (e *Env) Do(ctx context.Context, method, url string, body []byte, headers ...string) (Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return Response{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := e.HTTP.Do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return Response{}, err
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// Order is the part of an order answer the scenarios use.
+type Order struct {
+	ID          int64  `json:"id"`
+	Status      string `json:"status"`
+	AmountCents int64  `json:"amount_cents"`
+	Quantity    int    `json:"quantity"`
+}
+
+// CreateOrder posts an order to path (normally /v1/orders) with Idempotency-Key key.
+func (f *Fixture) CreateOrder(ctx context.Context, path, key string, productID int64, qty int) (Order, Response, error) {
+	body := fmt.Appendf(nil, `{"product_id":%d,"quantity":%d}`, productID, qty)
+	r, err := f.Do(ctx, http.MethodPost, path, body, "Idempotency-Key", key)
+	if err != nil {
+		return Order{}, r, err
+	}
+	var o Order
+	if r.Status == http.StatusCreated {
+		err = r.JSON(&o)
+	}
+	return o, r, err
+}
+
+// Callback builds a platform callback for an order.
+func Callback(orderID int64, status string, amount int64, eventID string) payments.Callback {
+	return payments.Callback{EventID: eventID, PaymentID: fmt.Sprintf("lab_pay_%d", orderID),
+		MerchantOrderNo: strconv.FormatInt(orderID, 10), Status: status, AmountCents: amount,
+		Currency: "EUR", OccurredAt: time.Now().UTC()}
+}
+
+// PostCallback signs cb with the shared secret and posts it to orders at path.
+func (e *Env) PostCallback(ctx context.Context, path string, cb payments.Callback) (Response, error) {
+	body, err := json.Marshal(cb)
+	if err != nil {
+		return Response{}, err
+	}
+	return e.Do(ctx, http.MethodPost, e.OrdersURL+path, body, paysig.Header, paysig.Sign(e.Secret, time.Now(), body))
+}
+
+// SetChaos changes payments-mock's chaos (PUT /admin/chaos merges the given fields).
+func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
+	body, _ := json.Marshal(chaos)
+	var h []string
+	if e.AdminToken != "" {
+		h = []string{"Authorization", "Bearer " + e.AdminToken}
+	}
+	r, err := e.Do(ctx, http.MethodPut, e.PaymentsURL+"/admin/chaos", body, h...)
+	if err != nil {
+		return fmt.Errorf("set chaos: %w", err)
+	}
+	if r.Status != http.StatusOK {
+		return fmt.Errorf("set chaos: HTTP %d: %s", r.Status, r.Body)
+	}
+	return nil
+}
+
+// CalmChaos puts payments-mock back to no chaos (one copy of each callback), keeping the seed.
+func (e *Env) CalmChaos(ctx context.Context) error {
+	return e.SetChaos(ctx, map[string]any{"duplicates": 1, "parallel": true, "jitter_ms": 0, "reorder": false,
+		"ack_loss_rate": 0, "create_timeout_rate": 0, "error_rate": 0})
+}
+
+// Parallel runs fn(i) for i in [0, n) at once, released together by one closed channel, and returns
+// the results in order.
+func Parallel[T any](n int, fn func(i int) T) []T {
+	start := make(chan struct{})
+	out := make([]T, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			out[i] = fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+// Eventually polls cond every 20 ms until it is true or within has passed; it reports whether cond held.
+func Eventually(ctx context.Context, within time.Duration, cond func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(within)
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return ok, err
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -36,7 +36,7 @@ func newLabEnv(t *testing.T, mutate func(*config.Orders)) *lab.Env {
 	// payments-mock
 	mreg := prometheus.NewRegistry()
 	mock, err := paymock.New(paymock.Config{Secret: secret, AutoApproveDelay: 20 * time.Millisecond,
-		RetrySchedule: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond},
+		RetrySchedule:   []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond},
 		CallbackTimeout: 5 * time.Second, CreateTimeoutDelay: 2 * time.Second, DeliveryLogLimit: 10000,
 		Chaos: paymock.Chaos{Duplicates: 1, Parallel: true, Seed: 42}}, logger, mreg)
 	require.NoError(t, err)

@@ -6,10 +6,13 @@ PKGS    ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 8m
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-short lint fmt vet staticcheck bench migrate run-orders
+.PHONY: help demo build test test-short lint fmt vet staticcheck bench migrate run-orders
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+demo: ## build, start the three binaries in lab mode on a fresh database, run loadtest incident + lab all
+	BIN=$(BIN) ./scripts/demo.sh
 
 build: ## build every binary into ./bin
 	$(GO) build -o $(BIN)/ ./cmd/...

@@ -116,3 +116,27 @@ func TestS1(t *testing.T) {
 	require.EqualValues(t, 3, r.Guarded.Measured["received"])
 	require.EqualValues(t, 1, r.Guarded.Measured["applied"])
 }
+
+func TestIncidentGuardedHoldsAndUnsafeShowsDamage(t *testing.T) {
+	t.Parallel()
+	env := newLabEnv(t, nil)
+	ctx := context.Background()
+
+	rep, err := lab.Incident(ctx, env, 10, false, nil)
+	require.NoError(t, err)
+	t.Logf("guarded: %+v", rep)
+	require.Empty(t, rep.Violations)
+	require.EqualValues(t, 30, rep.Callbacks.Received, "3 copies of each callback arrived")
+	require.EqualValues(t, 10, rep.Callbacks.Applied)
+	require.Equal(t, rep.WantStock, rep.StockDelta)
+	require.EqualValues(t, -19, rep.StockDelta) // quantities 1,2,3,1,2,3,1,2,3,1
+	require.Equal(t, rep.WantPoints, rep.PointsDelta)
+
+	bad, err := lab.Incident(ctx, env, 10, true, nil)
+	require.NoError(t, err)
+	t.Logf("unsafe: %+v", bad)
+	require.NotEmpty(t, bad.Violations)
+	require.EqualValues(t, -57, bad.StockDelta, "every copy deducted")
+	require.Equal(t, 3*bad.WantPoints, bad.PointsDelta, "every copy credited")
+	require.EqualValues(t, 30, bad.Callbacks.Applied)
+}

@@ -196,4 +196,3 @@ func printLab(w io.Writer, results []lab.Result, asJSON bool) {
 	}
 	fmt.Fprintf(w, "%d of %d scenarios: unsafe reproduced and guarded held\n", passed, len(results))
 }
-

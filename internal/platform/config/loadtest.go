@@ -15,7 +15,7 @@ type Loadtest struct {
 	AdminToken  string `env:"ADMIN_TOKEN"`
 	Postgres
 	Redis
-	AMQPURL              string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	AMQPNames
 	PaymentWebhookSecret string `env:"PAYMENT_WEBHOOK_SECRET" envDefault:"idemshop-demo-webhook-secret"`
 	// Seed drives payments-mock's chaos during a run (logged, so a run can be replayed).

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -87,7 +86,7 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 		g.metrics.Count(route, OutcomeInvalid)
 		return err
 	}
-	body, err := io.ReadAll(req.Body)
+	body, err := problem.ReadBody(req.Body)
 	if err != nil {
 		return fmt.Errorf("read request body: %w", err)
 	}

@@ -248,6 +248,15 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 		assert.Zero(t, outboxRows(t, env.DB, id))
 		assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND reason = 'success_after_failed'", id))
 	})
+	t.Run("a partial refund leaves the order PAID", func(t *testing.T) {
+		id, amount := rp.newOrder(alice, 3, 1)
+		assertAcked(t, []response{
+			rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-p-1")),
+			rp.postCallback(callback(id, payments.StatusRefunded, 1, "evt-p-2")),
+		})
+		assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+		assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND outcome = 'stale'", id))
+	})
 	t.Run("REFUNDED after PAID, then its duplicate", func(t *testing.T) {
 		id, amount := rp.newOrder(alice, 3, 1)
 		assertAcked(t, []response{

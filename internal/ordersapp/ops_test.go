@@ -3,6 +3,7 @@ package ordersapp_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -62,4 +63,18 @@ func TestMetricsAndUnknownRoutes(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, nf.Status)
 	assert.Equal(t, "not_found", nf.problem(t).Code)
 	assert.NotEmpty(t, nf.Header.Get("X-Request-Id"), "every response carries its request id")
+}
+
+func TestRequestIDFromClientIsBounded(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	ok := rp.call(http.MethodGet, "/healthz", "", "", nil, "X-Request-ID", "client-id-42")
+	assert.Equal(t, "client-id-42", ok.Header.Get("X-Request-Id"), "a sane id is kept")
+	long := strings.Repeat("x", 6000)
+	r := rp.call(http.MethodGet, "/healthz", "", "", nil, "X-Request-ID", long)
+	got := r.Header.Get("X-Request-Id")
+	assert.NotEqual(t, long, got, "an oversized id is replaced")
+	assert.NotEmpty(t, got)
+	assert.LessOrEqual(t, len(got), 128)
 }

@@ -1,9 +1,12 @@
 package ordersapp_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -85,6 +88,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"not an object", alice, []byte(`[1,2]`), 400, "malformed_body"},
 		{"unknown field", alice, []byte(`{"product_id":1,"quantity":1,"discount":100}`), 400, "malformed_body"},
 		{"wrong type", alice, []byte(`{"product_id":"1","quantity":1}`), 400, "malformed_body"},
+		{"wrongly cased field", alice, []byte(`{"PRODUCT_ID":1,"quantity":1}`), 400, "malformed_body"},
+		{"duplicate field", alice, []byte(`{"product_id":1,"quantity":1,"quantity":2}`), 400, "malformed_body"},
 		{"empty body", alice, []byte(``), 400, "malformed_body"},
 		{"quantity 0", alice, []byte(`{"product_id":1,"quantity":0}`), 400, "validation_failed"},
 		{"quantity 11", alice, []byte(`{"product_id":1,"quantity":11}`), 400, "validation_failed"},
@@ -130,5 +135,26 @@ func TestChunkedOversizeBodyIs413(t *testing.T) {
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(resp.Body)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, buf.String())
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+}
+
+// A body that ends before its Content-Length is the client's fault: 400, not 500, and nothing written.
+func TestTruncatedBodyIs400(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(rp.srv.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+		"Idempotency-Key: trunc-1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"product_id\":1", alice)
+	require.NoError(t, err)
+	require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	b, _ := io.ReadAll(resp.Body)
+	assert.Contains(t, string(b), `"code":"body_unreadable"`)
 	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
 }

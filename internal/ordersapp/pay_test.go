@@ -394,3 +394,68 @@ func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
 	})
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND applied", id))
 }
+
+// A FAILED callback that arrives while the order is still PENDING (the pay call timed out, so nobody
+// recorded PAYING yet) is stale and never resent; the sweeper, finding the failed payment, closes the
+// order as FAILED instead of leaving it PAYING forever.
+func TestFailedCallbackBeforePayRecordedStillEndsFailed(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.Chaos.CreateTimeoutRate = 1
+		c.CreateTimeoutDelay = 3 * time.Second
+	})
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, 300*time.Millisecond)(c)
+		c.PaymentsTimeout = 200 * time.Millisecond
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-race").Status)
+	mock.setChaos(t, `{"create_timeout_rate":0}`)
+	p, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	require.True(t, found)
+	_, err = mock.client.Decline(context.Background(), p.ID)
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "the FAILED callback to arrive", func() bool {
+		return count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'FAILED'", id) == 1
+	})
+	require.Equal(t, "PENDING", statusOf(t, env.DB, id), "FAILED cannot apply to a PENDING order")
+
+	waitLeaseOver(t, env, "pay-race")
+	_, err = rp.app.Sweeper.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-race").State)
+	assert.Equal(t, "FAILED", statusOf(t, env.DB, id))
+}
+
+func TestPayBodyAndBusyOrder(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	// The order says what to pay; a body with fields is refused, not ignored.
+	r := rp.call(http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", id), alice, "pay-body", []byte(`{"amount_cents":1}`))
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Equal(t, "malformed_body", r.problem(t).Code)
+	assert.Zero(t, count(t, env.DB, "idempotency_keys", "idempotency_key = 'pay-body'"))
+
+	// Another request holds the order's pay lock: a new key is told the order is busy.
+	locker, err := lock.New(env.Redis, env.Prefix)
+	require.NoError(t, err)
+	lease, err := locker.Acquire(context.Background(), payments.LockName(id), 5*time.Second)
+	require.NoError(t, err)
+	busy := rp.pay(alice, id, "pay-busy")
+	assert.Equal(t, http.StatusConflict, busy.Status)
+	bp := busy.problem(t)
+	assert.Equal(t, "idempotency_key_in_use", bp.Code)
+	assert.Contains(t, bp.Detail, "another request", "the detail does not claim this key was used before")
+	assert.NotEmpty(t, busy.Header.Get("Retry-After"))
+	require.NoError(t, locker.Release(context.Background(), lease))
+
+	ok := rp.call(http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", id), alice, "pay-busy", []byte(`{}`))
+	assert.Equal(t, http.StatusCreated, ok.Status, "%s", ok.Body)
+	assert.EqualValues(t, 1, mock.creates(t))
+}

@@ -217,6 +217,10 @@ func (s *Service) apply(ctx context.Context, tx *gorm.DB, cb Callback, o orders.
 		return OutcomeApplied, "payment failed", nil
 
 	case StatusRefunded:
+		if cb.AmountCents < o.AmountCents {
+			// A partial refund leaves the order as it is: REFUNDED means the whole amount came back.
+			return OutcomeStale, fmt.Sprintf("partial refund of %d of %d cents: order unchanged", cb.AmountCents, o.AmountCents), nil
+		}
 		refunded, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefunded, "")
 		if err != nil {
 			return "", "", err

@@ -3,12 +3,12 @@ package payments
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/paysig"
+	"idemshop/internal/platform/problem"
 )
 
 // Handler is the callback route. It carries no bearer auth: the signature is the authentication.
@@ -33,7 +33,7 @@ func (h *Handler) Mount(e *echo.Echo) {
 var callbackAck = map[string]string{"result": "success"}
 
 func (h *Handler) callback(c echo.Context) error {
-	raw, err := io.ReadAll(c.Request().Body)
+	raw, err := problem.ReadBody(c.Request().Body)
 	if err != nil {
 		return fmt.Errorf("read callback body: %w", err)
 	}
@@ -46,7 +46,7 @@ func (h *Handler) callback(c echo.Context) error {
 // MountUnsafe adds the lab's unguarded twin, POST /lab/unsafe/payments/callback (S1). Lab mode only.
 func (h *Handler) MountUnsafe(e *echo.Echo) {
 	e.POST("/lab/unsafe/payments/callback", func(c echo.Context) error {
-		raw, err := io.ReadAll(c.Request().Body)
+		raw, err := problem.ReadBody(c.Request().Body)
 		if err != nil {
 			return fmt.Errorf("read callback body: %w", err)
 		}

@@ -40,6 +40,11 @@ var (
 		"the payment platform did not answer in time; retry with the same Idempotency-Key")
 )
 
+// errOrderBusy is idempotency_key_in_use (the contract's answer to a concurrent retry of one key) with a
+// detail that is also true when the concurrent request carries another key.
+var errOrderBusy = idempotency.ErrKeyInUse.WithDetail(
+	"a pay request for this order is in progress (a retry of this one, or another request); retry later")
+
 // PayConfig shapes the pay flow. Durations are wall-clock.
 type PayConfig struct {
 	// CallbackURL is sent as notify_url.
@@ -123,6 +128,12 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 		return err // 404 stores nothing
 	}
 	if rec == nil && o.Status != orders.StatusPending {
+		// This key's own first request may have finished between the two reads: its record answers.
+		if cur, err := idempotency.Find(ctx, p.db, s); err != nil {
+			return err
+		} else if cur != nil {
+			return idempotency.Respond(c, p.metrics, route, *cur, fp, p.cfg.Lease)
+		}
 		// The local check: a new key for an order that already has a payment must not create a second
 		// one. (Two new keys racing past this check still get one payment: the platform is idempotent
 		// on merchant_order_no.)
@@ -136,8 +147,14 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 		lease, err = p.locker.Acquire(ctx, LockName(orderID), p.cfg.Lease)
 		switch {
 		case errors.Is(err, lock.ErrNotAcquired):
+			// Someone is paying this order. If it is this key's own first request and it has claimed its
+			// record by now, answer from the record; otherwise we cannot tell this key's first request
+			// from another key's, so say both.
+			if cur, ferr := idempotency.Find(ctx, p.db, s); ferr == nil && cur != nil {
+				return idempotency.Respond(c, p.metrics, route, *cur, fp, p.cfg.Lease)
+			}
 			p.metrics.Count(route, idempotency.OutcomeInFlight)
-			return idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+			return errOrderBusy.WithRetryAfter(p.cfg.Lease)
 		case err != nil:
 			lg.Warn("pay lock unavailable; the database lease and fence alone guard this payment", "err", err)
 			lease = nil // fence 0: the database issues the token
@@ -217,6 +234,23 @@ func (p *Payer) release(ctx context.Context, lease *lock.Lease) {
 	_ = p.locker.Release(rctx, lease) // ErrLost: expired already; the fence protects the record
 }
 
+// markPaying records that the order has a payment: PENDING → PAYING (0 rows is fine: the success callback
+// may already have made it PAID). If the platform already says the payment FAILED, the order goes on to
+// FAILED here: that FAILED callback may have arrived while the order was still PENDING, been answered
+// as stale (PENDING → FAILED is not a legal move) and never be resent, so this is the only place left
+// that can close the order.
+func (p *Payer) markPaying(ctx context.Context, tx *gorm.DB, orderID int64, pay payclient.Payment) error {
+	if _, err := p.orders.Transition(ctx, tx, orderID, orders.StatusPaying, pay.ID); err != nil {
+		return err
+	}
+	if pay.Status == StatusFailed {
+		if _, err := p.orders.Transition(ctx, tx, orderID, orders.StatusFailed, pay.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // result is what the platform's answer means for the record and the client.
 type result struct {
 	state  idempotency.State // PROCESSING: outcome unknown, nothing is written
@@ -240,8 +274,7 @@ func (p *Payer) record(c echo.Context, route string, rec idempotency.Record, o o
 	}
 	err = p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if r.state == idempotency.StateCompleted {
-			// PENDING → PAYING; 0 rows is fine: the success callback may already have made it PAID.
-			if _, err := p.orders.Transition(ctx, tx, o.ID, orders.StatusPaying, pay.ID); err != nil {
+			if err := p.markPaying(ctx, tx, o.ID, pay); err != nil {
 				return err
 			}
 		}

@@ -1,9 +1,9 @@
 package payments
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -47,10 +47,16 @@ func (h *PayHandler) pay(c echo.Context) error {
 		h.metrics.Count(c.Path(), idempotency.OutcomeInvalid)
 		return err
 	}
-	// The body is optional (the order says what to pay), but whatever is sent is part of the fingerprint.
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := problem.ReadBody(c.Request().Body)
 	if err != nil {
 		return fmt.Errorf("read request body: %w", err)
+	}
+	// The order says what to pay: the body must be empty or {}. Anything else is refused rather than
+	// silently ignored (a client sending an amount must learn that it is not used).
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := problem.DecodeJSON(body, &struct{}{}); err != nil {
+			return err
+		}
 	}
 	fp, err := idempotency.Fingerprint(c.Request().Method, c.Request().URL.Path, body)
 	if err != nil {

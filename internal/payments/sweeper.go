@@ -16,7 +16,6 @@ import (
 
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
-	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
 	"idemshop/internal/platform/problem"
 )
@@ -190,7 +189,7 @@ func (s *Sweeper) finish(ctx context.Context, rec idempotency.Record, result str
 	orderID, _ := orderIDFromPath(rec.Path)
 	err := p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if pay != nil {
-			if _, err := p.orders.Transition(ctx, tx, orderID, orders.StatusPaying, pay.ID); err != nil {
+			if err := p.markPaying(ctx, tx, orderID, *pay); err != nil {
 				return err
 			}
 		}

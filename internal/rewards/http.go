@@ -3,7 +3,6 @@ package rewards
 import (
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"time"
@@ -84,7 +83,7 @@ func (h *Handler) redeem(c echo.Context) error {
 		return h.view.RedeemDone(c, a)
 	}
 
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := problem.ReadBody(c.Request().Body)
 	if err != nil {
 		return fmt.Errorf("read request body: %w", err)
 	}

@@ -50,6 +50,16 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64) *echo.
 	}, []string{"route", "method", "code"})
 	reg.MustRegister(reqDuration)
 
+	// A client's X-Request-ID is kept (it ties our logs to theirs) only if it is short and printable;
+	// otherwise a fresh one replaces it.
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if id := c.Request().Header.Get(echo.HeaderXRequestID); id != "" && !validRequestID(id) {
+				c.Request().Header.Del(echo.HeaderXRequestID)
+			}
+			return next(c)
+		}
+	})
 	e.Use(middleware.RequestID())
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -153,4 +163,17 @@ func Run(ctx context.Context, e *echo.Echo, cfg Config, ready func(addr net.Addr
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// validRequestID accepts 1..128 printable ASCII characters.
+func validRequestID(id string) bool {
+	if len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -58,6 +58,8 @@ func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
 	if o.Logger != nil {
 		lg = gormlogger.NewSlogLogger(o.Logger, gormlogger.Config{
 			SlowThreshold: 500 * time.Millisecond, LogLevel: gormlogger.Warn, IgnoreRecordNotFoundError: true,
+			// Parameters carry tokens and personal data; logs get the SQL text only.
+			ParameterizedQueries: true,
 		})
 	}
 	db, err := gorm.Open(gormpg.New(gormpg.Config{Conn: sqlDB}), &gorm.Config{

@@ -6,11 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 )
 
-// DecodeJSON decodes body strictly into v: unknown fields, trailing data, wrong types and syntax errors
-// are all ErrMalformedBody with a detail that names the problem.
+// DecodeJSON decodes body strictly into v (a pointer to a struct): the body must be one JSON object
+// whose member names match the struct's json tags exactly, each at most once. Unknown or wrongly-cased
+// names, duplicates, trailing data, wrong types and syntax errors are all ErrMalformedBody with a
+// detail that names the problem.
+//
+// Why exact names: encoding/json alone matches names case-insensitively and lets a later duplicate win,
+// so {"product_id":3,"PRODUCT_ID":4} would decode as product 4 while the request fingerprint (canonical
+// JSON, keys kept as sent) differs from {"PRODUCT_ID":4,"product_id":3}'s only in ways the decoder
+// ignores: two different requests could share a fingerprint, or one meaning get two.
 func DecodeJSON(body []byte, v any) error {
+	if err := exactMembers(body, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -18,24 +30,60 @@ func DecodeJSON(body []byte, v any) error {
 		var synErr *json.SyntaxError
 		switch {
 		case errors.Is(err, io.EOF):
-			return ErrMalformedBody.withDetail("request body is empty").Wrap(err)
+			return ErrMalformedBody.WithDetail("request body is empty").Wrap(err)
+		case errors.As(err, &typeErr) && typeErr.Field == "":
+			return ErrMalformedBody.WithDetail("request body must be a JSON object").Wrap(err)
 		case errors.As(err, &typeErr):
-			return ErrMalformedBody.withDetail(fmt.Sprintf("field %q must be a %s", typeErr.Field, typeErr.Type)).Wrap(err)
+			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q must be a %s", typeErr.Field, typeErr.Type)).Wrap(err)
 		case errors.As(err, &synErr):
-			return ErrMalformedBody.withDetail(fmt.Sprintf("JSON syntax error at byte %d", synErr.Offset)).Wrap(err)
+			return ErrMalformedBody.WithDetail(fmt.Sprintf("JSON syntax error at byte %d", synErr.Offset)).Wrap(err)
 		default:
 			// Unknown fields come back as a plain error: `json: unknown field "x"`.
-			return ErrMalformedBody.withDetail(err.Error()).Wrap(err)
+			return ErrMalformedBody.WithDetail(err.Error()).Wrap(err)
 		}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return ErrMalformedBody.withDetail("trailing data after the JSON value")
+		return ErrMalformedBody.WithDetail("trailing data after the JSON value")
 	}
 	return nil
 }
 
-func (e *Error) withDetail(d string) *Error {
-	c := *e
-	c.Detail = d
-	return &c
+// exactMembers checks the top-level member names of a JSON object body against v's struct tags.
+// Bodies that are not objects are left to the decoder's own errors.
+func exactMembers(body []byte, v any) error {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	allowed := map[string]bool{}
+	for i := 0; i < t.Elem().NumField(); i++ {
+		name, _, _ := strings.Cut(t.Elem().Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			allowed[name] = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // a syntax error: the decoder reports it
+		}
+		name, _ := tok.(string)
+		if !allowed[name] {
+			return ErrMalformedBody.WithDetail(fmt.Sprintf("unknown field %q (names are case-sensitive)", name))
+		}
+		if seen[name] {
+			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q appears more than once", name))
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
 }

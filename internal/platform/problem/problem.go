@@ -67,6 +67,13 @@ func (e *Error) WithRetryAfter(d time.Duration) *Error {
 	return &c
 }
 
+// WithDetail returns a copy of e with another detail (same kind and code).
+func (e *Error) WithDetail(d string) *Error {
+	c := *e
+	c.Detail = d
+	return &c
+}
+
 // Wrap returns a copy of e with cause as its underlying error.
 func (e *Error) Wrap(cause error) *Error {
 	c := *e

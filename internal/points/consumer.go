@@ -51,6 +51,9 @@ type ConsumerConfig struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// Fault, when non-nil, is called at each crash point (fault.go; lab mode only).
 	Fault func(FaultPoint)
+	// Unsafe, when set, swaps the two-layer dedup for a deliberately broken twin (consumer_unsafe.go;
+	// lab mode only). Empty is the guarded consumer.
+	Unsafe UnsafeMode
 }
 
 func (c ConsumerConfig) validate() error {
@@ -65,7 +68,7 @@ func (c ConsumerConfig) validate() error {
 		return fmt.Errorf("points: bad consumer config (prefetch %d, batch %d, lease %s, done %s, poll %s, reconnect %s..%s)",
 			c.Prefetch, c.BatchSize, c.LeaseTTL, c.DoneTTL, c.LeasePoll, c.ReconnectMin, c.ReconnectMax)
 	}
-	return nil
+	return c.Unsafe.validate()
 }
 
 // Outcomes of a message, the label values of idemshop_points_messages_total.
@@ -83,6 +86,7 @@ type Consumer struct {
 	cfg      ConsumerConfig
 	logger   *slog.Logger
 	messages *prometheus.CounterVec
+	unsafe   *unsafeDedup // lab only (consumer_unsafe.go); nil runs the guarded handle
 }
 
 // NewConsumer returns a consumer writing through db, leasing in rdb, with metrics registered on reg.
@@ -110,6 +114,7 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 	return &Consumer{
 		ledger: ledger, cfg: cfg, logger: logger.With("component", "points-consumer"), messages: messages,
 		leases: &leases{rdb: rdb, prefix: cfg.KeyPrefix, ttl: cfg.LeaseTTL, doneTTL: cfg.DoneTTL},
+		unsafe: newUnsafeDedup(cfg.Unsafe, logger),
 	}, nil
 }
 
@@ -244,6 +249,10 @@ type message struct {
 //  4. mark the leases done (EX DoneTTL), release the ones of failed messages;
 //  5. nack the failures one by one (requeue), then ack every success with one multiple-ack.
 func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp.Delivery) {
+	if c.unsafe != nil { // lab only: this function's broken twin, consumer_unsafe.go
+		c.handleUnsafe(ctx, work, ch, ds)
+		return
+	}
 	msgs := make([]*message, len(ds))
 	byBiz := make(map[string]*message, len(ds))
 	var firsts []*message

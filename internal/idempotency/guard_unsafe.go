@@ -1,0 +1,255 @@
+package idempotency
+
+// LAB ONLY — three ways teams get ladder step 1 wrong, each the Guard of guard.go with one piece of it
+// missing. Mounted only with ORDERS_LAB=true, under /lab/unsafe/v1 (internal/ordersapp/lab_idempotency.go).
+//
+//   - CheckThenInsert (lab scenario S2, double submit): "look the key up; if it is absent, create the
+//     order, then remember the key", each statement on its own. N identical requests arriving together
+//     all find no key before any of them has stored one, so every one creates an order. Guard instead
+//     INSERTs the key first, in the same transaction as the work: the unique index makes the second
+//     insert wait for the first transaction, then conflict.
+//   - CommitKeyFirst (S3): the key row is committed on its own, then the work runs in another
+//     transaction. When the work fails (not enough stock) nothing rolls the key row back: it stays
+//     PROCESSING, and every retry of the key is refused with 409 "in use" until the reaper deletes it a
+//     day later. Guard inserts the key inside the work's transaction, so a failure removes both.
+//   - IgnoreFingerprint (S10): the key is the whole identity of the request. A second request with the
+//     same key but another body gets the first request's stored answer (a 201 for an order it did not
+//     ask for), and nobody notices. Guard compares fingerprints before replaying: 422.
+//
+// None of them uses the Redis in-flight marker: it only refines the answers of the guarded path and is
+// not what any of these failures is about.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"gorm.io/gorm"
+
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/problem"
+)
+
+// unsafeRetryAfter is the Retry-After of the unsafe variants' 409 answers.
+const unsafeRetryAfter = time.Second
+
+// keyedRequest is what every variant reads first, exactly as Guard.Run does.
+type keyedRequest struct {
+	route, method, path string
+	scope               Scope
+	body                []byte
+	fp                  string
+}
+
+func readKeyedRequest(c echo.Context, m *Metrics, userID int64) (keyedRequest, error) {
+	req := c.Request()
+	r := keyedRequest{route: c.Path(), method: req.Method, path: req.URL.Path}
+	key, err := KeyFromHeader(req.Header)
+	if err != nil {
+		m.Count(r.route, OutcomeInvalid)
+		return r, err
+	}
+	if r.body, err = problem.ReadBody(req.Body); err != nil {
+		return r, fmt.Errorf("read request body: %w", err)
+	}
+	if r.fp, err = Fingerprint(req.Method, req.URL.Path, r.body); err != nil {
+		return r, problem.ErrMalformedBody.Wrap(err)
+	}
+	r.scope = Scope{UserID: userID, Key: key}
+	return r, nil
+}
+
+func newUnsafe(db *gorm.DB, m *Metrics) error {
+	if db == nil || m == nil {
+		return errors.New("idempotency: an unsafe lab runner needs a db and metrics")
+	}
+	return nil
+}
+
+// CheckThenInsert is the S2 variant: check, work, then insert, each in its own statement.
+type CheckThenInsert struct {
+	db      *gorm.DB
+	metrics *Metrics
+}
+
+// NewCheckThenInsert returns the S2 variant. LAB ONLY.
+func NewCheckThenInsert(db *gorm.DB, m *Metrics) (*CheckThenInsert, error) {
+	if err := newUnsafe(db, m); err != nil {
+		return nil, err
+	}
+	return &CheckThenInsert{db: db, metrics: m}, nil
+}
+
+// Run looks the key up, runs work, then stores the key with the response.
+func (u *CheckThenInsert) Run(c echo.Context, userID int64, work Work) error {
+	r, err := readKeyedRequest(c, u.metrics, userID)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	// 1. The check. It reads only what is committed, and nothing is committed until step 3: every
+	//    concurrent duplicate passes it. (Guard has no check: its INSERT is the check.)
+	rec, err := Find(ctx, u.db, r.scope)
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		return Respond(c, u.metrics, r.route, *rec, r.fp, unsafeRetryAfter)
+	}
+	// 2. The work, in a transaction of its own: the order commits here, whatever happens next.
+	var (
+		status int
+		v      any
+	)
+	err = u.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		status, v, err = work(ctx, tx, r.body)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	respBody, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	// 3. The insert. For all but one of the concurrent duplicates the unique index refuses it now, too
+	//    late: their orders are committed, and their clients get a 500 for an order that exists.
+	err = u.db.WithContext(ctx).Exec(`INSERT INTO idempotency_keys
+			(user_id, idempotency_key, method, path, fingerprint, state, response_status, response_body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.scope.UserID, r.scope.Key, r.method, r.path, r.fp, StateCompleted, status, respBody).Error
+	if err != nil {
+		return fmt.Errorf("store idempotency key: %w", postgres.TranslateError(err))
+	}
+	u.metrics.Count(r.route, OutcomeExecuted)
+	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
+}
+
+// CommitKeyFirst is the S3 variant: the key row commits before, and apart from, the work.
+type CommitKeyFirst struct {
+	db      *gorm.DB
+	metrics *Metrics
+}
+
+// NewCommitKeyFirst returns the S3 variant. LAB ONLY.
+func NewCommitKeyFirst(db *gorm.DB, m *Metrics) (*CommitKeyFirst, error) {
+	if err := newUnsafe(db, m); err != nil {
+		return nil, err
+	}
+	return &CommitKeyFirst{db: db, metrics: m}, nil
+}
+
+// Run claims the key in its own commit, then runs work and stores the response in a second transaction.
+func (u *CommitKeyFirst) Run(c echo.Context, userID int64, work Work) error {
+	r, err := readKeyedRequest(c, u.metrics, userID)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	// The claim runs on u.db, not on the work's tx: it commits on its own, right now. This line is the
+	// whole difference from Guard.Run.
+	id, err := insertClaim(u.db.WithContext(ctx), r.scope, r.method, r.path, r.fp)
+	if err != nil {
+		return err
+	}
+	if id == 0 {
+		// A PROCESSING row left by a failed attempt answers 409 here, for every retry, for ever.
+		rec, err := Find(ctx, u.db, r.scope)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return ErrKeyInUse.WithRetryAfter(unsafeRetryAfter)
+		}
+		return Respond(c, u.metrics, r.route, *rec, r.fp, unsafeRetryAfter)
+	}
+	var (
+		status   int
+		respBody []byte
+	)
+	err = u.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		status, respBody, err = workAndStore(ctx, tx, id, r.body, work)
+		return err
+	})
+	if err != nil {
+		// This rollback takes the work back, but not the key row: it was committed before.
+		return err
+	}
+	u.metrics.Count(r.route, OutcomeExecuted)
+	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
+}
+
+// IgnoreFingerprint is the S10 variant: Guard's single transaction, but the stored answer is replayed
+// to any request that carries the key.
+type IgnoreFingerprint struct {
+	db      *gorm.DB
+	metrics *Metrics
+}
+
+// NewIgnoreFingerprint returns the S10 variant. LAB ONLY.
+func NewIgnoreFingerprint(db *gorm.DB, m *Metrics) (*IgnoreFingerprint, error) {
+	if err := newUnsafe(db, m); err != nil {
+		return nil, err
+	}
+	return &IgnoreFingerprint{db: db, metrics: m}, nil
+}
+
+// Run is Guard.Run's transaction, answering a taken key from its record without comparing fingerprints.
+func (u *IgnoreFingerprint) Run(c echo.Context, userID int64, work Work) error {
+	r, err := readKeyedRequest(c, u.metrics, userID)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	var (
+		status   int
+		respBody []byte
+		existing *Record
+	)
+	err = u.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		id, err := insertClaim(tx, r.scope, r.method, r.path, r.fp)
+		if err != nil {
+			return err
+		}
+		if id == 0 {
+			existing, err = Find(ctx, tx, r.scope)
+			return err
+		}
+		status, respBody, err = workAndStore(ctx, tx, id, r.body, work)
+		return err
+	})
+	switch {
+	case errors.Is(err, postgres.ErrLockTimeout):
+		return ErrKeyInUse.WithRetryAfter(unsafeRetryAfter).Wrap(err)
+	case err != nil:
+		return err
+	case existing != nil:
+		// The missing guard: the record's own fingerprint is passed where Guard passes this request's,
+		// so the mismatch check always passes and the first request's answer is replayed to this one.
+		return Respond(c, u.metrics, r.route, *existing, existing.Fingerprint, unsafeRetryAfter)
+	}
+	u.metrics.Count(r.route, OutcomeExecuted)
+	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
+}
+
+// workAndStore runs work in tx and stores its response on key row id, as Guard.Run does.
+func workAndStore(ctx context.Context, tx *gorm.DB, id int64, body []byte, work Work) (int, []byte, error) {
+	st, v, err := work(ctx, tx, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	respBody, err := json.Marshal(v)
+	if err != nil {
+		return 0, nil, fmt.Errorf("encode response: %w", err)
+	}
+	err = tx.Exec(`UPDATE idempotency_keys
+		SET state = ?, response_status = ?, response_body = ?, updated_at = now()
+		WHERE id = ?`, StateCompleted, st, respBody, id).Error
+	if err != nil {
+		return 0, nil, fmt.Errorf("store idempotent response: %w", err)
+	}
+	return st, respBody, nil
+}

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,13 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
-	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/testenv"
 )
 
@@ -31,19 +27,13 @@ import (
 func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	t.Parallel()
 	svc := testenv.Find(t)
-	bin := buildOrders(t)
+	bin := testenv.Build(t, "idemshop/cmd/orders")
 
-	reg := prometheus.NewRegistry()
-	platform, err := paymock.New(paymock.Config{
+	mock := testenv.StartPaymentsMock(t, paymock.Config{
 		Secret: []byte(config.DefaultOrders().PaymentWebhookSecret), RetrySchedule: []time.Duration{50 * time.Millisecond},
 		CallbackTimeout: time.Second, CreateTimeoutDelay: time.Second, DeliveryLogLimit: 100,
 		Chaos: paymock.Chaos{Duplicates: 1, Parallel: true, Seed: 7},
-	}, slog.New(slog.DiscardHandler), reg)
-	require.NoError(t, err)
-	e := httpserver.New(slog.New(slog.DiscardHandler), reg, 1<<20)
-	platform.Register(e)
-	mock := httptest.NewServer(e)
-	t.Cleanup(mock.Close)
+	}).Server
 
 	name := fmt.Sprintf("idemshop_test_%d_crash", os.Getpid())
 	dbURL := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
@@ -54,13 +44,13 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 			conn.Close(ctx)
 		}
 	})
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	env := append(os.Environ(),
 		"HTTP_ADDR="+addr, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
 		fmt.Sprintf("REDIS_KEY_PREFIX=crash-%d:", os.Getpid()), "PAYMENTS_URL="+mock.URL,
 		"CALLBACK_URL=http://"+addr+"/v1/payments/callback", "PAY_LEASE=500ms", "SWEEP_INTERVAL=1h")
 
-	var logs syncBuffer
+	var logs testenv.Output
 	crashing := exec.Command(bin)
 	crashing.Env = append(append([]string{}, env...), "ORDERS_LAB=true", "PAY_FAULT=crash-before-write")
 	crashing.Stdout, crashing.Stderr = &logs, &logs
@@ -68,7 +58,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- crashing.Wait() }()
 	t.Cleanup(func() { _ = crashing.Process.Kill() })
-	waitReady(t, "http://"+addr, &logs)
+	testenv.WaitReady(t, "http://"+addr, 30*time.Second, &logs)
 
 	orderID := post(t, "http://"+addr+"/v1/orders", "order-1", `{"product_id":1,"quantity":1}`)
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/v1/orders/%d/pay", addr, orderID), nil)
@@ -124,21 +114,6 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 		assert.Equal(t, paymentID, p)
 	}
 	assert.Equal(t, 1, found, "exactly one payment at the platform")
-}
-
-func waitReady(t *testing.T, base string, logs *syncBuffer) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get(base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		require.True(t, time.Now().Before(deadline), "orders never became ready; logs:\n%s", logs.String())
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func post(t *testing.T, url, key, body string) int64 {

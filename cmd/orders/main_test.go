@@ -1,17 +1,13 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +24,7 @@ import (
 func TestOrdersBinaryEndToEnd(t *testing.T) {
 	t.Parallel()
 	svc := testenv.Find(t)
-	bin := buildOrders(t)
+	bin := testenv.Build(t, "idemshop/cmd/orders")
 
 	name := fmt.Sprintf("idemshop_test_%d_e2e", os.Getpid())
 	dbURL := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
@@ -39,8 +35,8 @@ func TestOrdersBinaryEndToEnd(t *testing.T) {
 			conn.Close(ctx)
 		}
 	})
-	addr := freeAddr(t)
-	var logs syncBuffer
+	addr := testenv.FreeAddr(t)
+	var logs testenv.Output
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
 		"HTTP_ADDR="+addr, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
@@ -52,18 +48,7 @@ func TestOrdersBinaryEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	base := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		require.True(t, time.Now().Before(deadline), "orders never became ready; logs:\n%s", logs.String())
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitReady(t, base, 30*time.Second, &logs)
 
 	post := func() (*http.Response, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/orders", strings.NewReader(`{"product_id":2,"quantity":1}`))
@@ -91,53 +76,4 @@ func TestOrdersBinaryEndToEnd(t *testing.T) {
 	}
 	assert.Contains(t, logs.String(), `"request_id"`, "request lines carry the request id")
 	assert.Contains(t, logs.String(), "orders stopped")
-}
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	buildOut  []byte
-)
-
-// buildOrders builds the orders binary once for all tests of this package.
-func buildOrders(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "orders-e2e-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "orders")
-		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-	})
-	require.NoError(t, buildErr, "%s", buildOut)
-	return binPath
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// syncBuffer collects the child's output; exec copies into it from its own goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

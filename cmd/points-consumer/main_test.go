@@ -1,19 +1,15 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +30,7 @@ import (
 // consumer; the invariant is checked on the database.
 func TestCrashWindowsAreGuarded(t *testing.T) {
 	t.Parallel()
-	bin := build(t)
+	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	cases := map[string]struct {
 		fault         points.FaultPoint
 		rowsAfterKill int64  // what the dead process left committed
@@ -87,7 +83,7 @@ func TestCrashWindowsAreGuarded(t *testing.T) {
 // Without lab mode a fault is refused at start, naming the variable.
 func TestFaultNeedsLabMode(t *testing.T) {
 	t.Parallel()
-	bin := build(t)
+	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "POINTS_FAULT=exit-after-commit", "ORDERS_LAB=false")
 	out, err := cmd.CombinedOutput()
@@ -97,46 +93,16 @@ func TestFaultNeedsLabMode(t *testing.T) {
 
 // --- helpers ---
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	buildOut  []byte
-)
-
-func build(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "points-consumer-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "points-consumer")
-		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-	})
-	require.NoError(t, buildErr, "%s", buildOut)
-	return binPath
-}
-
 type proc struct {
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *testenv.Output
 	addr   string
 	exited chan error
 }
 
 func start(t *testing.T, bin string, env *testenv.Env, extra ...string) *proc {
 	t.Helper()
-	p := &proc{logs: &syncBuffer{}, addr: freeAddr(t), exited: make(chan error, 1)}
+	p := &proc{logs: &testenv.Output{}, addr: testenv.FreeAddr(t), exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+p.addr, "DATABASE_URL="+env.DatabaseURL,
 		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL, "REDIS_KEY_PREFIX="+env.Prefix,
@@ -156,7 +122,7 @@ func start(t *testing.T, bin string, env *testenv.Env, extra ...string) *proc {
 		return resp.StatusCode == http.StatusOK
 	}, "points-consumer ready; logs:\n%s", p.logs.String())
 	// Ready means the dependencies answer; wait until the consumer itself is subscribed too.
-	waitFor(t, 15*time.Second, func() bool { return bytes.Contains(p.logs.bytes(), []byte("points consumer connected")) },
+	waitFor(t, 15*time.Second, func() bool { return p.logs.Contains("points consumer connected") },
 		"subscribed; logs:\n%s", p.logs.String())
 	return p
 }
@@ -241,36 +207,4 @@ func ledgerRows(t *testing.T, env *testenv.Env) int64 {
 func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	require.Eventually(t, cond, timeout, 25*time.Millisecond, append([]any{msg}, args...)...)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// syncBuffer collects the child's output; exec copies into it from its own goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }

@@ -2,19 +2,15 @@ package ordersapp_test
 
 import (
 	"context"
-	"log/slog"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/payclient"
 	"idemshop/internal/paymock"
-	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/testenv"
 )
 
@@ -26,30 +22,11 @@ func TestPaymentsMockTripleCallbacksEndToEnd(t *testing.T) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{})
 
-	const seed = 20261129
-	t.Logf("chaos seed %d", seed)
-	reg := prometheus.NewRegistry()
-	platform, err := paymock.New(paymock.Config{
-		Secret:             demoSecret,
-		AutoApproveDelay:   10 * time.Millisecond,
-		RetrySchedule:      []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond},
-		CallbackTimeout:    5 * time.Second,
-		CreateTimeoutDelay: time.Second,
-		DeliveryLogLimit:   10000,
-		Chaos:              paymock.Chaos{Duplicates: 3, Parallel: true, Seed: seed},
-	}, slog.New(slog.DiscardHandler), reg)
-	require.NoError(t, err)
-	e := httpserver.New(slog.New(slog.DiscardHandler), reg, 1<<20)
-	platform.Register(e)
-	mock := httptest.NewServer(e)
-	t.Cleanup(func() {
-		mock.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = platform.Close(ctx)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.AutoApproveDelay = 10 * time.Millisecond
+		c.Chaos = paymock.Chaos{Duplicates: 3, Parallel: true, Seed: 20261129}
 	})
-	client, err := payclient.New(mock.URL, 5*time.Second)
-	require.NoError(t, err)
+	platform, client := mock.Platform, mock.client
 
 	const n = 20
 	ids := make([]int64, n)

@@ -2,7 +2,6 @@ package ordersapp_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -24,7 +23,6 @@ import (
 	"idemshop/internal/payments"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
-	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/problem"
 	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
@@ -211,19 +209,8 @@ func newMock(t testing.TB, mutate func(*paymock.Config)) *mockPlatform {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	t.Logf("payments-mock chaos seed %d", cfg.Chaos.Seed)
-	reg := prometheus.NewRegistry()
-	p, err := paymock.New(cfg, slog.New(slog.DiscardHandler), reg)
-	require.NoError(t, err)
-	e := httpserver.New(slog.New(slog.DiscardHandler), reg, 1<<20)
-	p.Register(e)
-	srv := httptest.NewServer(e)
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Close(ctx)
-	})
+	m := testenv.StartPaymentsMock(t, cfg)
+	p, srv, reg := m.Platform, m.Server, m.Registry
 	client, err := payclient.New(srv.URL, 5*time.Second)
 	require.NoError(t, err)
 	return &mockPlatform{Platform: p, srv: srv, reg: reg, client: client}

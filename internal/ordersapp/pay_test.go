@@ -381,12 +381,19 @@ func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
 	p, err := mock.client.GetPayment(context.Background(), paymentID(t, r))
 	require.NoError(t, err)
 	assert.Equal(t, amount, p.RefundedCents, "refunded once, in full")
+	// The platform logs a delivery after the receiver answered, so wait for all three copies.
 	events := map[string]bool{}
-	for _, a := range mock.Deliveries() {
-		if a.Source == "refund" {
-			events[a.EventID] = true
+	eventually(t, 10*time.Second, "the 3 refund deliveries to be logged", func() bool {
+		n := 0
+		clear(events)
+		for _, a := range mock.Deliveries() {
+			if a.Source == "refund" && a.Final {
+				events[a.EventID] = true
+				n++
+			}
 		}
-	}
+		return n == 3
+	})
 	assert.Len(t, events, 1, "one refund event")
 	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'DONE'", id))
 	eventually(t, 10*time.Second, "all refund callbacks to arrive", func() bool {

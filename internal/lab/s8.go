@@ -2,10 +2,164 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"idemshop/internal/idempotency"
+	"idemshop/internal/lock"
 )
 
-// runS8 is not built yet.
+// s8Lease is the holders' lease (the Redis lock TTL and the record's locked_until): short, so that the
+// takeover comes quickly; the scenario waits for its end by polling, never by sleeping.
+const s8Lease = 300 * time.Millisecond
+
+// runS8 plays ladder step 4 in-process, on the record store the pay flow uses. Holder A claims a pay
+// record with fencing token t and is paused (its platform call hangs). Its lease runs out; B (a retry,
+// or the sweeper) takes the record over with token t+1, finds the payment and finishes COMPLETED. Then
+// A wakes up and writes its stale result, FAILED_RETRYABLE. Unsafe: idempotency.Store.FinishUnfenced
+// overwrites B's result. Guarded: idempotency.Store.Finish carries A's token, and the database refuses
+// it (ErrFenced).
 func runS8(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
-	return Unsafe{}, Guarded{}, errors.New("S8: not built yet")
+	var u Unsafe
+	var g Guarded
+	for _, unsafe := range []bool{true, false} {
+		f, err := env.NewFixture(ctx, "S8")
+		if err != nil {
+			return u, g, err
+		}
+		m, err := s8Side(ctx, env, f, unsafe)
+		if cerr := f.Close(ctx); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return u, g, err
+		}
+		stored := "B's COMPLETED 201"
+		if m["stored_is_a"] == 1 {
+			stored = "A's FAILED_RETRYABLE 503: B's payment is forgotten, the next retry pays again"
+		}
+		if unsafe {
+			u.Measured = m
+			u.Reproduced = m["stored_is_a"] == 1 && m["late_write_rejected"] == 0
+			u.Detail = fmt.Sprintf("A (fence %d) wrote after B (fence %d) completed: record holds %s",
+				m["fence_a"], m["fence_b"], stored)
+		} else {
+			g.Measured = m
+			g.OK = m["late_write_rejected"] == 1 && m["stored_is_b"] == 1 && m["fence_b"] > m["fence_a"]
+			g.Detail = fmt.Sprintf("A's late write (fence %d < %d) rejected: record holds %s",
+				m["fence_a"], m["fence_b"], stored)
+		}
+	}
+	return u, g, nil
+}
+
+func s8Side(ctx context.Context, env *Env, f *Fixture, unsafe bool) (map[string]int64, error) {
+	product, err := f.Product(ctx, 10, 1500)
+	if err != nil {
+		return nil, err
+	}
+	o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s8-%d", time.Now().UnixNano()), product, 1)
+	if err != nil || r.Status != http.StatusCreated {
+		return nil, fmt.Errorf("S8: create order: %v (HTTP %d %s)", err, r.Status, r.Body)
+	}
+	// A registry of the scenario's own: only the store's metrics are needed, and not on anyone's /metrics.
+	store, err := idempotency.NewStore(env.DB, idempotency.NewMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		return nil, err
+	}
+	locker, err := lock.New(env.Redis, env.RedisPrefix)
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("lab:s8:order:%d", o.ID)
+	defer func() {
+		_ = env.Redis.Del(context.WithoutCancel(ctx), locker.LockKey(name), locker.FenceKey(name)).Err()
+	}()
+	// A pay-like path outside /v1/orders/%/pay, so that the real sweeper leaves this record to the lab.
+	path := fmt.Sprintf("/lab/s8/orders/%d/pay", o.ID)
+	fp, err := idempotency.Fingerprint(http.MethodPost, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	scope := idempotency.Scope{UserID: f.UserID, Key: fmt.Sprintf("s8-pay-%d", o.ID)}
+
+	// A claims the record with its token, then pauses: it writes nothing until the end.
+	leaseA, err := locker.Acquire(ctx, name, s8Lease)
+	if err != nil {
+		return nil, fmt.Errorf("S8: A's lock: %w", err)
+	}
+	a, err := store.Claim(ctx, scope, http.MethodPost, path, fp, leaseA.Fence, s8Lease)
+	if err != nil || !a.Claimed {
+		return nil, fmt.Errorf("S8: A's claim: claimed=%v: %v", a.Claimed, err)
+	}
+
+	// A's lease runs out in both places: the Redis lock and the record's locked_until.
+	over, err := Eventually(ctx, env.Quiet, func() (bool, error) {
+		n, err := env.Redis.Exists(ctx, locker.LockKey(name)).Result()
+		if err != nil || n != 0 {
+			return false, err
+		}
+		var expired bool
+		err = env.DB.WithContext(ctx).Raw(`SELECT locked_until < now() FROM idempotency_keys WHERE id = ?`,
+			a.Record.ID).Scan(&expired).Error
+		return expired, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !over {
+		return nil, fmt.Errorf("S8: A's lease did not run out within %s", env.Quiet)
+	}
+
+	// B takes over with the next token, finds the payment, and completes the record.
+	leaseB, err := locker.Acquire(ctx, name, s8Lease)
+	if err != nil {
+		return nil, fmt.Errorf("S8: B's lock: %w", err)
+	}
+	b, err := store.Claim(ctx, scope, http.MethodPost, path, fp, leaseB.Fence, s8Lease)
+	if err != nil || !b.Claimed {
+		return nil, fmt.Errorf("S8: B's takeover: claimed=%v: %v", b.Claimed, err)
+	}
+	bodyB, _ := json.Marshal(map[string]any{"order_id": o.ID, "payment_id": fmt.Sprintf("lab_pay_s8_%d", o.ID),
+		"status": "PAYING", "pay_url": ""})
+	if err := store.Finish(ctx, env.DB, b.Record.ID, b.Record.Fence, idempotency.StateCompleted, http.StatusCreated, bodyB); err != nil {
+		return nil, fmt.Errorf("S8: B's finish: %w", err)
+	}
+	_ = locker.Release(ctx, leaseB)
+
+	// A wakes up: its platform call failed, so it records "retry". Its lock is long gone; it does not know.
+	bodyA, _ := json.Marshal(map[string]any{"type": "about:blank", "title": "Service Unavailable", "status": 503,
+		"code": "payment_unavailable", "detail": "the payment platform is unavailable; retry with the same Idempotency-Key"})
+	var lateErr error
+	if unsafe {
+		lateErr = store.FinishUnfenced(ctx, env.DB, a.Record.ID, idempotency.StateFailedRetryable,
+			http.StatusServiceUnavailable, bodyA)
+	} else {
+		lateErr = store.Finish(ctx, env.DB, a.Record.ID, a.Record.Fence, idempotency.StateFailedRetryable,
+			http.StatusServiceUnavailable, bodyA)
+	}
+	if lateErr != nil && !errors.Is(lateErr, idempotency.ErrFenced) {
+		return nil, fmt.Errorf("S8: A's late write: %w", lateErr)
+	}
+
+	rec, err := idempotency.Find(ctx, env.DB, scope)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, errors.New("S8: the record is missing")
+	}
+	return map[string]int64{
+		"fence_a":             a.Record.Fence,
+		"fence_b":             b.Record.Fence,
+		"late_write_rejected": asCount(errors.Is(lateErr, idempotency.ErrFenced)),
+		"stored_is_a":         asCount(rec.State == idempotency.StateFailedRetryable && string(rec.ResponseBody) == string(bodyA)),
+		"stored_is_b":         asCount(rec.State == idempotency.StateCompleted && string(rec.ResponseBody) == string(bodyB)),
+		"stored_fence":        rec.Fence,
+	}, nil
 }

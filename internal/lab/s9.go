@@ -2,10 +2,203 @@ package lab
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"idemshop/internal/invariants"
+	"idemshop/internal/ordersapp"
+	"idemshop/internal/payments"
+	"idemshop/internal/paysig"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/redisx"
 )
 
-// runS9 is not built yet.
+// s9DeadRedis is a loopback address where nothing listens: every Redis call fails at once with
+// "connection refused", as when the Redis host is up but Redis is not.
+const s9DeadRedis = "redis://127.0.0.1:1/0"
+
+// runS9 is a callback storm while Redis is down. The lab starts an orders replica of its own whose
+// Redis is unreachable (the running orders' Redis is up) and storms its callback route: 20 orders, each
+// SUCCESS sent 3 times, all 60 at once. Then it sends the same storm to the running orders, with Redis,
+// as the baseline. Redis is an efficiency layer only: the per-order callback lock fails, the handler
+// goes straight to the conditional UPDATE, and every order must still be paid exactly once, without a
+// 5xx. What Redis buys is measured as the latency of both storms. There is no unsafe variant.
 func runS9(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
-	return Unsafe{}, Guarded{}, errors.New("S9: not built yet")
+	u := Unsafe{Reproduced: true, Side: Side{Detail: "n/a"}}
+	var g Guarded
+	url, stop, err := s9DegradedOrders(ctx, env)
+	if err != nil {
+		return u, g, err
+	}
+	degraded, err := s9Run(ctx, env, url)
+	stop()
+	if err != nil {
+		return u, g, err
+	}
+	normal, err := s9Run(ctx, env, env.OrdersURL)
+	if err != nil {
+		return u, g, err
+	}
+	g.Measured = map[string]int64{}
+	for prefix, m := range map[string]map[string]int64{"degraded_": degraded, "normal_": normal} {
+		for k, v := range m {
+			g.Measured[prefix+k] = v
+		}
+	}
+	held := func(m map[string]int64) bool {
+		return m["violations"] == 0 && m["status_5xx"] == 0 && m["non_200"] == 0 && m["paid"] == m["orders"] &&
+			m["applied"] == m["orders"] && m["outbox_rows"] == m["orders"] && m["stock_delta"] == -m["orders"]
+	}
+	g.OK = held(degraded) && held(normal)
+	g.Detail = fmt.Sprintf("%d orders x %d callbacks; Redis down: %d paid once, %d 5xx, p50 %.1f ms, p99 %.1f ms; Redis up: p50 %.1f ms, p99 %.1f ms",
+		degraded["orders"], degraded["copies"], degraded["paid"], degraded["status_5xx"],
+		s9Millis(degraded["p50_us"]), s9Millis(degraded["p99_us"]), s9Millis(normal["p50_us"]), s9Millis(normal["p99_us"]))
+	return u, g, nil
+}
+
+func s9Millis(us int64) float64 { return float64(us) / 1000 }
+
+// s9DegradedOrders starts an in-process orders (the real application, not in lab mode) on the lab's
+// database, broker names and key prefix, with Redis pointing at s9DeadRedis, and serves it on loopback.
+// Its workers are not started: the running orders' relay publishes the events it writes.
+func s9DegradedOrders(ctx context.Context, env *Env) (string, func(), error) {
+	cfg := config.DefaultOrders()
+	cfg.Postgres.URL = env.DatabaseURL
+	cfg.Redis.URL, cfg.Redis.KeyPrefix, cfg.Redis.Timeout = s9DeadRedis, env.RedisPrefix, 100*time.Millisecond
+	cfg.AMQPURL, cfg.NamePrefix = env.AMQPURL, env.AMQPPrefix
+	cfg.PaymentsURL = env.PaymentsURL
+	cfg.PaymentWebhookSecret = string(env.Secret)
+	// Its own pool, as a separate replica would have.
+	db, err := postgres.Open(ctx, cfg.Postgres.URL, postgres.Options{LockTimeout: cfg.LockTimeout,
+		StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: env.Log})
+	if err != nil {
+		return "", nil, fmt.Errorf("S9: open database: %w", err)
+	}
+	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout)
+	if err != nil {
+		_ = postgres.Close(db)
+		return "", nil, fmt.Errorf("S9: redis client: %w", err)
+	}
+	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: env.Log, DB: db, Redis: rdb,
+		Registry: prometheus.NewRegistry()})
+	if err != nil {
+		_ = rdb.Close()
+		_ = postgres.Close(db)
+		return "", nil, fmt.Errorf("S9: orders without Redis: %w", err)
+	}
+	srv := httptest.NewServer(app.Echo)
+	return srv.URL, func() {
+		srv.Close()
+		_ = rdb.Close()
+		_ = postgres.Close(db)
+	}, nil
+}
+
+// s9Run storms the callback route at baseURL on a fixture of its own and measures it.
+func s9Run(ctx context.Context, env *Env, baseURL string) (map[string]int64, error) {
+	f, err := env.NewFixture(ctx, "S9")
+	if err != nil {
+		return nil, err
+	}
+	m, err := s9Storm(ctx, env, f, baseURL)
+	if cerr := f.Close(ctx); err == nil {
+		err = cerr
+	}
+	return m, err
+}
+
+func s9Storm(ctx context.Context, env *Env, f *Fixture, baseURL string) (map[string]int64, error) {
+	const orderCount, copies, initial, price = 20, 3, 100, 1500
+	product, err := f.Product(ctx, initial, price)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, orderCount)
+	bodies := make([][]byte, orderCount)
+	for i := range orderCount {
+		o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s9-%d-%d", time.Now().UnixNano(), i), product, 1)
+		if err != nil || r.Status != http.StatusCreated {
+			return nil, fmt.Errorf("S9: create order: %v (HTTP %d %s)", err, r.Status, r.Body)
+		}
+		ids[i] = o.ID
+		// The copies of one callback are byte-identical, as a platform's resends are.
+		if bodies[i], err = json.Marshal(Callback(o.ID, payments.StatusSuccess, o.AmountCents,
+			fmt.Sprintf("lab-s9-%d", o.ID))); err != nil {
+			return nil, err
+		}
+	}
+
+	type answer struct {
+		status int
+		took   time.Duration
+	}
+	answers := Parallel(orderCount*copies, func(i int) answer {
+		body := bodies[i/copies]
+		start := time.Now()
+		r, err := env.Do(ctx, http.MethodPost, baseURL+"/v1/payments/callback", body,
+			paysig.Header, paysig.Sign(env.Secret, time.Now(), body))
+		if err != nil {
+			return answer{status: 0, took: time.Since(start)}
+		}
+		return answer{status: r.Status, took: time.Since(start)}
+	})
+	m := map[string]int64{"orders": orderCount, "copies": copies}
+	took := make([]time.Duration, 0, len(answers))
+	for _, a := range answers {
+		took = append(took, a.took)
+		if a.status != http.StatusOK {
+			m["non_200"]++
+		}
+		if a.status >= 500 || a.status == 0 { // 0: no answer at all, as bad as a 5xx
+			m["status_5xx"]++
+		}
+	}
+	slices.Sort(took)
+	m["p50_us"] = s9Percentile(took, 50).Microseconds()
+	m["p99_us"] = s9Percentile(took, 99).Microseconds()
+	m["max_us"] = took[len(took)-1].Microseconds()
+	m["p50_ms"] = s9Percentile(took, 50).Milliseconds()
+	m["p99_ms"] = s9Percentile(took, 99).Milliseconds()
+
+	// Each paid order credits points through the running relay and points-consumer: let that finish
+	// before the fixture goes, then read the rows.
+	if err := payAwaitPoints(ctx, env, ids); err != nil {
+		return nil, err
+	}
+	facts, err := invariants.Load(ctx, env.DB, ids)
+	if err != nil {
+		return nil, err
+	}
+	vs := invariants.PaidOnce(facts, false)
+	for _, fa := range facts {
+		if fa.Status == "PAID" {
+			m["paid"]++
+		}
+		m["applied"] += fa.CallbacksApplied
+		m["received"] += fa.CallbacksReceived
+		m["outbox_rows"] += fa.OutboxRows
+	}
+	delta, sv, err := invariants.Stock(ctx, env.DB, product, initial, -orderCount)
+	if err != nil {
+		return nil, err
+	}
+	m["stock_delta"] = delta
+	m["violations"] = int64(len(vs) + len(sv))
+	return m, nil
+}
+
+// s9Percentile is the nearest-rank percentile p of sorted durations.
+func s9Percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (p*len(sorted)+99)/100 - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
 }

@@ -102,6 +102,10 @@ type Orders struct {
 	// FormTokenInFlightLease bounds how long a submit holds its token IN_FLIGHT: after it, a crashed
 	// submit no longer blocks the form, and the token can be submitted again.
 	FormTokenInFlightLease time.Duration `env:"FORM_TOKEN_INFLIGHT_LEASE" envDefault:"10s"`
+	// LabStockLockTTL is the lease of the flash-sale lock in the unsafe S5 variant (ORDERS_LAB=true only):
+	// ample for a stock step that takes a few milliseconds, short so that a crashed holder does not stall
+	// the sale, and therefore shorter than the step once the database is slow.
+	LabStockLockTTL time.Duration `env:"LAB_STOCK_LOCK_TTL" envDefault:"50ms"`
 }
 
 // LoadOrders reads and validates the orders configuration from the environment.
@@ -128,6 +132,9 @@ func (c Orders) Validate() error {
 	positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
 	positive("PAY_LEASE", c.PayLease)
 	positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
+	if c.LabStockLockTTL < time.Millisecond {
+		errs = append(errs, fmt.Errorf("LAB_STOCK_LOCK_TTL must be >= 1ms (the Redis lease resolution), got %s", c.LabStockLockTTL))
+	}
 	if c.SweepMaxAttempts <= 0 || c.SweepBatch <= 0 {
 		errs = append(errs, fmt.Errorf("SWEEP_MAX_ATTEMPTS and SWEEP_BATCH must be > 0, got %d and %d", c.SweepMaxAttempts, c.SweepBatch))
 	}

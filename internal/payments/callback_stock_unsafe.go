@@ -1,0 +1,119 @@
+package payments
+
+// LAB ONLY — oversell in a flash sale (lab scenario S5): the naive team guarded the stock check with a
+// Redis lock per product and wrote the check as a read, then a write. The lock is a lease with a short
+// TTL and no fencing token. In a flash sale every callback queues on the same product, the database step
+// gets slower, the lease runs out while its holder is still between its SELECT and its UPDATE, the next
+// waiter walks in and reads the same stock, and both deduct: stock goes below zero. Mounted only with
+// ORDERS_LAB=true, at POST /lab/unsafe/s5/payments/callback. Compare applyStockUnsafe with apply in
+// callback.go: the state guard is the same; the stock step is DecrementStockUnsafe (orders/stock_unsafe.go)
+// instead of the conditional UPDATE of DecrementStock, which needs no lock.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"gorm.io/gorm"
+
+	"idemshop/internal/events"
+	"idemshop/internal/lock"
+	"idemshop/internal/orders"
+	"idemshop/internal/outbox"
+	"idemshop/internal/paysig"
+)
+
+// FlashSaleLockName is the Redis lock of a product's stock in the S5 unsafe variant.
+func FlashSaleLockName(productID int64) string {
+	return "lab:stock:product:" + strconv.FormatInt(productID, 10)
+}
+
+// flashSaleLock is the lock the naive team trusted with the stock: one lease per product, taken before
+// the callback transaction and released after its commit. While the lease lasts it does exclude other
+// callbacks; nothing tells its holder when it has stopped lasting.
+type flashSaleLock struct {
+	locker *lock.Locker
+	svc    *Service
+	ttl    time.Duration
+	wait   time.Duration
+}
+
+// Lock takes the product's lease for the order's product (the OrderLock interface hands in the order).
+func (l *flashSaleLock) Lock(ctx context.Context, orderID int64) (func(), error) {
+	o, err := l.svc.orders.Lookup(ctx, l.svc.db, orderID)
+	if err != nil {
+		return nil, err
+	}
+	lease, err := l.locker.AcquireWait(ctx, FlashSaleLockName(o.ProductID), l.ttl, l.wait)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = l.locker.Release(rctx, lease) // ErrLost: the lease ran out under us, which is the bug shown
+	}, nil
+}
+
+// MountUnsafeStock adds the S5 twin of the callback route at path: the same verification, state guard
+// and audit as POST /v1/payments/callback, with the flash-sale lock (lease ttl, queueing up to wait) in
+// place of the per-order efficiency lock, and the check-then-write stock step. Lab mode only.
+func (h *Handler) MountUnsafeStock(e *echo.Echo, path string, locker *lock.Locker, ttl, wait time.Duration) error {
+	if locker == nil || ttl < time.Millisecond || wait < 0 {
+		return errors.New("payments: MountUnsafeStock needs a locker, ttl >= 1ms and wait >= 0")
+	}
+	svc := *h.svc // the same database, repository, verifier and metrics; only the lock differs
+	svc.lock = &flashSaleLock{locker: locker, svc: &svc, ttl: ttl, wait: wait}
+	e.POST(path, func(c echo.Context) error {
+		raw, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return fmt.Errorf("read callback body: %w", err)
+		}
+		if _, err := svc.handle(c.Request().Context(), c.Request().Header.Get(paysig.Header), raw, svc.applyStockUnsafe); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, callbackAck)
+	})
+	return nil
+}
+
+// applyStockUnsafe is apply with the stock step written as check-then-write.
+func (s *Service) applyStockUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
+	if cb.Status != StatusSuccess {
+		return s.apply(ctx, tx, cb, o) // S5 is about the stock: every other status goes the guarded way
+	}
+	paid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, cb.PaymentID)
+	if err != nil {
+		return "", "", err
+	}
+	if !paid {
+		return s.afterLostSuccess(ctx, tx, cb, o)
+	}
+	// The one difference from apply: SELECT stock, compare in Go, UPDATE without `AND stock >= ?`.
+	// Correct only while the flash-sale lock still excludes everybody else, and it may not.
+	inStock, err := s.orders.DecrementStockUnsafe(ctx, tx, o.ProductID, o.Quantity)
+	if err != nil {
+		return "", "", err
+	}
+	if !inStock {
+		if _, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefundRequired, ""); err != nil {
+			return "", "", err
+		}
+		if err := requestRefund(ctx, tx, o, cb.PaymentID, "out_of_stock"); err != nil {
+			return "", "", err
+		}
+		return OutcomeApplied, "paid, but out of stock: refund required", nil
+	}
+	ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: o.ID, UserID: o.UserID,
+		AmountCents: o.AmountCents, Points: events.PointsFor(o.AmountCents), OccurredAt: s.now().UTC()}
+	if err := outbox.Insert(ctx, tx, ev.EventID, events.RoutingKeyOrderPaid, ev); err != nil {
+		return "", "", err
+	}
+	return OutcomeApplied, "unsafe: paid, stock checked then written", nil
+}

@@ -1,0 +1,203 @@
+package main_test
+
+// End to end: the three binaries and loadtest, built and run as real processes against the local
+// PostgreSQL, Redis and RabbitMQ, as `make demo` runs them.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/testenv"
+)
+
+type stack struct {
+	t       *testing.T
+	bin     string
+	env     []string
+	mu      sync.Mutex
+	procs   []*exec.Cmd
+	logs    map[string]*testenv.Output
+	mockURL string
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	svc := testenv.Find(t)
+	var dir string
+	for _, pkg := range []string{"orders", "payments-mock", "points-consumer", "loadtest"} {
+		dir = filepath.Dir(testenv.Build(t, "idemshop/cmd/"+pkg))
+	}
+
+	run := fmt.Sprintf("e2e%d", os.Getpid())
+	db := "idemshop_test_" + fmt.Sprint(os.Getpid()) + "_lab"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+	s := &stack{t: t, bin: dir, logs: map[string]*testenv.Output{}}
+	s.env = append(os.Environ(),
+		"DATABASE_URL="+strings.Replace(svc.PostgresURL, "/postgres?", "/"+db+"?", 1),
+		"REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
+		"REDIS_KEY_PREFIX="+run+":", "AMQP_NAME_PREFIX="+run+":",
+		"ORDERS_LAB=true", "SWEEP_INTERVAL=300ms", "LOG_LEVEL=warn", "LAB_QUIET=45s")
+	t.Cleanup(s.stop)
+	return s
+}
+
+// start runs a binary with extra env and waits for its /readyz.
+func (s *stack) start(name, addr string, extra ...string) {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, strings.Split(name, "#")[0]))
+	cmd.Env = append(append(append([]string{}, s.env...), "HTTP_ADDR="+addr), extra...)
+	buf := &testenv.Output{}
+	cmd.Stdout, cmd.Stderr = buf, buf
+	require.NoError(s.t, cmd.Start())
+	s.mu.Lock()
+	s.procs = append(s.procs, cmd)
+	s.logs[name] = buf
+	s.mu.Unlock()
+	testenv.WaitReady(s.t, "http://"+addr, 60*time.Second, buf)
+}
+
+func (s *stack) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range s.procs {
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = p.Process.Kill()
+		}
+	}
+	s.procs = nil
+}
+
+// loadtest runs the loadtest binary and returns its exit code and stdout.
+func (s *stack) loadtest(ordersURL string, args ...string) (int, []byte) {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, "loadtest"), args...)
+	cmd.Env = append(append([]string{}, s.env...), "ORDERS_URL="+ordersURL, "PAYMENTS_URL="+s.mockURL)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(s.t, err)
+	}
+	s.t.Logf("loadtest %v: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+	return code, stdout.Bytes()
+}
+
+type incident struct {
+	Orders     int      `json:"orders"`
+	Violations []string `json:"violations"`
+	Callbacks  struct{ Received, Applied int64 }
+	StockDelta int64 `json:"stock_delta"`
+	WantStock  int64 `json:"expected_stock_delta"`
+}
+
+func TestLoadtestAgainstRealProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole stack")
+	}
+	s := newStack(t)
+	mock := testenv.FreeAddr(t)
+	s.mockURL = "http://" + mock
+	s.start("payments-mock", mock)
+
+	// Two orders replicas behind a round-robin proxy, and two consumers: correctness may not depend on
+	// which process handles what.
+	a, b := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	proxyURL := "http://" + pl.Addr().String()
+	for _, addr := range []string{a, b} {
+		s.start("orders#"+addr, addr, "PAYMENTS_URL="+s.mockURL, "CALLBACK_URL="+proxyURL+"/v1/payments/callback")
+	}
+	var n atomic.Uint64
+	backends := []*url.URL{{Scheme: "http", Host: a}, {Scheme: "http", Host: b}}
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(backends[n.Add(1)%2])
+	}}
+	psrv := &httptest.Server{Listener: pl, Config: &http.Server{Handler: proxy}}
+	psrv.Start()
+	t.Cleanup(psrv.Close)
+	s.start("points-consumer#1", testenv.FreeAddr(t))
+	s.start("points-consumer#2", testenv.FreeAddr(t))
+
+	t.Run("incident guarded, one replica", func(t *testing.T) {
+		code, out := s.loadtest("http://"+a, "incident", "--json", "--orders", "20")
+		require.Equal(t, 0, code)
+		var rep incident
+		require.NoError(t, json.Unmarshal(out, &rep))
+		assert.Empty(t, rep.Violations)
+		assert.EqualValues(t, 60, rep.Callbacks.Received)
+		assert.EqualValues(t, 20, rep.Callbacks.Applied)
+		assert.Equal(t, rep.WantStock, rep.StockDelta)
+	})
+	t.Run("incident unsafe shows the damage", func(t *testing.T) {
+		code, out := s.loadtest("http://"+a, "incident", "--json", "--unsafe", "--orders", "10")
+		require.Equal(t, 1, code)
+		var rep incident
+		require.NoError(t, json.Unmarshal(out, &rep))
+		assert.NotEmpty(t, rep.Violations)
+		assert.Equal(t, 3*rep.WantStock, rep.StockDelta, "every copy deducted")
+	})
+	t.Run("incident guarded, two replicas and two consumers", func(t *testing.T) {
+		code, out := s.loadtest(proxyURL, "incident", "--json", "--orders", "20")
+		require.Equal(t, 0, code)
+		var rep incident
+		require.NoError(t, json.Unmarshal(out, &rep))
+		assert.Empty(t, rep.Violations)
+		assert.EqualValues(t, 20, rep.Callbacks.Applied)
+	})
+	t.Run("lab all", func(t *testing.T) {
+		code, out := s.loadtest("http://"+a, "lab", "--json", "all")
+		var rep struct {
+			Scenarios []struct {
+				ID      string                    `json:"id"`
+				Error   string                    `json:"error"`
+				Unsafe  struct{ Reproduced bool } `json:"unsafe"`
+				Guarded struct{ OK bool }         `json:"guarded"`
+			} `json:"scenarios"`
+		}
+		require.NoError(t, json.Unmarshal(out, &rep))
+		require.Len(t, rep.Scenarios, 11)
+		for _, sc := range rep.Scenarios {
+			assert.Empty(t, sc.Error, sc.ID)
+			assert.True(t, sc.Unsafe.Reproduced, "%s unsafe side reproduced", sc.ID)
+			assert.True(t, sc.Guarded.OK, "%s guarded side held", sc.ID)
+		}
+		assert.Equal(t, 0, code)
+	})
+}

@@ -6,7 +6,7 @@ PKGS    ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 8m
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test test-short lint fmt vet staticcheck bench migrate run-orders
+.PHONY: help demo build test test-short lint fmt vet staticcheck bench bench-quick migrate run-orders
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ staticcheck:
 
 bench: ## Go benchmarks of the guarded paths against their baselines (same run)
 	$(GO) test -run '^$$' -bench . -benchtime 3s -count 1 ./internal/ordersapp/
+
+bench-quick: ## start the stack on a fresh database, run loadtest bench (3s per side, bench.html), stop it
+	BIN=$(BIN) ./scripts/bench.sh
 
 migrate: ## create the database if missing and apply migrations (DATABASE_URL)
 	$(GO) run ./cmd/orders migrate

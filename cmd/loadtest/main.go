@@ -3,7 +3,7 @@
 //
 //	loadtest incident [--json] [--orders N] [--unsafe]
 //	loadtest lab [--json] [all|S1 S2 ...]
-//	loadtest bench [--json] [--duration D]
+//	loadtest bench [--json] [--duration D] [--html FILE] [--growth] [--concurrency N] [--outbox-rate R]
 //
 // Exit status: 0 when every invariant held (and, for lab, every unsafe variant showed its failure), 1
 // when not, 2 on a usage or set-up error.
@@ -45,6 +45,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if args[0] == "bench" {
+		return runBench(ctx, cfg, args[1:], stdout, stderr) // bench.go: flags of its own
+	}
 
 	fs := flag.NewFlagSet("loadtest "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -56,9 +59,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "incident", "lab":
-	case "bench":
-		fmt.Fprintln(stderr, "loadtest bench: not built yet")
-		return 2
 	default:
 		fmt.Fprintf(stderr, "loadtest: unknown command %q\n", args[0])
 		return 2

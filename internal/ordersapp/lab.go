@@ -26,7 +26,7 @@ type labParts struct {
 func mountLab(p labParts) error {
 	p.d.Logger.Warn("LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production")
 	p.callbacks.MountUnsafe(p.e) // S1
-	for _, mount := range []func(labParts) error{mountLabIdempotency, mountLabFormToken, mountLabPayments} {
+	for _, mount := range []func(labParts) error{mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench} {
 		if err := mount(p); err != nil {
 			return err
 		}

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"idemshop/internal/platform/rabbitmq"
+)
+
+// outboxLag is measure 5: outbox rows are inserted at a fixed rate (one autocommit INSERT each, as
+// many as the rate times the duration), and orders' relay publishes them. A queue of this run's own,
+// bound to the events exchange with a routing key of its own, receives them here. The lag of a row is
+// from the start of its INSERT to its delivery: the relay's poll, publish and confirm, plus the
+// broker's delivery. Nothing but this run listens to that routing key, so the demo points-consumer
+// never sees these rows. Invariants: every row published and delivered (at least once).
+func (r *runner) outboxLag(ctx context.Context) []Result {
+	const name = "outbox_lag"
+	env, cfg := r.env, r.cfg
+	title := fmt.Sprintf("outbox lag at %d events/s (insert to delivery)", cfg.OutboxRate)
+	dur := max(cfg.Duration, time.Second)
+	n := int(float64(cfg.OutboxRate) * dur.Seconds())
+
+	f, err := env.NewFixture(ctx, "bench-outbox") // its Close deletes the rows (payload user_id)
+	if err != nil {
+		return []Result{failed(name, title, err)}
+	}
+	defer f.Close(ctx)
+	pool, err := newPool(ctx, env, 4)
+	if err != nil {
+		return []Result{failed(name, title, err)}
+	}
+	defer pool.Close()
+
+	raw := make([]byte, 4)
+	_, _ = rand.Read(raw)
+	routingKey := "bench.outbox-lag." + hex.EncodeToString(raw)
+	exchange := rabbitmq.OrderPaidTopology().WithPrefix(env.AMQPPrefix).Exchange
+	conn, err := rabbitmq.Dial(ctx, env.AMQPURL)
+	if err != nil {
+		return []Result{failed(name, title, err)}
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return []Result{failed(name, title, err)}
+	}
+	// Exclusive and auto-deleted: it goes away with this connection.
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		return []Result{failed(name, title, err)}
+	}
+	if err := ch.QueueBind(q.Name, routingKey, exchange, false, nil); err != nil {
+		return []Result{failed(name, title, fmt.Errorf("bind to %s (is orders' relay running?): %w", exchange, err))}
+	}
+	ds, err := ch.ConsumeWithContext(ctx, q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		return []Result{failed(name, title, err)}
+	}
+
+	sent := make([]time.Time, n)
+	lags := make([]time.Duration, n)
+	var mu sync.Mutex
+	received, dups := 0, 0
+	recvDone := make(chan struct{})
+	allIn := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for d := range ds {
+			var p struct {
+				Seq int `json:"bench_seq"`
+			}
+			if json.Unmarshal(d.Body, &p) != nil || p.Seq < 0 || p.Seq >= n {
+				continue
+			}
+			now := time.Now()
+			mu.Lock()
+			if lags[p.Seq] != 0 || sent[p.Seq].IsZero() {
+				dups++
+			} else {
+				lags[p.Seq] = max(now.Sub(sent[p.Seq]), time.Nanosecond)
+				received++
+				if received == n {
+					close(allIn)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+
+	// The pacer: row i is due at start + i/rate; a few workers insert, so that one slow INSERT does
+	// not hold back the schedule.
+	insErr := newSample()
+	var insMu sync.Mutex
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range jobs {
+				payload := fmt.Sprintf(`{"bench_seq":%d,"user_id":%d}`, i, f.UserID)
+				t := time.Now()
+				mu.Lock()
+				sent[i] = t
+				mu.Unlock()
+				_, err := pool.Exec(ctx, `INSERT INTO outbox (event_id, routing_key, payload) VALUES ($1, $2, $3)`,
+					uuid.NewString(), routingKey, payload)
+				insMu.Lock()
+				insErr.add(time.Since(t), 0, err)
+				insMu.Unlock()
+			}
+		})
+	}
+	start := time.Now()
+	interval := time.Second / time.Duration(cfg.OutboxRate)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	rate := float64(n) / time.Since(start).Seconds()
+
+	select {
+	case <-allIn:
+	case <-time.After(max(env.Quiet, 10*time.Second)):
+	case <-ctx.Done():
+	}
+	_ = ch.Cancel("", false)
+	_ = conn.Close()
+	<-recvDone
+
+	s := newSample()
+	s.elapsed = time.Since(start)
+	missing := 0
+	mu.Lock()
+	for i := range n {
+		if lags[i] == 0 {
+			missing++
+			continue
+		}
+		s.add(lags[i], 0, nil)
+	}
+	mu.Unlock()
+	st := s.stats()
+	res := Result{Name: name, Title: title, RPS: round(rate), BaselineRPS: float64(cfg.OutboxRate),
+		Ratio: round(rate / float64(cfg.OutboxRate)), P50ms: st.P50ms, P90ms: st.P90ms, P99ms: st.P99ms,
+		MaxMs: st.MaxMs, Errors: insErr.errs, Measured: st, series: []timeSeries{{"lag", s.lat}},
+		Latency: "outbox INSERT start to delivery from the broker"}
+	res.Measured.Errors = insErr.errs
+	res.Measured.ErrorMsg = insErr.errMsgs
+	res.Measured.RPS = round(rate)
+	res.Target = "p99 < 100 ms"
+	res.TargetMet = res.P99ms < 100 && missing == 0
+	res.Note = fmt.Sprintf("%d events inserted at %.0f/s (rps = achieved insert rate, baseline_rps = the set rate); %d redelivered copies",
+		n, rate, dups)
+	if missing > 0 {
+		res.violate(fmt.Sprintf("%d of %d outbox events never delivered", missing, n))
+	}
+	var pending int64
+	if err := env.DB.WithContext(ctx).Raw(`SELECT count(*) FROM outbox WHERE routing_key = ? AND published_at IS NULL`,
+		routingKey).Scan(&pending).Error; err != nil {
+		res.Error = err.Error()
+	} else if pending > 0 {
+		res.violate(fmt.Sprintf("%d outbox rows still unpublished", pending))
+	}
+	return []Result{res}
+}

@@ -155,6 +155,17 @@ func TestCallbackStormKeepsStockExact(t *testing.T) {
 		cbs[i] = callback(id, payments.StatusSuccess, amount, fmt.Sprintf("evt-storm-%d", i))
 	}
 	rs := parallel(orders*copies, func(i int) response { return rp.postCallback(cbs[i%orders]) })
+	// Under heavy load a callback may wait past DB_LOCK_TIMEOUT on the product row: it is then answered
+	// 503 with Retry-After and changes nothing, and the platform resends it. Resend those here.
+	resent := 0
+	for i, r := range rs {
+		if r.Status == http.StatusServiceUnavailable {
+			assert.NotEmpty(t, r.Header.Get("Retry-After"))
+			rs[i] = rp.postCallback(cbs[i%orders])
+			resent++
+		}
+	}
+	t.Logf("%d of %d callbacks were asked to retry", resent, len(rs))
 	assertAcked(t, rs)
 
 	assert.EqualValues(t, 500-total, stockOf(t, env.DB, 4), "stock = initial − Σ quantity")
@@ -163,7 +174,7 @@ func TestCallbackStormKeepsStockExact(t *testing.T) {
 		assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 		assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
 	}
-	assert.EqualValues(t, orders*copies, count(t, env.DB, "payment_callbacks"))
+	assert.EqualValues(t, orders*copies+resent, count(t, env.DB, "payment_callbacks"))
 	assert.EqualValues(t, orders, count(t, env.DB, "payment_callbacks", "applied"))
 }
 

@@ -22,6 +22,7 @@ import (
 	"idemshop/internal/outbox"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 )
 
@@ -163,6 +164,12 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 		}
 		return record(ctx, tx, cb, orderID, true, outcome, reason)
 	})
+	if errors.Is(postgres.TranslateError(err), postgres.ErrLockTimeout) {
+		// The order or product row stayed locked past DB_LOCK_TIMEOUT (a storm on one product under
+		// load). Nothing was applied; 503 asks the platform to resend, which is what it does anyway.
+		lg.Warn("callback waited too long for a row lock; asking the platform to retry", "err", err)
+		return OutcomeRejected, problem.ErrUnavailable.WithRetryAfter(time.Second).Wrap(err)
+	}
 	if err != nil {
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, err)
 	}

@@ -48,7 +48,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	env := append(os.Environ(),
 		"HTTP_ADDR="+addr, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
 		fmt.Sprintf("REDIS_KEY_PREFIX=crash-%d:", os.Getpid()), "PAYMENTS_URL="+mock.URL,
-		"CALLBACK_URL=http://"+addr+"/v1/payments/callback", "PAY_LEASE=500ms", "SWEEP_INTERVAL=1h")
+		"CALLBACK_URL=http://"+addr+"/v1/payments/callback", "PAY_LEASE=500ms", "PAYMENTS_TIMEOUT=400ms", "SWEEP_INTERVAL=1h")
 
 	var logs testenv.Output
 	crashing := exec.Command(bin)

@@ -10,8 +10,8 @@ package idempotency
 //     insert wait for the first transaction, then conflict.
 //   - CommitKeyFirst (S3): the key row is committed on its own, then the work runs in another
 //     transaction. When the work fails (not enough stock) nothing rolls the key row back: it stays
-//     PROCESSING, and every retry of the key is refused with 409 "in use" until the reaper deletes it a
-//     day later. Guard inserts the key inside the work's transaction, so a failure removes both.
+//     PROCESSING, and every retry of the key is refused with 409 "in use" for ever: the reaper never
+//     deletes PROCESSING rows, and nothing else moves it on. Guard inserts the key inside the work's transaction, so a failure removes both.
 //   - IgnoreFingerprint (S10): the key is the whole identity of the request. A second request with the
 //     same key but another body gets the first request's stored answer (a 201 for an order it did not
 //     ask for), and nobody notices. Guard compares fingerprints before replaying: 422.

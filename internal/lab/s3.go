@@ -32,7 +32,7 @@ func runS3(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	u.Reproduced = um["first_insufficient_stock"] == 1 && um["retries_blocked"] == retries &&
 		um["orders"] == 0 && um["key_processing"] == 1
 	u.Detail = fmt.Sprintf("409 insufficient_stock, restocked; %d of %d retries refused 409 idempotency_key_in_use; "+
-		"%d orders; key row still PROCESSING (nothing moves it on; only the reaper deletes it, after the retention)",
+		"%d orders; key row still PROCESSING (nothing moves it on, and the reaper never deletes PROCESSING rows)",
 		um["retries_blocked"], retries, um["orders"])
 	g.OK = gm["first_insufficient_stock"] == 1 && gm["key_rows_after_failure"] == 0 && gm["retry_status"] == http.StatusCreated &&
 		gm["orders"] == 1 && gm["key_completed"] == 1

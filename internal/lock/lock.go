@@ -17,8 +17,8 @@
 // The holder sends its token with every write, and the resource itself (for idemshop, PostgreSQL)
 // refuses a token lower than the last one it accepted, in the same statement as the write:
 //
-//	UPDATE idempotency_keys SET state = $3, ..., fence = $2
-//	 WHERE id = $1 AND fence <= $2
+//	UPDATE idempotency_keys SET state = $3, ...
+//	 WHERE id = $1 AND fence <= $2   -- the claim stored the holder's token in fence
 //
 // A stale holder's write then affects 0 rows, however late it arrives. The check must live in the
 // resource: a holder that checks "do I still hold the lease?" before writing is doing check-then-act,

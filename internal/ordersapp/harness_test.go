@@ -110,11 +110,16 @@ func (r response) problem(t testing.TB) problem.Body {
 	return p
 }
 
-// call sends one request. token and key are omitted when empty; headers may add more.
+// call sends one request. token and key are omitted when empty; headers may add more. It is safe to
+// call from helper goroutines: a transport failure is reported with Errorf (FailNow there would only end
+// the goroutine and hang the test) and returns a zero response.
 func (rp *replica) call(method, path, token, key string, body []byte, headers ...string) response {
 	rp.t.Helper()
 	req, err := http.NewRequest(method, rp.srv.URL+path, bytes.NewReader(body))
-	require.NoError(rp.t, err)
+	if err != nil {
+		rp.t.Errorf("build request: %v", err)
+		return response{}
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -128,10 +133,15 @@ func (rp *replica) call(method, path, token, key string, body []byte, headers ..
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := rp.srv.Client().Do(req)
-	require.NoError(rp.t, err)
+	if err != nil {
+		rp.t.Errorf("%s %s: %v", method, path, err)
+		return response{}
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(rp.t, err)
+	if err != nil {
+		rp.t.Errorf("read %s %s: %v", method, path, err)
+	}
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }
 
@@ -276,4 +286,16 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 		}
 	}
 	return v
+}
+
+// recv waits for a helper goroutine's response, failing (not hanging) after 30 s.
+func recv(t testing.TB, ch <-chan response) response {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("a request never returned")
+		return response{}
+	}
 }

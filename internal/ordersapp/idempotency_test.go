@@ -193,7 +193,7 @@ func TestInFlightIs409AndMismatchComesFirst(t *testing.T) {
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
 
 	release()
-	first := <-firstDone
+	first := recv(t, firstDone)
 	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
 	after := rp.createOrder(alice, "busy-1", mugOrder)
 	assert.Equal(t, "true", after.Header.Get("Idempotent-Replayed"))
@@ -222,7 +222,7 @@ func TestInFlightWithoutRedisIs409FromTheDatabase(t *testing.T) {
 	assert.NotEmpty(t, dup.Header.Get("Retry-After"))
 
 	release()
-	first := <-firstDone
+	first := recv(t, firstDone)
 	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
 	after := fast.createOrder(alice, "busy-db", mugOrder)
 	assert.Equal(t, string(first.Body), string(after.Body))

@@ -273,7 +273,7 @@ func TestPayStaleHolderIsFencedOut(t *testing.T) {
 	require.Equal(t, "COMPLETED", bRec.State)
 
 	close(g.open)
-	a := <-aDone
+	a := recv(t, aDone)
 	assert.Equal(t, http.StatusConflict, a.Status, "the stale holder's result is dropped: %s", a.Body)
 	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_fence_rejections_total", nil))
 	after := recordOf(t, env, "pay-fence")
@@ -305,7 +305,7 @@ func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
 	require.NoError(t, env.Redis.Set(context.Background(), locker.LockKey(payments.LockName(id)), "intruder", time.Minute).Err())
 	close(g.open)
 
-	r := <-done
+	r := recv(t, done)
 	assert.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	rec := recordOf(t, env, "pay-lost")
 	assert.Equal(t, "PROCESSING", rec.State, "nothing was written")

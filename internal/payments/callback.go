@@ -130,9 +130,11 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 	// 3. The order must exist, and the money must match it.
 	o, err := s.orders.Lookup(ctx, s.db, orderID)
 	if err != nil {
-		if errors.Is(err, orders.ErrOrderNotFound) {
-			s.reject(ctx, lg, cb, true, "unknown order")
+		reason := "unknown order"
+		if !errors.Is(err, orders.ErrOrderNotFound) {
+			reason = "error reading the order: " + err.Error()
 		}
+		s.reject(ctx, lg, cb, true, reason)
 		return OutcomeRejected, err
 	}
 	if !amountMatches(cb, o) {
@@ -164,13 +166,14 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 		}
 		return record(ctx, tx, cb, orderID, true, outcome, reason)
 	})
-	if errors.Is(postgres.TranslateError(err), postgres.ErrLockTimeout) {
-		// The order or product row stayed locked past DB_LOCK_TIMEOUT (a storm on one product under
-		// load). Nothing was applied; 503 asks the platform to resend, which is what it does anyway.
-		lg.Warn("callback waited too long for a row lock; asking the platform to retry", "err", err)
-		return OutcomeRejected, problem.ErrUnavailable.WithRetryAfter(time.Second).Wrap(err)
-	}
 	if err != nil {
+		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction.
+		s.reject(ctx, lg, cb, true, "not applied: "+err.Error())
+		if errors.Is(postgres.TranslateError(err), postgres.ErrLockTimeout) {
+			// The order or product row stayed locked past DB_LOCK_TIMEOUT (a storm on one product under
+			// load). 503 asks the platform to resend, which is what it does anyway.
+			return OutcomeRejected, problem.ErrUnavailable.WithRetryAfter(time.Second).Wrap(err)
+		}
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, err)
 	}
 	s.metrics.count(outcome)
@@ -228,16 +231,18 @@ func (s *Service) apply(ctx context.Context, tx *gorm.DB, cb Callback, o orders.
 			// A partial refund leaves the order as it is: REFUNDED means the whole amount came back.
 			return OutcomeStale, fmt.Sprintf("partial refund of %d of %d cents: order unchanged", cb.AmountCents, o.AmountCents), nil
 		}
+		// The money came back in full: whatever the order's status, its refund request is done (a
+		// refund of a SUCCESS-after-FAILED order leaves the order FAILED, which cannot move to REFUNDED).
+		if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'DONE', updated_at = now()
+			WHERE order_id = ? AND status <> 'DONE'`, o.ID).Error; err != nil {
+			return "", "", fmt.Errorf("close refund requests of order %d: %w", o.ID, err)
+		}
 		refunded, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefunded, "")
 		if err != nil {
 			return "", "", err
 		}
 		if !refunded {
 			return classify(ctx, tx, o.ID, orders.StatusRefunded)
-		}
-		if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'DONE', updated_at = now()
-			WHERE order_id = ? AND status <> 'DONE'`, o.ID).Error; err != nil {
-			return "", "", fmt.Errorf("close refund requests of order %d: %w", o.ID, err)
 		}
 		return OutcomeApplied, "refunded", nil
 	}

@@ -103,6 +103,9 @@ type payResponse struct {
 	PayURL    string `json:"pay_url"`
 }
 
+// detachedWorkLimit bounds the pay work after the claim, once it no longer follows the client.
+const detachedWorkLimit = time.Minute
+
 // LockName is the Redis lock of an order's payment. It is per order, not per key: the set of names stays
 // bounded (each keeps a fence counter in Redis), and two keys for one order also queue behind each other.
 func LockName(orderID int64) string { return "pay:order:" + strconv.FormatInt(orderID, 10) }
@@ -150,7 +153,11 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 			// Someone is paying this order. If it is this key's own first request and it has claimed its
 			// record by now, answer from the record; otherwise we cannot tell this key's first request
 			// from another key's, so say both.
-			if cur, ferr := idempotency.Find(ctx, p.db, s); ferr == nil && cur != nil {
+			cur, ferr := idempotency.Find(ctx, p.db, s)
+			if ferr != nil {
+				return ferr
+			}
+			if cur != nil {
 				return idempotency.Respond(c, p.metrics, route, *cur, fp, p.cfg.Lease)
 			}
 			p.metrics.Count(route, idempotency.OutcomeInFlight)
@@ -172,6 +179,14 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 	}
 	rec = &cl.Record
 	lg = lg.With("fence", rec.Fence)
+	// From the claim on, the work no longer follows the client's connection: a client that hangs up
+	// must not leave a created payment unrecorded. The platform call (PAYMENTS_TIMEOUT) and each
+	// statement (DB_STATEMENT_TIMEOUT) keep their own bounds; this one only ends a holder that is stuck
+	// for good. It is deliberately not the lease: a holder that outlives its lease is stopped by the
+	// fence in its write, which is the guard this flow teaches.
+	work, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), detachedWorkLimit)
+	defer cancelWork()
+	ctx = work
 	run(p.faults.AfterClaim, ctx)
 
 	// The watchdog renews the Redis lease while the platform call runs; if a renewal fails, the lease
@@ -198,7 +213,7 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 	if rpcErr != nil {
 		lg.Warn("payment platform call failed", "err", rpcErr)
 	}
-	return p.record(c, route, *rec, o, payment, rpcErr)
+	return p.record(ctx, c, route, *rec, o, payment, rpcErr)
 }
 
 // mayRunAgain: a record with the same fingerprint that failed retryably, or whose holder's lease ran
@@ -213,25 +228,34 @@ func mayRunAgain(rec idempotency.Record, fp string) bool {
 
 // stillHeld reports whether the holder may write: the watchdog saw no loss, and one last renewal right
 // before the write succeeds (the watchdog ticks only every lease/3, so it alone could miss a recent loss).
-// Without a Redis lease (database fallback) there is nothing to check here: the fence decides.
+// Only lock.ErrLost stops the write: a Redis error says nothing about who holds the record, and the
+// fence in the write protects it either way. Without a Redis lease (database fallback) the fence decides.
 func (p *Payer) stillHeld(ctx context.Context, lease *lock.Lease, lost <-chan error) error {
 	if lease == nil {
 		return nil
 	}
+	var err error
 	select {
-	case err := <-lost:
-		if err != nil {
-			return err
-		}
+	case err = <-lost:
 	default:
 	}
-	return p.locker.Renew(ctx, lease, p.cfg.Lease)
+	if err == nil {
+		err = p.locker.Renew(ctx, lease, p.cfg.Lease)
+	}
+	if err != nil && !errors.Is(err, lock.ErrLost) {
+		logging.From(ctx).Warn("pay lease not confirmed (Redis error); writing under the fence", "err", err)
+		return nil
+	}
+	return err
 }
 
 func (p *Payer) release(ctx context.Context, lease *lock.Lease) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = p.locker.Release(rctx, lease) // ErrLost: expired already; the fence protects the record
+	if err := p.locker.Release(rctx, lease); err != nil {
+		// ErrLost: it expired and maybe someone else holds it now; the fence protected the record.
+		logging.From(ctx).Info("pay lease not released", "err", err)
+	}
 }
 
 // markPaying records that the order has a payment: PENDING → PAYING (0 rows is fine: the success callback
@@ -260,8 +284,7 @@ type result struct {
 }
 
 // record writes the result of the platform call with the claimer's fence and answers the client.
-func (p *Payer) record(c echo.Context, route string, rec idempotency.Record, o orders.Order, pay payclient.Payment, rpcErr error) error {
-	ctx := c.Request().Context()
+func (p *Payer) record(ctx context.Context, c echo.Context, route string, rec idempotency.Record, o orders.Order, pay payclient.Payment, rpcErr error) error {
 	r, err := p.outcome(o, pay, rpcErr)
 	if err != nil {
 		return err

@@ -157,7 +157,7 @@ func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record) (string,
 		if err != nil {
 			return "", err
 		}
-		return s.finish(ctx, rec, RepairGaveUp, idempotency.StateFailedPermanent, http.StatusInternalServerError, body, nil)
+		return s.finish(ctx, rec, orderID, RepairGaveUp, idempotency.StateFailedPermanent, http.StatusInternalServerError, body, nil)
 	}
 
 	pay, found, err := p.platform.FindByMerchantOrderNo(ctx, strconv.FormatInt(orderID, 10))
@@ -172,7 +172,7 @@ func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record) (string,
 		if err != nil {
 			return "", err
 		}
-		return s.finish(ctx, rec, RepairRetryable, idempotency.StateFailedRetryable, http.StatusServiceUnavailable, body, nil)
+		return s.finish(ctx, rec, orderID, RepairRetryable, idempotency.StateFailedRetryable, http.StatusServiceUnavailable, body, nil)
 	}
 	// The payment exists: COMPLETED with the answer the client would have got; the order becomes
 	// PAYING, or stays PAID if the callback came first.
@@ -180,13 +180,12 @@ func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record) (string,
 	if err != nil {
 		return "", err
 	}
-	return s.finish(ctx, rec, RepairCompleted, idempotency.StateCompleted, http.StatusCreated, resp, &pay)
+	return s.finish(ctx, rec, orderID, RepairCompleted, idempotency.StateCompleted, http.StatusCreated, resp, &pay)
 }
 
-func (s *Sweeper) finish(ctx context.Context, rec idempotency.Record, result string, state idempotency.State,
+func (s *Sweeper) finish(ctx context.Context, rec idempotency.Record, orderID int64, result string, state idempotency.State,
 	status int, body []byte, pay *payclient.Payment) (string, error) {
 	p := s.payer
-	orderID, _ := orderIDFromPath(rec.Path)
 	err := p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if pay != nil {
 			if err := p.markPaying(ctx, tx, orderID, *pay); err != nil {
@@ -225,6 +224,11 @@ func (s *Sweeper) executeRefunds(ctx context.Context) error {
 		_, _, err := p.platform.Refund(ctx, payclient.RefundRequest{PaymentID: r.PaymentID, RefundNo: r.RefundNo,
 			AmountCents: r.AmountCents})
 		if err != nil {
+			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {
+				// The platform is down: the rest would wait out the same timeout one by one.
+				s.refunds.WithLabelValues("unreachable").Inc()
+				return nil
+			}
 			result := "unreachable"
 			if isRefusal(err) {
 				result = "refused"

@@ -37,7 +37,11 @@ func benchConsumer(b *testing.B, batch int) {
 	b.StartTimer()
 	start := time.Now()
 	c := startConsumer(b, env, cfg)
+	deadline := time.Now().Add(2 * time.Minute)
 	for c.handled() < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("consumer handled %d of %d messages within 2 minutes", c.handled(), n)
+		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	dedup := time.Since(start)

@@ -420,6 +420,7 @@ func (c *Consumer) apply(ctx, work context.Context, ms []*message) {
 // this goroutine is the only one settling on ch and every earlier batch is already settled.
 func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
 	var lastOK uint64
+	nackFailed := false
 	for _, m := range msgs {
 		if m.first != nil { // a same-batch duplicate follows its first copy
 			switch m.first.outcome {
@@ -444,12 +445,15 @@ func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
 		}
 		if err := ch.Nack(m.d.DeliveryTag, false, true); err != nil {
 			log.Warn("nack failed; the broker requeues the message when the channel closes", "err", err)
+			// A multiple-ack below would also ack this delivery (its tag may be lower) and drop it.
+			// Leave everything unsettled: the closing channel returns it all, and dedup absorbs it.
+			nackFailed = true
 		}
 		c.messages.WithLabelValues(outcome).Inc()
 		log.Warn("points message failed", "outcome", outcome, "err", m.err,
 			"delivery_count", rabbitmq.DeliveryCount(m.d))
 	}
-	if lastOK == 0 {
+	if lastOK == 0 || nackFailed {
 		return
 	}
 	// An ack lost here (channel gone) means a redelivery, which layer 1 or 2 answers as a duplicate.

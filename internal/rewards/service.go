@@ -60,8 +60,9 @@ type Service struct {
 }
 
 // NewService returns the redeem service. workTimeout bounds the transaction and the token updates after
-// the token was taken; keep it below the in-flight lease, so that a live submit finishes (or gives up)
-// before another one may take its token.
+// the token was taken. Keep it close to the in-flight lease: a submit that outlives the lease may see
+// another take the token, and then the coupon's UNIQUE index on the token id is what stops a second
+// coupon (the loser's transaction rolls back and it replays the winner's result).
 func NewService(tokens *formtoken.Store, repo *Repository, metrics *Metrics, workTimeout time.Duration) (*Service, error) {
 	if tokens == nil || repo == nil || metrics == nil {
 		return nil, errors.New("rewards: NewService needs a token store, a repository and metrics")

@@ -132,6 +132,10 @@ func (c Orders) Validate() error {
 	positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
 	positive("PAY_LEASE", c.PayLease)
 	positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
+	if c.PaymentsTimeout >= c.PayLease {
+		// The lease must outlast the platform call, or the record looks abandoned while the call runs.
+		errs = append(errs, fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than PAY_LEASE (%s)", c.PaymentsTimeout, c.PayLease))
+	}
 	if c.LabStockLockTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("LAB_STOCK_LOCK_TTL must be >= 1ms (the Redis lease resolution), got %s", c.LabStockLockTTL))
 	}

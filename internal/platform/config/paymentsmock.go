@@ -43,7 +43,7 @@ type PaymentsMock struct {
 func LoadPaymentsMock() (PaymentsMock, error) {
 	c, err := env.ParseAs[PaymentsMock]()
 	if err != nil {
-		return c, fmt.Errorf("config: %w", err)
+		return c, fmt.Errorf("config: %w", nameVariables[PaymentsMock](err))
 	}
 	return c, c.Validate()
 }

@@ -77,24 +77,12 @@ func NewGuard(db *gorm.DB, metrics *Metrics, o GuardOptions) (*Guard, error) {
 //     then either conflicts (replay or 422 from the committed row) or, if the first rolled back, wins.
 //     A wait longer than DB_LOCK_TIMEOUT answers 409 in flight.
 func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
-	req := c.Request()
-	ctx := req.Context()
-	route := c.Path()
-
-	key, err := KeyFromHeader(req.Header)
+	ctx := c.Request().Context()
+	r, err := readKeyedRequest(c, g.metrics, userID)
 	if err != nil {
-		g.metrics.Count(route, OutcomeInvalid)
 		return err
 	}
-	body, err := problem.ReadBody(req.Body)
-	if err != nil {
-		return fmt.Errorf("read request body: %w", err)
-	}
-	fp, err := Fingerprint(req.Method, req.URL.Path, body)
-	if err != nil {
-		return problem.ErrMalformedBody.Wrap(err)
-	}
-	s := Scope{UserID: userID, Key: key}
+	route, s, fp, key := r.route, r.scope, r.fp, r.scope.Key
 	lg := logging.From(ctx).With("idempotency_key", key)
 
 	// settled becomes true once a committed row answers for this key. From then on the marker is
@@ -131,7 +119,7 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 		existing *Record
 	)
 	err = g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		id, err := insertClaim(tx, s, req.Method, req.URL.Path, fp)
+		id, err := insertClaim(tx, s, r.method, r.path, fp)
 		if err != nil {
 			return err
 		}
@@ -141,22 +129,9 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 			existing, err = Find(ctx, tx, s)
 			return err
 		}
-		st, v, err := work(ctx, tx, body)
-		if err != nil {
-			return err
-		}
-		if respBody, err = json.Marshal(v); err != nil {
-			return fmt.Errorf("encode response: %w", err)
-		}
-		status = st
-		// Same transaction as the work: the response is stored if and only if the work commits.
-		err = tx.Exec(`UPDATE idempotency_keys
-			SET state = ?, response_status = ?, response_body = ?, updated_at = now()
-			WHERE id = ?`, StateCompleted, st, respBody, id).Error
-		if err != nil {
-			return fmt.Errorf("store idempotent response: %w", err)
-		}
-		return nil
+		// Same transaction as the claim: the work and its stored response commit together, or neither.
+		status, respBody, err = workAndStore(ctx, tx, id, r.body, work)
+		return err
 	})
 	switch {
 	case errors.Is(err, postgres.ErrLockTimeout):
@@ -236,4 +211,52 @@ func Respond(c echo.Context, m *Metrics, route string, rec Record, fp string, re
 	}
 	m.Count(route, OutcomeInFlight)
 	return ErrKeyInUse.WithRetryAfter(retryAfter)
+}
+
+// keyedRequest is what every Idempotency-Key route reads first: the key, the body and its fingerprint.
+type keyedRequest struct {
+	route, method, path string
+	scope               Scope
+	body                []byte
+	fp                  string
+}
+
+// readKeyedRequest validates the Idempotency-Key (counting an invalid one), reads the body and
+// fingerprints it.
+func readKeyedRequest(c echo.Context, m *Metrics, userID int64) (keyedRequest, error) {
+	req := c.Request()
+	r := keyedRequest{route: c.Path(), method: req.Method, path: req.URL.Path}
+	key, err := KeyFromHeader(req.Header)
+	if err != nil {
+		m.Count(r.route, OutcomeInvalid)
+		return r, err
+	}
+	if r.body, err = problem.ReadBody(req.Body); err != nil {
+		return r, fmt.Errorf("read request body: %w", err)
+	}
+	if r.fp, err = Fingerprint(req.Method, req.URL.Path, r.body); err != nil {
+		return r, problem.ErrMalformedBody.Wrap(err)
+	}
+	r.scope = Scope{UserID: userID, Key: key}
+	return r, nil
+}
+
+// workAndStore runs work in tx and stores its response on key row id (state COMPLETED), in the same
+// transaction: the response is stored if and only if the work commits.
+func workAndStore(ctx context.Context, tx *gorm.DB, id int64, body []byte, work Work) (int, []byte, error) {
+	st, v, err := work(ctx, tx, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	respBody, err := json.Marshal(v)
+	if err != nil {
+		return 0, nil, fmt.Errorf("encode response: %w", err)
+	}
+	err = tx.Exec(`UPDATE idempotency_keys
+		SET state = ?, response_status = ?, response_body = ?, updated_at = now()
+		WHERE id = ?`, StateCompleted, st, respBody, id).Error
+	if err != nil {
+		return 0, nil, fmt.Errorf("store idempotent response: %w", err)
+	}
+	return st, respBody, nil
 }

@@ -20,7 +20,6 @@ package idempotency
 // not what any of these failures is about.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,38 +29,12 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/platform/postgres"
-	"idemshop/internal/platform/problem"
 )
 
 // unsafeRetryAfter is the Retry-After of the unsafe variants' 409 answers.
 const unsafeRetryAfter = time.Second
 
 // keyedRequest is what every variant reads first, exactly as Guard.Run does.
-type keyedRequest struct {
-	route, method, path string
-	scope               Scope
-	body                []byte
-	fp                  string
-}
-
-func readKeyedRequest(c echo.Context, m *Metrics, userID int64) (keyedRequest, error) {
-	req := c.Request()
-	r := keyedRequest{route: c.Path(), method: req.Method, path: req.URL.Path}
-	key, err := KeyFromHeader(req.Header)
-	if err != nil {
-		m.Count(r.route, OutcomeInvalid)
-		return r, err
-	}
-	if r.body, err = problem.ReadBody(req.Body); err != nil {
-		return r, fmt.Errorf("read request body: %w", err)
-	}
-	if r.fp, err = Fingerprint(req.Method, req.URL.Path, r.body); err != nil {
-		return r, problem.ErrMalformedBody.Wrap(err)
-	}
-	r.scope = Scope{UserID: userID, Key: key}
-	return r, nil
-}
-
 func newUnsafe(db *gorm.DB, m *Metrics) error {
 	if db == nil || m == nil {
 		return errors.New("idempotency: an unsafe lab runner needs a db and metrics")
@@ -233,23 +206,4 @@ func (u *IgnoreFingerprint) Run(c echo.Context, userID int64, work Work) error {
 	}
 	u.metrics.Count(r.route, OutcomeExecuted)
 	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
-}
-
-// workAndStore runs work in tx and stores its response on key row id, as Guard.Run does.
-func workAndStore(ctx context.Context, tx *gorm.DB, id int64, body []byte, work Work) (int, []byte, error) {
-	st, v, err := work(ctx, tx, body)
-	if err != nil {
-		return 0, nil, err
-	}
-	respBody, err := json.Marshal(v)
-	if err != nil {
-		return 0, nil, fmt.Errorf("encode response: %w", err)
-	}
-	err = tx.Exec(`UPDATE idempotency_keys
-		SET state = ?, response_status = ?, response_body = ?, updated_at = now()
-		WHERE id = ?`, StateCompleted, st, respBody, id).Error
-	if err != nil {
-		return 0, nil, fmt.Errorf("store idempotent response: %w", err)
-	}
-	return st, respBody, nil
 }

@@ -183,6 +183,14 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 
 // apply runs inside the callback transaction. It returns the outcome and a reason for the audit row.
 func (s *Service) apply(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
+	return s.applyWithStock(ctx, tx, cb, o, s.orders.DecrementStock)
+}
+
+// stockStep takes quantity units of a product, reporting whether there were enough. The guarded step
+// is orders.Repository.DecrementStock (one conditional UPDATE); lab scenario S5 swaps in its unsafe twin.
+type stockStep func(ctx context.Context, tx *gorm.DB, productID int64, quantity int) (bool, error)
+
+func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order, decrement stockStep) (Outcome, string, error) {
 	switch cb.Status {
 	case StatusSuccess:
 		// One UPDATE decides the race: the row lock admits one writer at a time, and only the first
@@ -194,7 +202,7 @@ func (s *Service) apply(ctx context.Context, tx *gorm.DB, cb Callback, o orders.
 		if !paid {
 			return s.afterLostSuccess(ctx, tx, cb, o)
 		}
-		inStock, err := s.orders.DecrementStock(ctx, tx, o.ProductID, o.Quantity)
+		inStock, err := decrement(ctx, tx, o.ProductID, o.Quantity)
 		if err != nil {
 			return "", "", err
 		}

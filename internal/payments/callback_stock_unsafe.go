@@ -12,21 +12,14 @@ package payments
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"gorm.io/gorm"
 
-	"idemshop/internal/events"
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
-	"idemshop/internal/outbox"
-	"idemshop/internal/paysig"
 )
 
 // FlashSaleLockName is the Redis lock of a product's stock in the S5 unsafe variant.
@@ -70,50 +63,15 @@ func (h *Handler) MountUnsafeStock(e *echo.Echo, path string, locker *lock.Locke
 	}
 	svc := *h.svc // the same database, repository, verifier and metrics; only the lock differs
 	svc.lock = &flashSaleLock{locker: locker, svc: &svc, ttl: ttl, wait: wait}
-	e.POST(path, func(c echo.Context) error {
-		raw, err := io.ReadAll(c.Request().Body)
-		if err != nil {
-			return fmt.Errorf("read callback body: %w", err)
-		}
-		if _, err := svc.handle(c.Request().Context(), c.Request().Header.Get(paysig.Header), raw, svc.applyStockUnsafe); err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, callbackAck)
-	})
+	e.POST(path, serveCallback(func(ctx context.Context, sig string, raw []byte) (Outcome, error) {
+		return svc.handle(ctx, sig, raw, svc.applyStockUnsafe)
+	}))
 	return nil
 }
 
-// applyStockUnsafe is apply with the stock step written as check-then-write.
+// applyStockUnsafe is apply with the stock step written as check-then-write
+// (orders.Repository.DecrementStockUnsafe): correct only while the flash-sale lock still excludes
+// everybody else, and it may not.
 func (s *Service) applyStockUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
-	if cb.Status != StatusSuccess {
-		return s.apply(ctx, tx, cb, o) // S5 is about the stock: every other status goes the guarded way
-	}
-	paid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, cb.PaymentID)
-	if err != nil {
-		return "", "", err
-	}
-	if !paid {
-		return s.afterLostSuccess(ctx, tx, cb, o)
-	}
-	// The one difference from apply: SELECT stock, compare in Go, UPDATE without `AND stock >= ?`.
-	// Correct only while the flash-sale lock still excludes everybody else, and it may not.
-	inStock, err := s.orders.DecrementStockUnsafe(ctx, tx, o.ProductID, o.Quantity)
-	if err != nil {
-		return "", "", err
-	}
-	if !inStock {
-		if _, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefundRequired, ""); err != nil {
-			return "", "", err
-		}
-		if err := requestRefund(ctx, tx, o, cb.PaymentID, "out_of_stock"); err != nil {
-			return "", "", err
-		}
-		return OutcomeApplied, "paid, but out of stock: refund required", nil
-	}
-	ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: o.ID, UserID: o.UserID,
-		AmountCents: o.AmountCents, Points: events.PointsFor(o.AmountCents), OccurredAt: s.now().UTC()}
-	if err := outbox.Insert(ctx, tx, ev.EventID, events.RoutingKeyOrderPaid, ev); err != nil {
-		return "", "", err
-	}
-	return OutcomeApplied, "unsafe: paid, stock checked then written", nil
+	return s.applyWithStock(ctx, tx, cb, o, s.orders.DecrementStockUnsafe)
 }

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -26,33 +27,28 @@ func NewHandler(svc *Service) (*Handler, error) {
 
 // Mount adds POST /v1/payments/callback to e (outside the authenticated /v1 group).
 func (h *Handler) Mount(e *echo.Echo) {
-	e.POST("/v1/payments/callback", h.callback)
+	e.POST("/v1/payments/callback", serveCallback(h.svc.Handle))
+}
+
+// MountUnsafe adds the lab's unguarded twin, POST /lab/unsafe/payments/callback (S1). Lab mode only.
+func (h *Handler) MountUnsafe(e *echo.Echo) {
+	e.POST("/lab/unsafe/payments/callback", serveCallback(h.svc.HandleUnsafe))
 }
 
 // callbackAck is what the platform waits for: any 2xx with this body stops its retries.
 var callbackAck = map[string]string{"result": "success"}
 
-func (h *Handler) callback(c echo.Context) error {
-	raw, err := problem.ReadBody(c.Request().Body)
-	if err != nil {
-		return fmt.Errorf("read callback body: %w", err)
-	}
-	if _, err := h.svc.Handle(c.Request().Context(), c.Request().Header.Get(paysig.Header), raw); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, callbackAck)
-}
-
-// MountUnsafe adds the lab's unguarded twin, POST /lab/unsafe/payments/callback (S1). Lab mode only.
-func (h *Handler) MountUnsafe(e *echo.Echo) {
-	e.POST("/lab/unsafe/payments/callback", func(c echo.Context) error {
+// serveCallback reads the raw body (the signature covers its exact bytes), hands it to handle with the
+// signature header, and acknowledges applied, duplicate and stale callbacks alike.
+func serveCallback(handle func(ctx context.Context, signature string, raw []byte) (Outcome, error)) echo.HandlerFunc {
+	return func(c echo.Context) error {
 		raw, err := problem.ReadBody(c.Request().Body)
 		if err != nil {
 			return fmt.Errorf("read callback body: %w", err)
 		}
-		if _, err := h.svc.HandleUnsafe(c.Request().Context(), c.Request().Header.Get(paysig.Header), raw); err != nil {
+		if _, err := handle(c.Request().Context(), c.Request().Header.Get(paysig.Header), raw); err != nil {
 			return err
 		}
 		return c.JSON(http.StatusOK, callbackAck)
-	})
+	}
 }

@@ -26,7 +26,7 @@ export PAYMENTS_URL="http://127.0.0.1:$payments_port"
 export CALLBACK_URL="http://127.0.0.1:$orders_port/v1/payments/callback"
 export LOG_LEVEL="${LOG_LEVEL:-warn}"
 # The relay's idle poll bounds the outbox lag (docs/performance.md); the default is 200ms.
-export OUTBOX_POLL_INTERVAL="${OUTBOX_POLL_INTERVAL:-200ms}"
+export OUTBOX_POLL_INTERVAL="${OUTBOX_POLL_INTERVAL:-50ms}"
 
 echo "== building"
 go build -o "$bin/" ./cmd/... || exit 2

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/labstack/echo/v4"
 	"gorm.io/gorm"
@@ -100,8 +99,8 @@ func (h *Handler) getOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := ParseID(c.Param("id"))
+	if !ok {
 		return ErrOrderNotFound
 	}
 	o, err := h.repo.Get(c.Request().Context(), u.ID, id)

@@ -4,6 +4,7 @@ package orders
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"idemshop/internal/platform/problem"
@@ -88,4 +89,19 @@ func Amount(priceCents int64, quantity int) (int64, error) {
 		return 0, fmt.Errorf("amount overflow: %d × %d", priceCents, quantity)
 	}
 	return priceCents * int64(quantity), nil
+}
+
+// ParseID reads an order id written the one canonical way: decimal digits, no sign, no leading zero,
+// within int64. "01" and "+1" are not ids: a lenient parse would let two spellings name one order.
+func ParseID(s string) (int64, bool) {
+	if s == "" || len(s) > 19 || s[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil
 }

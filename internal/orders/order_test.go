@@ -51,3 +51,16 @@ func TestAmountIsIntegerAndRefusesOverflow(t *testing.T) {
 	_, err = orders.Amount(-1, 1)
 	assert.Error(t, err)
 }
+
+func TestParseIDAcceptsOneSpellingOnly(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"1": 1, "42": 42, "9223372036854775807": math.MaxInt64} {
+		got, ok := orders.ParseID(in)
+		assert.True(t, ok, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "0", "01", "+1", "-1", " 1", "1 ", "1e3", "0x1", "9223372036854775808", "abc"} {
+		_, ok := orders.ParseID(in)
+		assert.False(t, ok, in)
+	}
+}

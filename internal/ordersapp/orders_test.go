@@ -63,6 +63,8 @@ func TestGetOrder(t *testing.T) {
 		"another user's order": {fmt.Sprintf("/v1/orders/%d", id), bob},
 		"no such order":        {"/v1/orders/999999", alice},
 		"not a number":         {"/v1/orders/abc", alice},
+		"leading zero":         {fmt.Sprintf("/v1/orders/0%d", id), alice},
+		"plus sign":            {fmt.Sprintf("/v1/orders/+%d", id), alice},
 	} {
 		r := rp.call(http.MethodGet, tc.path, tc.token, "", nil)
 		assert.Equal(t, http.StatusNotFound, r.Status, name)

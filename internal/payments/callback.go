@@ -329,8 +329,8 @@ func validate(cb Callback) (int64, error) {
 	default:
 		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("unknown status %q", cb.Status))
 	}
-	id, err := strconv.ParseInt(cb.MerchantOrderNo, 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := orders.ParseID(cb.MerchantOrderNo)
+	if !ok {
 		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("merchant_order_no %q is not an order id", cb.MerchantOrderNo))
 	}
 	return id, nil
@@ -352,7 +352,7 @@ func amountMatches(cb Callback, o orders.Order) bool {
 func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigOK bool, reason string) {
 	s.metrics.count(OutcomeRejected)
 	var orderID int64
-	if id, err := strconv.ParseInt(cb.MerchantOrderNo, 10, 64); err == nil {
+	if id, ok := orders.ParseID(cb.MerchantOrderNo); ok {
 		orderID = id
 	}
 	if err := record(ctx, s.db, cb, orderID, sigOK, OutcomeRejected, reason); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -38,8 +37,8 @@ func (h *PayHandler) pay(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := orders.ParseID(c.Param("id"))
+	if !ok {
 		return orders.ErrOrderNotFound
 	}
 	key, err := idempotency.KeyFromHeader(c.Request().Header)

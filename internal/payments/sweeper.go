@@ -16,6 +16,7 @@ import (
 
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
+	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
 	"idemshop/internal/platform/problem"
 )
@@ -257,5 +258,9 @@ func orderIDFromPath(path string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("not a pay path: %q", path)
 	}
-	return strconv.ParseInt(idText, 10, 64)
+	id, ok := orders.ParseID(idText)
+	if !ok {
+		return 0, fmt.Errorf("not a pay path: %q", path)
+	}
+	return id, nil
 }

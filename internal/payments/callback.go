@@ -97,13 +97,15 @@ func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, 
 // (404, so the platform retries), ErrAmountMismatch (400). Every callback is recorded in
 // payment_callbacks, rejected ones included.
 func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Outcome, error) {
-	return s.handle(ctx, signature, raw, s.apply)
+	return s.handle(ctx, signature, raw, s.apply, true)
 }
 
 // applyFunc applies a verified, checked callback inside the callback transaction.
 type applyFunc func(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error)
 
-func (s *Service) handle(ctx context.Context, signature string, raw []byte, apply applyFunc) (Outcome, error) {
+// handle runs every callback route. skipResends enables the resend fast path, which is itself a guard
+// (the unsafe S1 twin runs without it).
+func (s *Service) handle(ctx context.Context, signature string, raw []byte, apply applyFunc, skipResends bool) (Outcome, error) {
 	lg := logging.From(ctx)
 
 	// 1. The signature covers the raw bytes, so it is checked before anything is decoded.
@@ -143,6 +145,19 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 			"order_amount_cents", o.AmountCents, "order_currency", o.Currency)
 		s.reject(ctx, lg, cb, true, "amount or currency mismatch")
 		return OutcomeRejected, ErrAmountMismatch
+	}
+
+	// A resend that arrives after its twin committed needs no lock and no transaction: an order's status
+	// only moves forward, so if it already has the status this callback asks for, nothing this callback
+	// could do would change it. (Skipping on a stale read is safe here, acting on one would not be: the
+	// conditional UPDATE below stays the only way anything is applied.)
+	if skipResends && already(cb.Status, o.Status) {
+		if err := record(ctx, s.db, cb, orderID, true, OutcomeDuplicate, "already "+string(o.Status)); err != nil {
+			return OutcomeRejected, err
+		}
+		s.metrics.count(OutcomeDuplicate)
+		lg.Info("payment callback", "outcome", OutcomeDuplicate, "reason", "already "+string(o.Status))
+		return OutcomeDuplicate, nil
 	}
 
 	// 4. Efficiency only: let duplicates of one order queue in Redis rather than on the row lock.
@@ -276,6 +291,19 @@ func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, cb Callback
 		return OutcomeStale, "success for a " + string(current) + " order: refund requested", nil
 	}
 	return OutcomeStale, "order is " + string(current), nil
+}
+
+// already reports whether an order in status has already done what a callback with cbStatus asks.
+func already(cbStatus string, status orders.Status) bool {
+	switch cbStatus {
+	case StatusSuccess:
+		return status == orders.StatusPaid || status == orders.StatusRefundRequired || status == orders.StatusRefunded
+	case StatusFailed:
+		return status == orders.StatusFailed
+	case StatusRefunded:
+		return status == orders.StatusRefunded
+	}
+	return false
 }
 
 // classify names a callback that changed nothing: a duplicate if the order already has the status the

@@ -64,7 +64,7 @@ func (h *Handler) MountUnsafeStock(e *echo.Echo, path string, locker *lock.Locke
 	svc := *h.svc // the same database, repository, verifier and metrics; only the lock differs
 	svc.lock = &flashSaleLock{locker: locker, svc: &svc, ttl: ttl, wait: wait}
 	e.POST(path, serveCallback(func(ctx context.Context, sig string, raw []byte) (Outcome, error) {
-		return svc.handle(ctx, sig, raw, svc.applyStockUnsafe)
+		return svc.handle(ctx, sig, raw, svc.applyStockUnsafe, true) // S5 keeps the state guard
 	}))
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 // HandleUnsafe is Handle without the state-machine guard. Signature, parsing, amount checks and the
 // audit row are the same.
 func (s *Service) HandleUnsafe(ctx context.Context, signature string, raw []byte) (Outcome, error) {
-	return s.handle(ctx, signature, raw, s.applyUnsafe)
+	return s.handle(ctx, signature, raw, s.applyUnsafe, false)
 }
 
 func (s *Service) applyUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {

@@ -80,7 +80,7 @@ func TestRunRefusesRemoteTargets(t *testing.T) {
 // names of this test's own.
 func newShop(t *testing.T) *lab.Env {
 	t.Helper()
-	env := testenv.New(t, testenv.Options{MaxConns: 30})
+	env := testenv.New(t, testenv.Options{MaxConns: 12})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	logger := slog.New(slog.DiscardHandler)

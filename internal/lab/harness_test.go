@@ -26,7 +26,7 @@ import (
 // names: orders in lab mode (with its relay, sweeper and reaper), payments-mock, and points-consumer.
 func newLabEnv(t *testing.T, mutate func(*config.Orders)) *lab.Env {
 	t.Helper()
-	env := testenv.New(t, testenv.Options{MaxConns: 30})
+	env := testenv.New(t, testenv.Options{MaxConns: 12})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	logger := slog.New(slog.DiscardHandler)

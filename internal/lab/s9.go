@@ -77,7 +77,7 @@ func s9DegradedOrders(ctx context.Context, env *Env) (string, func(), error) {
 	cfg.PaymentWebhookSecret = string(env.Secret)
 	// Its own pool, as a separate replica would have.
 	db, err := postgres.Open(ctx, cfg.Postgres.URL, postgres.Options{LockTimeout: cfg.LockTimeout,
-		StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: env.Log})
+		StatementTimeout: cfg.StatementTimeout, MaxConns: 8, Logger: env.Log}) // enough for the storm, light on max_connections
 	if err != nil {
 		return "", nil, fmt.Errorf("S9: open database: %w", err)
 	}

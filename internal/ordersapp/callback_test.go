@@ -142,7 +142,7 @@ func TestTripleCallbackIsAppliedOnce(t *testing.T) {
 // 50 identical parallel callbacks for each of 20 orders of one product, all at once.
 func TestCallbackStormKeepsStockExact(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{MaxConns: 30})
+	env := testenv.New(t, testenv.Options{MaxConns: 12})
 	rp := newReplica(t, env, replicaOpts{})
 	const orders, copies = 20, 50
 	ids := make([]int64, orders)

@@ -75,7 +75,14 @@ func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
 	reg := prometheus.NewRegistry()
 	logger := o.logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		// Keep the server's ERROR lines, and show them if the test fails: a 500 then says why.
+		errs := &testenv.Output{}
+		logger = slog.New(slog.NewTextHandler(errs, &slog.HandlerOptions{Level: slog.LevelError}))
+		t.Cleanup(func() {
+			if t.Failed() && errs.String() != "" {
+				t.Logf("server errors:\n%s", errs.String())
+			}
+		})
 	}
 	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger,
 		DB: db, Redis: rdb, Registry: reg, Runner: o.runner, PayFaults: o.faults})

@@ -301,7 +301,7 @@ func TestConcurrentSameKeyCreatesOneOrder(t *testing.T) {
 	for _, redisUp := range []bool{true, false} {
 		t.Run(fmt.Sprintf("redis_up=%v", redisUp), func(t *testing.T) {
 			t.Parallel()
-			env := testenv.New(t, testenv.Options{MaxConns: 60})
+			env := testenv.New(t, testenv.Options{MaxConns: 12})
 			o := replicaOpts{}
 			if !redisUp {
 				o.redis = deadRedis(t)

@@ -79,7 +79,7 @@ func waitLeaseOver(t *testing.T, env *testenv.Env, key string) {
 
 func TestPayOnceWithParallelRetriesOfOneKey(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{MaxConns: 30})
+	env := testenv.New(t, testenv.Options{MaxConns: 12})
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
 	id, _ := rp.newOrder(alice, 1, 1)
@@ -317,7 +317,7 @@ func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
 // With Redis unreachable the database lease and fence alone guard the payment.
 func TestPayWithRedisDown(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{MaxConns: 30})
+	env := testenv.New(t, testenv.Options{MaxConns: 12})
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{redis: deadRedis(t), cfg: payTo(mock, 5*time.Second)})
 	id, _ := rp.newOrder(alice, 1, 1)

@@ -42,7 +42,8 @@ type Env struct {
 type Options struct {
 	// LockTimeout is the DB session's lock_timeout (0: 2 s, the service default).
 	LockTimeout time.Duration
-	// MaxConns bounds the test's pool (0: 20).
+	// MaxConns bounds the test's pool (0: 6). Keep it small: test packages and parallel tests share one
+	// PostgreSQL whose max_connections is 100.
 	MaxConns int
 }
 
@@ -59,7 +60,7 @@ func New(t testing.TB, opts ...Options) *Env {
 		o.LockTimeout = 2 * time.Second
 	}
 	if o.MaxConns == 0 {
-		o.MaxConns = 20
+		o.MaxConns = 6
 	}
 	svc := Find(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -291,7 +292,7 @@ func dropStaleTestDatabases(ctx context.Context, conn *pgx.Conn) {
 // closed when t ends.
 func OpenDB(t testing.TB, url string, lockTimeout time.Duration) *gorm.DB {
 	t.Helper()
-	db, err := postgres.Open(context.Background(), url, postgres.Options{LockTimeout: lockTimeout, MaxConns: 10})
+	db, err := postgres.Open(context.Background(), url, postgres.Options{LockTimeout: lockTimeout, MaxConns: 4})
 	if err != nil {
 		t.Fatalf("testenv: open %s: %v", url, err)
 	}

@@ -5,7 +5,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -119,73 +118,42 @@ func LoadOrders() (Orders, error) {
 
 // Validate checks values the parser cannot; each error names its variable.
 func (c Orders) Validate() error {
-	var errs []error
-	positive := func(name string, d time.Duration) {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be > 0, got %s", name, d))
-		}
+	var ck checks
+	c.HTTP.check(&ck)
+	c.Postgres.check(&ck)
+	c.Redis.check(&ck)
+	ck.absoluteURL("AMQP_URL", c.AMQPURL)
+	ck.absoluteURL("PAYMENTS_URL", c.PaymentsURL)
+	ck.absoluteURL("CALLBACK_URL", c.CallbackURL)
+	if c.PaymentWebhookSecret == "" {
+		ck.add(errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
 	}
-	positive("IDEMPOTENCY_RETENTION", c.IdempotencyRetention)
-	positive("IDEMPOTENCY_INFLIGHT_TTL", c.IdempotencyInFlightTTL)
-	positive("REAPER_INTERVAL", c.ReaperInterval)
-	positive("SWEEP_INTERVAL", c.SweepInterval)
-	positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
-	positive("PAY_LEASE", c.PayLease)
-	positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
+	ck.positive("IDEMPOTENCY_RETENTION", c.IdempotencyRetention)
+	ck.positive("IDEMPOTENCY_INFLIGHT_TTL", c.IdempotencyInFlightTTL)
+	ck.positive("REAPER_INTERVAL", c.ReaperInterval)
+	ck.atLeastOne("REAPER_BATCH", int64(c.ReaperBatch))
+	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
+	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))
+	ck.atLeastOne("SWEEP_BATCH", int64(c.SweepBatch))
+	ck.positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
+	ck.notNegative("CALLBACK_LOCK_WAIT", c.CallbackLockWait)
+	ck.positive("PAY_LEASE", c.PayLease)
+	ck.positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
 	if c.PaymentsTimeout >= c.PayLease {
 		// The lease must outlast the platform call, or the record looks abandoned while the call runs.
-		errs = append(errs, fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than PAY_LEASE (%s)", c.PaymentsTimeout, c.PayLease))
-	}
-	if c.LabStockLockTTL < time.Millisecond {
-		errs = append(errs, fmt.Errorf("LAB_STOCK_LOCK_TTL must be >= 1ms (the Redis lease resolution), got %s", c.LabStockLockTTL))
-	}
-	if c.SweepMaxAttempts <= 0 || c.SweepBatch <= 0 {
-		errs = append(errs, fmt.Errorf("SWEEP_MAX_ATTEMPTS and SWEEP_BATCH must be > 0, got %d and %d", c.SweepMaxAttempts, c.SweepBatch))
+		ck.add(fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than PAY_LEASE (%s)", c.PaymentsTimeout, c.PayLease))
 	}
 	if c.PayFault != "" && !c.Lab {
-		errs = append(errs, errors.New("PAY_FAULT is only allowed with ORDERS_LAB=true"))
+		ck.add(errors.New("PAY_FAULT is only allowed with ORDERS_LAB=true"))
 	}
-	if c.CallbackLockWait < 0 {
-		errs = append(errs, fmt.Errorf("CALLBACK_LOCK_WAIT must be >= 0, got %s", c.CallbackLockWait))
+	if c.LabStockLockTTL < time.Millisecond {
+		ck.add(fmt.Errorf("LAB_STOCK_LOCK_TTL must be >= 1ms (the Redis lease resolution), got %s", c.LabStockLockTTL))
 	}
-	positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
-	positive("FORM_TOKEN_TTL", c.FormTokenTTL)
-	positive("FORM_TOKEN_INFLIGHT_LEASE", c.FormTokenInFlightLease)
-	positive("DB_LOCK_TIMEOUT", c.LockTimeout)
-	positive("DB_STATEMENT_TIMEOUT", c.StatementTimeout)
-	positive("REDIS_TIMEOUT", c.Redis.Timeout)
-	positive("HTTP_READ_HEADER_TIMEOUT", c.ReadHeaderTimeout)
-	positive("HTTP_READ_TIMEOUT", c.ReadTimeout)
-	positive("HTTP_WRITE_TIMEOUT", c.WriteTimeout)
-	positive("HTTP_IDLE_TIMEOUT", c.IdleTimeout)
-	positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
-	if c.ReaperBatch <= 0 {
-		errs = append(errs, fmt.Errorf("REAPER_BATCH must be > 0, got %d", c.ReaperBatch))
-	}
-	if c.MaxConns <= 0 {
-		errs = append(errs, fmt.Errorf("DB_MAX_CONNS must be > 0, got %d", c.MaxConns))
-	}
-	if c.BodyLimitBytes <= 0 {
-		errs = append(errs, fmt.Errorf("BODY_LIMIT_BYTES must be > 0, got %d", c.BodyLimitBytes))
-	}
-	if c.PaymentWebhookSecret == "" {
-		errs = append(errs, errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
-	}
-	for _, v := range [][2]string{
-		{"DATABASE_URL", c.Postgres.URL}, {"REDIS_URL", c.Redis.URL}, {"AMQP_URL", c.AMQPURL},
-		{"PAYMENTS_URL", c.PaymentsURL}, {"CALLBACK_URL", c.CallbackURL},
-	} {
-		if u, err := url.Parse(v[1]); err != nil || u.Scheme == "" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s is not an absolute URL", v[0]))
-		}
-	}
-	if err := c.OutboxRelay.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
+	ck.positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
+	ck.positive("FORM_TOKEN_TTL", c.FormTokenTTL)
+	ck.positive("FORM_TOKEN_INFLIGHT_LEASE", c.FormTokenInFlightLease)
+	c.OutboxRelay.check(&ck)
+	return ck.err()
 }
 
 // DefaultOrders returns the orders configuration with every default and nothing read from the

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -21,18 +20,12 @@ type OutboxRelay struct {
 	AMQPNames
 }
 
-// Validate checks the relay knobs; each error names its variable.
-func (o OutboxRelay) Validate() error {
-	var errs []error
-	if o.OutboxPollInterval <= 0 {
-		errs = append(errs, fmt.Errorf("OUTBOX_POLL_INTERVAL must be > 0, got %s", o.OutboxPollInterval))
-	}
+// check adds the relay knobs' problems to c; each names its variable.
+func (o OutboxRelay) check(c *checks) {
+	c.positive("OUTBOX_POLL_INTERVAL", o.OutboxPollInterval)
 	if o.OutboxBatchSize < 1 || o.OutboxBatchSize > 10000 {
-		errs = append(errs, fmt.Errorf("OUTBOX_BATCH_SIZE must be 1..10000, got %d", o.OutboxBatchSize))
+		c.add(fmt.Errorf("OUTBOX_BATCH_SIZE must be 1..10000, got %d", o.OutboxBatchSize))
 	}
-	if o.OutboxConfirmTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("OUTBOX_CONFIRM_TIMEOUT must be > 0, got %s", o.OutboxConfirmTimeout))
-	}
-	o.Reconnect.validate(&errs)
-	return errors.Join(errs...)
+	c.positive("OUTBOX_CONFIRM_TIMEOUT", o.OutboxConfirmTimeout)
+	o.Reconnect.check(c)
 }

@@ -63,45 +63,31 @@ func (c PaymentsMock) Seed() (seed uint64, ok bool, err error) {
 // Validate checks values the parser cannot; each error names its variable. The chaos bounds match
 // paymock.Chaos.Validate.
 func (c PaymentsMock) Validate() error {
-	var errs []error
-	positive := func(name string, d time.Duration) {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be > 0, got %s", name, d))
-		}
-	}
-	positive("CALLBACK_TIMEOUT", c.CallbackTimeout)
-	positive("CREATE_TIMEOUT_DELAY", c.CreateTimeoutDelay)
-	positive("HTTP_READ_HEADER_TIMEOUT", c.ReadHeaderTimeout)
-	positive("HTTP_READ_TIMEOUT", c.ReadTimeout)
-	positive("HTTP_WRITE_TIMEOUT", c.WriteTimeout)
-	positive("HTTP_IDLE_TIMEOUT", c.IdleTimeout)
-	positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
-	if c.AutoApproveDelay < 0 {
-		errs = append(errs, fmt.Errorf("AUTO_APPROVE_DELAY must be >= 0, got %s", c.AutoApproveDelay))
-	}
+	var ck checks
+	c.HTTP.check(&ck)
+	ck.positive("CALLBACK_TIMEOUT", c.CallbackTimeout)
+	ck.positive("CREATE_TIMEOUT_DELAY", c.CreateTimeoutDelay)
+	ck.notNegative("AUTO_APPROVE_DELAY", c.AutoApproveDelay)
 	if len(c.CallbackRetrySchedule) > 31 {
-		errs = append(errs, fmt.Errorf("CALLBACK_RETRY_SCHEDULE has %d steps, at most 31", len(c.CallbackRetrySchedule)))
+		ck.add(fmt.Errorf("CALLBACK_RETRY_SCHEDULE has %d steps, at most 31", len(c.CallbackRetrySchedule)))
 	}
 	for _, d := range c.CallbackRetrySchedule {
 		if d < 0 {
-			errs = append(errs, fmt.Errorf("CALLBACK_RETRY_SCHEDULE steps must be >= 0, got %s", d))
+			ck.add(fmt.Errorf("CALLBACK_RETRY_SCHEDULE steps must be >= 0, got %s", d))
 			break
 		}
 	}
 	if c.DeliveryLogLimit <= 0 {
-		errs = append(errs, fmt.Errorf("DELIVERY_LOG_LIMIT must be > 0, got %d", c.DeliveryLogLimit))
-	}
-	if c.BodyLimitBytes <= 0 {
-		errs = append(errs, fmt.Errorf("BODY_LIMIT_BYTES must be > 0, got %d", c.BodyLimitBytes))
+		ck.add(fmt.Errorf("DELIVERY_LOG_LIMIT must be > 0, got %d", c.DeliveryLogLimit))
 	}
 	if c.PaymentWebhookSecret == "" {
-		errs = append(errs, errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
+		ck.add(errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
 	}
 	if c.ChaosDuplicates < 1 || c.ChaosDuplicates > 20 {
-		errs = append(errs, fmt.Errorf("CHAOS_DUPLICATES must be 1..20, got %d", c.ChaosDuplicates))
+		ck.add(fmt.Errorf("CHAOS_DUPLICATES must be 1..20, got %d", c.ChaosDuplicates))
 	}
 	if c.ChaosJitterMS < 0 || c.ChaosJitterMS > 60000 {
-		errs = append(errs, fmt.Errorf("CHAOS_JITTER_MS must be 0..60000, got %d", c.ChaosJitterMS))
+		ck.add(fmt.Errorf("CHAOS_JITTER_MS must be 0..60000, got %d", c.ChaosJitterMS))
 	}
 	for _, r := range []struct {
 		name string
@@ -112,16 +98,13 @@ func (c PaymentsMock) Validate() error {
 		{"CHAOS_ERROR_RATE", c.ChaosErrorRate},
 	} {
 		if !(r.v >= 0 && r.v <= 1) {
-			errs = append(errs, fmt.Errorf("%s must be 0..1, got %v", r.name, r.v))
+			ck.add(fmt.Errorf("%s must be 0..1, got %v", r.name, r.v))
 		}
 	}
 	if _, _, err := c.Seed(); err != nil {
-		errs = append(errs, err)
+		ck.add(err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
+	return ck.err()
 }
 
 // DefaultPaymentsMock returns the payments-mock configuration with every default and nothing read from

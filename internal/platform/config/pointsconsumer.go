@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -17,12 +16,10 @@ type Reconnect struct {
 	Max time.Duration `env:"AMQP_RECONNECT_MAX" envDefault:"30s"`
 }
 
-func (r Reconnect) validate(errs *[]error) {
-	if r.Min <= 0 {
-		*errs = append(*errs, fmt.Errorf("AMQP_RECONNECT_MIN must be > 0, got %s", r.Min))
-	}
+func (r Reconnect) check(c *checks) {
+	c.positive("AMQP_RECONNECT_MIN", r.Min)
 	if r.Max < r.Min {
-		*errs = append(*errs, fmt.Errorf("AMQP_RECONNECT_MAX must be >= AMQP_RECONNECT_MIN, got %s", r.Max))
+		c.add(fmt.Errorf("AMQP_RECONNECT_MAX must be >= AMQP_RECONNECT_MIN, got %s", r.Max))
 	}
 }
 
@@ -76,63 +73,36 @@ func LoadPointsConsumer() (PointsConsumer, error) {
 
 // Validate checks values the parser cannot; each error names its variable.
 func (c PointsConsumer) Validate() error {
-	var errs []error
-	positive := func(name string, d time.Duration) {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be > 0, got %s", name, d))
-		}
-	}
-	positive("POINTS_LEASE_TTL", c.LeaseTTL)
-	if c.BatchWait < 0 {
-		errs = append(errs, fmt.Errorf("POINTS_BATCH_WAIT must be >= 0, got %s", c.BatchWait))
-	}
-	positive("POINTS_DONE_TTL", c.DoneTTL)
-	positive("POINTS_LEASE_POLL", c.LeasePoll)
-	positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
-	positive("DB_LOCK_TIMEOUT", c.LockTimeout)
-	positive("DB_STATEMENT_TIMEOUT", c.StatementTimeout)
-	positive("REDIS_TIMEOUT", c.Redis.Timeout)
-	positive("HTTP_READ_HEADER_TIMEOUT", c.ReadHeaderTimeout)
-	positive("HTTP_READ_TIMEOUT", c.ReadTimeout)
-	positive("HTTP_WRITE_TIMEOUT", c.WriteTimeout)
-	positive("HTTP_IDLE_TIMEOUT", c.IdleTimeout)
-	positive("SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
-	c.Reconnect.validate(&errs)
+	var ck checks
+	c.HTTP.check(&ck)
+	c.Postgres.check(&ck)
+	c.Redis.check(&ck)
+	ck.absoluteURL("AMQP_URL", c.AMQPURL)
+	c.Reconnect.check(&ck)
+	ck.positive("POINTS_LEASE_TTL", c.LeaseTTL)
+	ck.notNegative("POINTS_BATCH_WAIT", c.BatchWait)
+	ck.positive("POINTS_DONE_TTL", c.DoneTTL)
+	ck.positive("POINTS_LEASE_POLL", c.LeasePoll)
+	ck.positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
-		errs = append(errs, fmt.Errorf("POINTS_PREFETCH must be 1..65535, got %d", c.Prefetch))
+		ck.add(fmt.Errorf("POINTS_PREFETCH must be 1..65535, got %d", c.Prefetch))
 	}
 	if c.BatchSize < 1 || c.BatchSize > c.Prefetch {
-		errs = append(errs, fmt.Errorf("POINTS_BATCH_SIZE must be 1..POINTS_PREFETCH (%d), got %d", c.Prefetch, c.BatchSize))
+		ck.add(fmt.Errorf("POINTS_BATCH_SIZE must be 1..POINTS_PREFETCH (%d), got %d", c.Prefetch, c.BatchSize))
 	}
 	if c.LeasePoll > 0 && c.LeasePoll > c.LeaseTTL {
-		errs = append(errs, fmt.Errorf("POINTS_LEASE_POLL must be <= POINTS_LEASE_TTL, got %s", c.LeasePoll))
-	}
-	if c.MaxConns <= 0 {
-		errs = append(errs, fmt.Errorf("DB_MAX_CONNS must be > 0, got %d", c.MaxConns))
-	}
-	if c.BodyLimitBytes <= 0 {
-		errs = append(errs, fmt.Errorf("BODY_LIMIT_BYTES must be > 0, got %d", c.BodyLimitBytes))
+		ck.add(fmt.Errorf("POINTS_LEASE_POLL must be <= POINTS_LEASE_TTL, got %s", c.LeasePoll))
 	}
 	switch c.Fault {
 	case "":
 	case "exit-after-claim", "exit-after-commit":
 		if !c.Lab {
-			errs = append(errs, errors.New("POINTS_FAULT needs ORDERS_LAB=true (crash hooks exist only in lab mode)"))
+			ck.add(errors.New("POINTS_FAULT needs ORDERS_LAB=true (crash hooks exist only in lab mode)"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("POINTS_FAULT must be exit-after-claim or exit-after-commit, got %q", c.Fault))
+		ck.add(fmt.Errorf("POINTS_FAULT must be exit-after-claim or exit-after-commit, got %q", c.Fault))
 	}
-	for _, v := range [][2]string{
-		{"DATABASE_URL", c.Postgres.URL}, {"REDIS_URL", c.Redis.URL}, {"AMQP_URL", c.AMQPURL},
-	} {
-		if u, err := url.Parse(v[1]); err != nil || u.Scheme == "" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s is not an absolute URL", v[0]))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
+	return ck.err()
 }
 
 // DefaultPointsConsumer returns the configuration with every default and nothing read from the

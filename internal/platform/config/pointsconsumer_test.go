@@ -47,11 +47,13 @@ func TestLoadPointsConsumerNamesTheBadVariable(t *testing.T) {
 	}
 }
 
-func TestOutboxRelayDefaultsValidate(t *testing.T) {
-	var o config.OutboxRelay
-	o.OutboxPollInterval, o.OutboxBatchSize, o.OutboxConfirmTimeout = 200*time.Millisecond, 100, 5*time.Second
-	o.Reconnect.Min, o.Reconnect.Max = 250*time.Millisecond, 30*time.Second
-	require.NoError(t, o.Validate())
-	o.OutboxBatchSize = 0
-	assert.ErrorContains(t, o.Validate(), "OUTBOX_BATCH_SIZE")
+// The relay's knobs are checked as part of orders' configuration, which embeds them.
+func TestOutboxRelayKnobsAreValidated(t *testing.T) {
+	c := config.DefaultOrders()
+	require.NoError(t, c.Validate())
+	c.OutboxBatchSize = 0
+	assert.ErrorContains(t, c.Validate(), "OUTBOX_BATCH_SIZE")
+	c = config.DefaultOrders()
+	c.Reconnect.Max = c.Reconnect.Min / 2
+	assert.ErrorContains(t, c.Validate(), "AMQP_RECONNECT_MAX")
 }

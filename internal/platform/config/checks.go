@@ -1,0 +1,67 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+)
+
+// checks collects validation errors; each names the variable an operator has to fix.
+type checks struct{ errs []error }
+
+func (c *checks) add(err error) { c.errs = append(c.errs, err) }
+
+func (c *checks) positive(name string, d time.Duration) {
+	if d <= 0 {
+		c.add(fmt.Errorf("%s must be > 0, got %s", name, d))
+	}
+}
+
+func (c *checks) notNegative(name string, d time.Duration) {
+	if d < 0 {
+		c.add(fmt.Errorf("%s must be >= 0, got %s", name, d))
+	}
+}
+
+func (c *checks) atLeastOne(name string, n int64) {
+	if n <= 0 {
+		c.add(fmt.Errorf("%s must be > 0, got %d", name, n))
+	}
+}
+
+func (c *checks) absoluteURL(name, raw string) {
+	if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
+		c.add(fmt.Errorf("%s is not an absolute URL", name))
+	}
+}
+
+func (c *checks) err() error {
+	if err := errors.Join(c.errs...); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// The shared parts check themselves, once, for every binary that embeds them.
+
+func (h HTTP) check(c *checks) {
+	c.positive("HTTP_READ_HEADER_TIMEOUT", h.ReadHeaderTimeout)
+	c.positive("HTTP_READ_TIMEOUT", h.ReadTimeout)
+	c.positive("HTTP_WRITE_TIMEOUT", h.WriteTimeout)
+	c.positive("HTTP_IDLE_TIMEOUT", h.IdleTimeout)
+	c.positive("SHUTDOWN_TIMEOUT", h.ShutdownTimeout)
+	c.atLeastOne("BODY_LIMIT_BYTES", h.BodyLimitBytes)
+}
+
+func (p Postgres) check(c *checks) {
+	c.absoluteURL("DATABASE_URL", p.URL)
+	c.positive("DB_LOCK_TIMEOUT", p.LockTimeout)
+	c.positive("DB_STATEMENT_TIMEOUT", p.StatementTimeout)
+	c.atLeastOne("DB_MAX_CONNS", int64(p.MaxConns))
+}
+
+func (r Redis) check(c *checks) {
+	c.absoluteURL("REDIS_URL", r.URL)
+	c.positive("REDIS_TIMEOUT", r.Timeout)
+}

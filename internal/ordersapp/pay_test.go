@@ -466,3 +466,41 @@ func TestPayBodyAndBusyOrder(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, ok.Status, "%s", ok.Body)
 	assert.EqualValues(t, 1, mock.creates(t))
 }
+
+// A client that hangs up during the platform call does not leave its payment unrecorded: after the
+// claim the work no longer follows the request's context.
+func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	g := newGate()
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second), faults: payments.Faults{AfterRPC: g.hook}})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	ctx, hangUp := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/v1/orders/%d/pay", rp.srv.URL, id), nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+alice)
+	req.Header.Set("Idempotency-Key", "pay-hangup")
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := rp.srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	g.wait(t)
+	hangUp()
+	require.Error(t, <-sent, "the client gave up")
+	close(g.open)
+
+	eventually(t, 10*time.Second, "the record to be completed anyway", func() bool {
+		return recordOf(t, env, "pay-hangup").State == "COMPLETED"
+	})
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+	replay := rp.pay(alice, id, "pay-hangup")
+	assert.Equal(t, http.StatusCreated, replay.Status)
+	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	assert.EqualValues(t, 1, mock.creates(t))
+}

@@ -81,7 +81,7 @@ func (r *runner) consumer(ctx context.Context) []Result {
 	if err := rabbitmq.Declare(ch, top); err != nil {
 		return []Result{failed(name, title, err)}
 	}
-	defer deleteTopology(conn, top)
+	defer rabbitmq.Delete(conn, top)
 	redisPrefix := env.RedisPrefix + run + ":"
 	defer deleteRedisPrefix(context.WithoutCancel(ctx), r, redisPrefix)
 
@@ -143,7 +143,7 @@ func (r *runner) consumer(ctx context.Context) []Result {
 		var left int64
 		_, err := lab.Eventually(ctx, 5*time.Second, func() (bool, error) {
 			var err error
-			left, err = readyMessages(conn, q)
+			left, err = rabbitmq.ReadyMessages(conn, q)
 			return left == 0, err
 		})
 		if err != nil {
@@ -191,7 +191,7 @@ func drainRest(ctx context.Context, conn *amqp.Connection, queue string) (int64,
 func stableReady(ctx context.Context, conn *amqp.Connection, queue string) (int64, error) {
 	last := int64(-1)
 	for range 25 {
-		n, err := readyMessages(conn, queue)
+		n, err := rabbitmq.ReadyMessages(conn, queue)
 		if err != nil {
 			return 0, err
 		}
@@ -344,36 +344,6 @@ func counterValue(reg prometheus.Gatherer, name, outcome string) int64 {
 		}
 	}
 	return 0
-}
-
-// readyMessages is the number of ready messages in queue (a passive declare on a channel of its own).
-func readyMessages(conn *amqp.Connection, queue string) (int64, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		return 0, fmt.Errorf("inspect queue %s: %w", queue, err)
-	}
-	return int64(q.Messages), nil
-}
-
-// deleteTopology removes the run's queues and exchanges, each on a fresh channel. Best effort.
-func deleteTopology(conn *amqp.Connection, top rabbitmq.Topology) {
-	for i, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		if i < 2 {
-			_, _ = ch.QueueDelete(n, false, false, false)
-		} else {
-			_ = ch.ExchangeDelete(n, false, false)
-		}
-		_ = ch.Close()
-	}
 }
 
 // deleteRedisPrefix deletes the run's Redis keys (bounded: SCAN in pages, at most 200 pages).

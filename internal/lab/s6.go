@@ -113,7 +113,7 @@ func runConsumerCrash(ctx context.Context, env *Env, scenario string, mode point
 	if err := rabbitmq.Declare(ch, top); err != nil {
 		return nil, err
 	}
-	defer deleteTopology(conn, top)
+	defer rabbitmq.Delete(conn, top)
 	redisPrefix := env.RedisPrefix + name + ":"
 	// The one Redis key the consumers use: the order's lease, or the unsafe twin's early "done".
 	leaseKey := redisPrefix + "points:dedup:" + points.BizIDOrderPaid(o.ID)
@@ -188,10 +188,10 @@ func runConsumerCrash(ctx context.Context, env *Env, scenario string, mode point
 	m["redelivery_applied"] = second.count(points.OutcomeApplied)
 	m["redelivery_duplicate"] = second.count(points.OutcomeDuplicate)
 	m["redelivery_failed"] = second.count(points.OutcomeFailed)
-	if m["queue_ready"], err = readyMessages(conn, top.Queue); err != nil {
+	if m["queue_ready"], err = rabbitmq.ReadyMessages(conn, top.Queue); err != nil {
 		return nil, err
 	}
-	if m["dlq_ready"], err = readyMessages(conn, top.DeadLetterQueue); err != nil {
+	if m["dlq_ready"], err = rabbitmq.ReadyMessages(conn, top.DeadLetterQueue); err != nil {
 		return nil, err
 	}
 	if m["ledger_rows"], m["balance"], err = ledgerOf(ctx, env, f.UserID); err != nil {
@@ -306,37 +306,4 @@ func ledgerOf(ctx context.Context, env *Env, userID int64) (rows, balance int64,
 	}
 	balance, err = invariants.Balance(ctx, env.DB, userID)
 	return rows, balance, err
-}
-
-// readyMessages is the number of ready messages in queue (a passive declare, on a channel of its own
-// because a failed one closes the channel).
-func readyMessages(conn *amqp.Connection, queue string) (int64, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		return 0, fmt.Errorf("inspect queue %s: %w", queue, err)
-	}
-	return int64(q.Messages), nil
-}
-
-// deleteTopology removes the scenario's queues and exchanges, each on a fresh channel (a failed
-// delete closes its channel). Best effort: a leftover is named after the scenario and harmless.
-func deleteTopology(conn *amqp.Connection, top rabbitmq.Topology) {
-	names := []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange}
-	for i, n := range names {
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		if i < 2 {
-			_, _ = ch.QueueDelete(n, false, false, false)
-		} else {
-			_ = ch.ExchangeDelete(n, false, false)
-		}
-		_ = ch.Close()
-	}
 }

@@ -121,3 +121,35 @@ func DeliveryCount(d amqp.Delivery) int64 {
 	}
 	return 0
 }
+
+// ReadyMessages is the number of ready messages in queue. The passive declare runs on a channel of its
+// own, because a failed one closes its channel.
+func ReadyMessages(conn *amqp.Connection, queue string) (int64, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inspect queue %s: %w", queue, err)
+	}
+	return int64(q.Messages), nil
+}
+
+// Delete removes t's queues and exchanges, each on a fresh channel (a failed delete closes its
+// channel). Best effort: it is cleanup of a run's own, uniquely named topology.
+func Delete(conn *amqp.Connection, t Topology) {
+	for i, n := range []string{t.Queue, t.DeadLetterQueue, t.Exchange, t.DeadLetterExchange} {
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		if i < 2 {
+			_, _ = ch.QueueDelete(n, false, false, false)
+		} else {
+			_ = ch.ExchangeDelete(n, false, false)
+		}
+		_ = ch.Close()
+	}
+}

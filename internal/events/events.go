@@ -8,6 +8,7 @@ import "time"
 const (
 	Exchange            = "idemshop.events"       // durable topic exchange
 	RoutingKeyOrderPaid = "order.paid"            // routing key of OrderPaid
+	RoutingKeyRefunded  = "order.refunded"        // routing key of OrderRefunded (same queue, second binding)
 	QueueOrderPaid      = "points.order-paid"     // quorum queue, x-delivery-limit 5
 	DeadLetterExchange  = "idemshop.events.dlx"   // where points.order-paid dead-letters
 	QueueOrderPaidDLQ   = "points.order-paid.dlq" // the dead letters
@@ -18,6 +19,19 @@ const (
 // is EventID; consumers must de-duplicate on OrderID, the business key, never on the message id.
 // AmountCents is int64 minor units; Points = AmountCents / 100 (integer division).
 type OrderPaid struct {
+	EventID     string    `json:"event_id"`
+	OrderID     int64     `json:"order_id"`
+	UserID      int64     `json:"user_id"`
+	AmountCents int64     `json:"amount_cents"`
+	Points      int64     `json:"points"`
+	OccurredAt  time.Time `json:"occurred_at"`
+}
+
+// OrderRefunded is published once per order whose payment came back in full after the order was PAID
+// (at least once on the wire). The consumer reverses the order's credit once, under the ledger business
+// key "order-refunded:<order id>" (DESIGN.md, "Events"). Points is the credit to reverse, PointsFor of
+// the order's AmountCents (int64 cents), the same number order.paid carried.
+type OrderRefunded struct {
 	EventID     string    `json:"event_id"`
 	OrderID     int64     `json:"order_id"`
 	UserID      int64     `json:"user_id"`

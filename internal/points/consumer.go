@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -232,18 +233,22 @@ type message struct {
 	d       amqp.Delivery
 	eventID string
 	credit  Credit
-	leased  bool     // we hold its Redis lease: mark it done or release it
-	first   *message // an earlier message of the same batch with the same biz_id
-	outcome string
-	err     error
+	leased  bool // we hold its Redis lease: mark it done or release it
+	// maybeDone: its lease said "done". The ledger still decides; an applied one is worth a warning,
+	// because it means Redis remembered a credit the database did not have.
+	maybeDone bool
+	first     *message // an earlier message of the same batch with the same biz_id
+	outcome   string
+	err       error
 }
 
 // handle runs one batch through the two dedup layers and settles every delivery of it:
 //
 //  1. decode; a message that does not decode or validate fails (poison: after the delivery limit the
 //     broker dead-letters it, and it is never credited);
-//  2. layer 1: claim a Redis lease per order (SET NX PX); "done" = a duplicate, ack it; held by
-//     someone else = wait for it to end, never ack-and-drop;
+//  2. layer 1: claim a Redis lease per order (SET NX PX); "done" = maybe a duplicate, the ledger
+//     decides (a cache never outvotes the ledger); held by someone else = wait for it to end, never
+//     ack-and-drop;
 //  3. layer 2: ONE transaction inserts the ledger rows (unique biz_id) and updates the balances; an
 //     existing biz_id inserts nothing and is a duplicate;
 //  4. mark the leases done (EX DoneTTL), release the ones of failed messages;
@@ -274,10 +279,16 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp
 
 	token := uuid.NewString()
 	toApply := c.claim(ctx, work, firsts, token)
-	if len(toApply) > 0 {
+	if slices.ContainsFunc(toApply, func(m *message) bool { return m.leased }) {
 		c.fault(FaultAfterClaim)
 	}
 	c.apply(ctx, work, toApply)
+	for _, m := range toApply {
+		if m.maybeDone && m.outcome == OutcomeApplied {
+			c.logger.Warn("dedup lease said done but the ledger had no row: applied now (was the database restored under an older Redis?)",
+				"event_id", m.eventID, "biz_id", m.credit.BizID)
+		}
+	}
 
 	var doneIDs, releaseIDs []string
 	for _, m := range firsts {
@@ -320,11 +331,12 @@ func (m *message) decode() error {
 	return nil
 }
 
-// claim runs layer 1 and returns the messages to take to the database. A lease held by another
-// consumer is waited for, polling every LeasePoll, until it is done (a duplicate), free again (ours) or
-// older than one LeaseTTL (then the message fails and is redelivered). Acking it while someone else
-// holds the lease would be S11's unsafe twin: if that holder crashed before its commit, nobody would
-// ever credit the order.
+// claim runs layer 1 and returns the messages to take to the database: the ones whose lease we
+// claimed, and the ones whose lease says "done" (taken without a lease: only the ledger can say they
+// are duplicates). A lease held by another consumer is waited for, polling every LeasePoll, until it is
+// done, free again (ours) or older than one LeaseTTL (then the message fails and is redelivered).
+// Acking it while someone else holds the lease would be S11's unsafe twin: if that holder crashed
+// before its commit, nobody would ever credit the order.
 func (c *Consumer) claim(ctx, work context.Context, ms []*message, token string) []*message {
 	var toApply []*message
 	pending := ms
@@ -347,7 +359,12 @@ func (c *Consumer) claim(ctx, work context.Context, ms []*message, token string)
 				m.leased = true
 				toApply = append(toApply, m)
 			case done:
-				m.outcome = OutcomeDuplicate
+				// "done" only means "maybe done": Redis may remember an order the database does not
+				// (a database restored or recreated under a Redis that kept its keys). The ledger's
+				// unique index decides, in the batch's one transaction, without a lease: a row that
+				// exists inserts nothing and the message is a duplicate; a missing one is credited.
+				m.maybeDone = true
+				toApply = append(toApply, m)
 			default:
 				waiting = append(waiting, m)
 			}
@@ -456,7 +473,7 @@ func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
 	if lastOK == 0 || nackFailed {
 		return
 	}
-	// An ack lost here (channel gone) means a redelivery, which layer 1 or 2 answers as a duplicate.
+	// An ack lost here (channel gone) means a redelivery, which the ledger answers as a duplicate.
 	if err := ch.Ack(lastOK, len(msgs) > 1); err != nil {
 		c.logger.Warn("ack failed; the redelivery will be a duplicate", "err", err)
 	}

@@ -221,3 +221,44 @@ func TestTwoConsumersRacingOnDuplicatesCreditOnce(t *testing.T) {
 	assert.Equal(t, orders, a.count(points.OutcomeApplied)+b.count(points.OutcomeApplied))
 	assert.Equal(t, ledgerState{Rows: orders, Distinct: orders, Sum: 10 * orders, Balances: 10 * orders}, state(t, env))
 }
+
+// "A cache must never outvote the ledger." The database was recreated or restored while Redis kept its
+// keys: the lease of order 1 says "done", but the ledger has no row for it, and order 1 is a new order.
+// Redis may only say "maybe done"; the ledger's unique index decides, so the user is credited once.
+// The second case reaches "done" the other way: the lease is held when the message arrives, and turns
+// "done" while the consumer waits for it.
+func TestDoneLeaseWithoutLedgerRowStillCredits(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		heldFirst bool // the lease is someone's claim at first, and "done" only while the consumer waits
+	}{
+		"done before the message arrives": {},
+		"held, then done while waiting":   {heldFirst: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t)
+			top := topology(t, env)
+			ctx := context.Background()
+			key := env.Prefix + "points:dedup:" + points.BizIDOrderPaid(1)
+			first := "done"
+			if tc.heldFirst {
+				first = "token-of-another-consumer"
+			}
+			require.NoError(t, env.Redis.Set(ctx, key, first, time.Minute).Err())
+			c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+			newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 700)) // 7 points
+			if tc.heldFirst {
+				// The consumer holds the message (nothing ready) and waits on the lease: now it turns done.
+				ch := channel(t, env.AMQPURL)
+				waitFor(t, 10*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == 0 }, "delivered")
+				require.Zero(t, c.handled(), "still waiting for the held lease")
+				require.NoError(t, env.Redis.Set(ctx, key, "done", time.Minute).Err())
+			}
+			waitFor(t, 10*time.Second, func() bool { return c.handled() == 1 }, "message handled")
+			assert.Equal(t, 1, c.count(points.OutcomeApplied), "credited, not acked as a duplicate")
+			assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 7, Balances: 7}, state(t, env))
+		})
+	}
+}

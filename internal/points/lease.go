@@ -13,19 +13,23 @@ import (
 //
 //	absent          nobody is working on it (or the lease ran out)
 //	<claim token>   a consumer claimed it with SET NX PX and has not committed yet
-//	"done"          the credit is committed; kept EX DoneTTL so duplicates skip the database
+//	"done"          a consumer committed it; kept EX DoneTTL so a duplicate need not claim or wait
 //
-// The lease only saves work. The truth is the ledger's unique index (layer 2): if Redis is down, or
-// forgets a key, the database still refuses the second credit. What the lease must never do is lose a
-// credit: a claim that is neither committed nor released expires after LeaseTTL, and the redelivered
-// message claims it again (lab scenario S11, guarded side).
+// The lease only saves work: it keeps two consumers from working on one order at the same time. The
+// truth is the ledger's unique index (layer 2): if Redis is down, or forgets a key, the database still
+// refuses the second credit. What the lease must never do is lose a credit, so it never decides alone:
+//   - a claim that is neither committed nor released expires after LeaseTTL, and the redelivered
+//     message claims it again (lab scenario S11, guarded side);
+//   - "done" means "maybe done": Redis can remember what the database does not (a database restored
+//     or recreated under a Redis that kept its keys), so a "done" message still goes to the ledger,
+//     whose unique index answers "duplicate" or credits it. A cache never outvotes the ledger.
 
 // claimState is the answer of one claim.
 type claimState int
 
 const (
 	claimed claimState = iota + 1 // ours now: go on to the database
-	done                          // committed earlier: a duplicate, ack it
+	done                          // committed earlier, says Redis: maybe a duplicate, the ledger decides
 	held                          // someone else's claim, not committed yet: wait, do not drop
 )
 
@@ -76,8 +80,9 @@ func (l *leases) claim(ctx context.Context, bizIDs []string, token string) ([]cl
 	return out, nil
 }
 
-// markDone records committed credits, so duplicates are answered without the database. It runs after
-// the commit: a crash before it leaves the lease to expire, and the ledger answers the duplicate.
+// markDone records committed credits, so a duplicate goes straight to the ledger instead of waiting
+// for a lease. It runs after the commit: a crash before it leaves the lease to expire, and the ledger
+// answers the duplicate.
 // Set unconditionally: the credit is committed, whoever's lease this was.
 func (l *leases) markDone(ctx context.Context, bizIDs []string) error {
 	if len(bizIDs) == 0 {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"idemshop/internal/paysig"
@@ -65,9 +66,17 @@ func (p *Platform) dispatch(pay Payment, ev Event, source string, copies int, pa
 		}
 	}
 	started := p.goTracked(func() {
-		p.deliverAll(ds, plan.parallel)
+		// The stale FAILED goes only after a SUCCESS copy was acked. If every copy was exhausted or
+		// rejected, the receiver may never have seen the SUCCESS, and a lone FAILED would then close an
+		// order that was in fact paid: that is a platform bug, not chaos a receiver can be asked to survive.
+		acked := p.deliverAll(ds, plan.parallel)
 		if stale != nil {
-			p.deliver(*stale)
+			if acked {
+				p.deliver(*stale)
+			} else {
+				p.logger.Info("stale event not sent: no copy of the SUCCESS was acked",
+					"event_id", stale.event.EventID, "payment_id", ev.PaymentID)
+			}
 		}
 	})
 	if !started {
@@ -78,19 +87,29 @@ func (p *Platform) dispatch(pay Payment, ev Event, source string, copies int, pa
 }
 
 // deliverAll sends the copies at once (parallel: the triple-callback incident, copies racing each other
-// into the receiver) or one after the other, each copy starting when the previous one has ended.
-func (p *Platform) deliverAll(ds []delivery, parallel bool) {
+// into the receiver) or one after the other, each copy starting when the previous one has ended. It
+// reports whether at least one copy was acked (OutcomeSuccess); an ack that chaos dropped does not count,
+// since the platform cannot know the receiver applied it.
+func (p *Platform) deliverAll(ds []delivery, parallel bool) bool {
+	var acked atomic.Bool
 	if !parallel {
 		for _, d := range ds {
-			p.deliver(d)
+			if p.deliver(d) {
+				acked.Store(true)
+			}
 		}
-		return
+		return acked.Load()
 	}
 	var wg sync.WaitGroup
 	for _, d := range ds {
-		wg.Go(func() { p.deliver(d) })
+		wg.Go(func() {
+			if p.deliver(d) {
+				acked.Store(true)
+			}
+		})
 	}
 	wg.Wait()
+	return acked.Load()
 }
 
 // deliver runs one delivery through the retry schedule. Attempt k+1 waits RetrySchedule[k-1] after

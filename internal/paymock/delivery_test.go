@@ -1,6 +1,7 @@
 package paymock_test
 
 import (
+	"context"
 	"net/http"
 	"sort"
 	"strings"
@@ -310,8 +311,23 @@ func chaosRun(t *testing.T, seed uint64) ([]int, []paymock.Attempt) {
 			settled++
 		}
 	}
-	// Each settlement: 2 copies of SUCCESS plus the stale event of reorder.
-	want := settled * 3
+	// Each settlement: 2 copies of its event, then, for a SUCCESS of which a copy was acked, the stale
+	// event of reorder.
+	settleEnded := func() (ended int, acked map[string]bool) {
+		acked = map[string]bool{}
+		for _, a := range h.deliveries(t, "") {
+			if a.Source == "settle" && a.Final {
+				ended++
+				if a.EventStatus == paymock.StatusSuccess && a.Outcome == paymock.OutcomeSuccess {
+					acked[a.PaymentID] = true
+				}
+			}
+		}
+		return ended, acked
+	}
+	waitFor(t, 10*time.Second, func() bool { n, _ := settleEnded(); return n == settled*2 }, "%d settle deliveries end", settled*2)
+	_, acked := settleEnded()
+	want := settled*2 + len(acked)
 	waitFor(t, 10*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == want }, "%d deliveries end", want)
 	return statuses, stripVolatile(h.deliveries(t, ""))
 }
@@ -358,4 +374,76 @@ func TestPutSeedRestartsTheSequence(t *testing.T) {
 	second := statuses() // replays of the same orders: 200 instead of 201, same 503 pattern
 	assert.Equal(t, strings.ReplaceAll(first, "C", "O"), second)
 	assert.Contains(t, first, "S", "some creates failed: %s", first)
+}
+
+func TestReorderNeedsAnAckedSuccess(t *testing.T) {
+	t.Parallel()
+	// Without an acked SUCCESS the stale FAILED would be the only word the receiver gets about the
+	// payment, and it would close a paid order. So no copy acked means no stale event at all.
+	for _, tc := range []struct {
+		name    string
+		chaos   string
+		respond func(int) (int, string)
+		result  string
+	}{
+		{"every attempt 503: exhausted", `{"reorder":true}`,
+			func(int) (int, string) { return http.StatusServiceUnavailable, "" }, "exhausted"},
+		{"4xx: rejected", `{"reorder":true}`,
+			func(int) (int, string) { return http.StatusBadRequest, `{"code":"nope"}` }, "rejected"},
+		{"every ack lost: the platform cannot know it was applied", `{"reorder":true,"ack_loss_rate":1}`,
+			nil, "exhausted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, nil)
+			rcv := newReceiver(t, tc.respond)
+			h.setChaos(t, tc.chaos)
+			p := h.create(t, "order-noack", 1000, rcv.url())
+			h.approve(t, p.ID)
+			waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the SUCCESS delivery ends")
+
+			// Close waits for the dispatch goroutine, so whatever it would still do is done or counted
+			// as abandoned: the metrics below are the end state.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, h.p.Close(ctx))
+			for _, r := range rcv.all() {
+				assert.Equal(t, paymock.StatusSuccess, r.Event.Status, "no stale FAILED reached the receiver")
+			}
+			for _, a := range h.deliveries(t, "") {
+				assert.Equal(t, "settle", a.Source, "no reorder delivery was made")
+			}
+			_, raw := h.call(t, http.MethodGet, "/metrics", "")
+			var lines []string
+			for line := range strings.Lines(string(raw)) {
+				if strings.HasPrefix(line, "idemshop_paymock_callback_deliveries_total{") {
+					lines = append(lines, strings.TrimSpace(line))
+				}
+			}
+			assert.Equal(t, []string{`idemshop_paymock_callback_deliveries_total{result="` + tc.result + `"} 1`}, lines,
+				"one delivery in all: the stale one was neither sent nor abandoned")
+		})
+	}
+}
+
+func TestReorderFollowsAnyAckedCopy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	// Copy 1 gets three 503s (its whole schedule), copy 2 is acked at once.
+	rcv := newReceiver(t, func(n int) (int, string) {
+		if n <= 3 {
+			return http.StatusServiceUnavailable, ""
+		}
+		return http.StatusOK, ack
+	})
+	h.setChaos(t, `{"reorder":true,"duplicates":2,"parallel":false}`)
+	p := h.create(t, "order-oneack", 1000, rcv.url())
+	h.approve(t, p.ID)
+
+	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "2 copies + the stale event end")
+	got := rcv.all()
+	require.Len(t, got, 5)
+	assert.Equal(t, paymock.StatusFailed, got[4].Event.Status, "one acked copy is enough for the stale event")
+	log := h.deliveries(t, "")
+	assert.Equal(t, "reorder", log[len(log)-1].Source)
 }

@@ -60,7 +60,8 @@ func serve(ctx context.Context, cfg config.PaymentsMock, logger *slog.Logger, re
 	chaos := paymock.Chaos{
 		Duplicates: cfg.ChaosDuplicates, Parallel: cfg.ChaosParallel, JitterMS: cfg.ChaosJitterMS,
 		Reorder: cfg.ChaosReorder, AckLossRate: cfg.ChaosAckLossRate, CreateTimeoutRate: cfg.ChaosCreateTimeoutRate,
-		ErrorRate: cfg.ChaosErrorRate, Seed: seed,
+		ResetRate: cfg.ChaosResetRate, ErrorRate: cfg.ChaosErrorRate, DelaySuccessMS: cfg.ChaosDelaySuccessMS,
+		Seed: seed,
 	}
 	platform, err := paymock.New(paymock.Config{
 		Secret: []byte(cfg.PaymentWebhookSecret), AutoApproveDelay: cfg.AutoApproveDelay,

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -112,15 +114,83 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	cfg.ChaosSeed = "minus-one"
 	cfg.ChaosDuplicates = 0
 	cfg.ChaosErrorRate = 2
+	cfg.ChaosResetRate = -0.1
+	cfg.ChaosDelaySuccessMS = 60001
 	cfg.CallbackRetrySchedule = append(cfg.CallbackRetrySchedule, -time.Second)
 	err := cfg.Validate()
 	require.Error(t, err)
-	for _, name := range []string{"CHAOS_SEED", "CHAOS_DUPLICATES", "CHAOS_ERROR_RATE", "CALLBACK_RETRY_SCHEDULE"} {
+	for _, name := range []string{"CHAOS_SEED", "CHAOS_DUPLICATES", "CHAOS_ERROR_RATE", "CHAOS_RESET_RATE",
+		"CHAOS_DELAY_SUCCESS_MS", "CALLBACK_RETRY_SCHEDULE"} {
 		assert.True(t, strings.Contains(err.Error(), name), "%s missing from %v", name, err)
 	}
 	def := config.DefaultPaymentsMock()
 	assert.Equal(t, ":8081", def.HTTPAddr)
 	assert.Equal(t, 200*time.Millisecond, def.AutoApproveDelay)
 	assert.Equal(t, 7, len(def.CallbackRetrySchedule))
+	assert.Zero(t, def.ChaosResetRate)
+	assert.Zero(t, def.ChaosDelaySuccessMS)
 	assert.NoError(t, def.Validate())
+}
+
+// TestChaosEnvReachesThePlatform reads CHAOS_RESET_RATE and CHAOS_DELAY_SUCCESS_MS from the environment
+// and checks them where they end up: GET /admin/chaos of the running binary. Not parallel: t.Setenv.
+func TestChaosEnvReachesThePlatform(t *testing.T) {
+	// Unparsable, then out of range; one variable at a time, so each error is that variable's.
+	for _, bad := range [][2]string{
+		{"CHAOS_RESET_RATE", "often"}, {"CHAOS_RESET_RATE", "1.5"},
+		{"CHAOS_DELAY_SUCCESS_MS", "1s"}, {"CHAOS_DELAY_SUCCESS_MS", "-1"}, {"CHAOS_DELAY_SUCCESS_MS", "60001"},
+	} {
+		t.Setenv(bad[0], bad[1])
+		_, err := config.LoadPaymentsMock()
+		require.Error(t, err, "%s=%s", bad[0], bad[1])
+		assert.Contains(t, err.Error(), bad[0])
+		require.NoError(t, os.Unsetenv(bad[0])) // t.Setenv restores the original value at the end
+	}
+
+	t.Setenv("ADMIN_TOKEN", "") // loopback access, whatever the shell has
+	t.Setenv("HTTP_ADDR", "127.0.0.1:0")
+	t.Setenv("CHAOS_SEED", "5")
+	t.Setenv("CHAOS_RESET_RATE", "0.25")
+	t.Setenv("CHAOS_DELAY_SUCCESS_MS", "1500")
+	cfg, err := config.LoadPaymentsMock()
+	require.NoError(t, err)
+	assert.Equal(t, 0.25, cfg.ChaosResetRate)
+	assert.Equal(t, int64(1500), cfg.ChaosDelaySuccessMS)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(a net.Addr) { addrc <- a })
+	}()
+	var base string
+	select {
+	case a := <-addrc:
+		base = "http://" + a.String()
+	case err := <-done:
+		t.Fatalf("serve ended early: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("server did not start")
+	}
+	resp, err := http.Get(base + "/admin/chaos")
+	require.NoError(t, err)
+	var got struct {
+		ResetRate      float64 `json:"reset_rate"`
+		DelaySuccessMS int64   `json:"delay_success_ms"`
+		Seed           uint64  `json:"seed"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+	resp.Body.Close()
+	assert.Equal(t, 0.25, got.ResetRate)
+	assert.Equal(t, int64(1500), got.DelaySuccessMS)
+	assert.Equal(t, uint64(5), got.Seed)
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after the context ended")
+	}
 }

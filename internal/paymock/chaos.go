@@ -11,8 +11,9 @@ import (
 
 // Bounds of the chaos settings; they keep a typo from launching a callback storm.
 const (
-	MaxDuplicates = 20
-	MaxJitterMS   = 60_000
+	MaxDuplicates     = 20
+	MaxJitterMS       = 60_000
+	MaxDelaySuccessMS = 60_000
 )
 
 // Chaos is the misbehaviour of the platform, read and set through GET/PUT /admin/chaos.
@@ -25,8 +26,14 @@ const (
 //   - AckLossRate (0..1): a successful answer is treated as lost with this probability, so the delivery
 //     is retried although the receiver applied it.
 //   - CreateTimeoutRate (0..1): POST /v1/payments commits, then answers a timeout (see Config).
+//   - ResetRate (0..1): POST /v1/payments commits, then closes the connection without any answer.
 //   - ErrorRate (0..1): POST /v1/payments answers 503 chaos_error and stores nothing.
+//   - DelaySuccessMS (0..60000): each delivery of a SUCCESS event from a settlement waits this long
+//     before its first attempt, so that a refund made meanwhile is delivered first. A fixed delay, no draw.
 //   - Seed: seeds the one RNG every decision above draws from.
+//
+// One create draws for ErrorRate, CreateTimeoutRate and ResetRate, and the first that hits wins in that
+// order: a create that failed stored nothing, so it cannot also time out or reset.
 type Chaos struct {
 	Duplicates        int     `json:"duplicates"`
 	Parallel          bool    `json:"parallel"`
@@ -34,7 +41,9 @@ type Chaos struct {
 	Reorder           bool    `json:"reorder"`
 	AckLossRate       float64 `json:"ack_loss_rate"`
 	CreateTimeoutRate float64 `json:"create_timeout_rate"`
+	ResetRate         float64 `json:"reset_rate"`
 	ErrorRate         float64 `json:"error_rate"`
+	DelaySuccessMS    int64   `json:"delay_success_ms"`
 	Seed              uint64  `json:"seed"`
 }
 
@@ -45,11 +54,16 @@ func (c Chaos) Validate() error {
 		return problem.Newf(problem.KindInvalid, ErrValidation.Code, "duplicates must be 1..%d", MaxDuplicates)
 	case c.JitterMS < 0 || c.JitterMS > MaxJitterMS:
 		return problem.Newf(problem.KindInvalid, ErrValidation.Code, "jitter_ms must be 0..%d", MaxJitterMS)
+	case c.DelaySuccessMS < 0 || c.DelaySuccessMS > MaxDelaySuccessMS:
+		return problem.Newf(problem.KindInvalid, ErrValidation.Code, "delay_success_ms must be 0..%d", MaxDelaySuccessMS)
 	}
 	for _, r := range []struct {
 		name string
 		v    float64
-	}{{"ack_loss_rate", c.AckLossRate}, {"create_timeout_rate", c.CreateTimeoutRate}, {"error_rate", c.ErrorRate}} {
+	}{
+		{"ack_loss_rate", c.AckLossRate}, {"create_timeout_rate", c.CreateTimeoutRate},
+		{"reset_rate", c.ResetRate}, {"error_rate", c.ErrorRate},
+	} {
 		// The negated form also refuses NaN, which fails every comparison.
 		if !(r.v >= 0 && r.v <= 1) {
 			return problem.Newf(problem.KindInvalid, ErrValidation.Code, "%s must be 0..1", r.name)
@@ -67,7 +81,9 @@ type chaosPatch struct {
 	Reorder           *bool    `json:"reorder"`
 	AckLossRate       *float64 `json:"ack_loss_rate"`
 	CreateTimeoutRate *float64 `json:"create_timeout_rate"`
+	ResetRate         *float64 `json:"reset_rate"`
 	ErrorRate         *float64 `json:"error_rate"`
+	DelaySuccessMS    *int64   `json:"delay_success_ms"`
 	Seed              *uint64  `json:"seed"`
 }
 
@@ -78,7 +94,9 @@ func (p chaosPatch) applyTo(c Chaos) Chaos {
 	set(&c.Reorder, p.Reorder)
 	set(&c.AckLossRate, p.AckLossRate)
 	set(&c.CreateTimeoutRate, p.CreateTimeoutRate)
+	set(&c.ResetRate, p.ResetRate)
 	set(&c.ErrorRate, p.ErrorRate)
+	set(&c.DelaySuccessMS, p.DelaySuccessMS)
 	set(&c.Seed, p.Seed)
 	return c
 }
@@ -134,13 +152,33 @@ func (ce *chaosEngine) apply(p chaosPatch) (Chaos, error) {
 	return ce.cfg, nil
 }
 
-// createDecision draws the fate of one POST /v1/payments: fail (503, nothing stored) or, if not,
-// timeout (stored, then a timeout answer). Always two draws.
-func (ce *chaosEngine) createDecision() (fail, timeout bool) {
+// createFate is what chaos does to one POST /v1/payments.
+type createFate int
+
+const (
+	createNormal  createFate = iota
+	createFail               // 503 chaos_error, nothing stored
+	createTimeout            // stored, then a held 504
+	createReset              // stored, then the connection is closed without an answer
+)
+
+// createDecision draws the fate of one POST /v1/payments. It always draws three values (fail, timeout,
+// reset) so that the RNG's position after a create does not depend on the rates or on which one hit.
+// Precedence: error first (it stores nothing, so nothing else can follow), then timeout, then reset.
+func (ce *chaosEngine) createDecision() createFate {
 	ce.mu.Lock()
 	defer ce.mu.Unlock()
-	f, t := ce.rng.Float64(), ce.rng.Float64()
-	return f < ce.cfg.ErrorRate, !(f < ce.cfg.ErrorRate) && t < ce.cfg.CreateTimeoutRate
+	f, t, r := ce.rng.Float64(), ce.rng.Float64(), ce.rng.Float64()
+	switch {
+	case f < ce.cfg.ErrorRate:
+		return createFail
+	case t < ce.cfg.CreateTimeoutRate:
+		return createTimeout
+	case r < ce.cfg.ResetRate:
+		return createReset
+	default:
+		return createNormal
+	}
 }
 
 // copyPlan is the pre-drawn fate of one delivery: per attempt, the extra jitter and whether a
@@ -152,10 +190,11 @@ type copyPlan struct {
 
 // dispatchPlan is everything chaos decides about one event when it is dispatched.
 type dispatchPlan struct {
-	copies   []copyPlan
-	parallel bool
-	reorder  bool     // follow a delivered SUCCESS with a stale event
-	stale    copyPlan // the plan of that stale event's single delivery
+	copies       []copyPlan
+	parallel     bool
+	reorder      bool          // follow a delivered SUCCESS with a stale event
+	stale        copyPlan      // the plan of that stale event's single delivery
+	delaySuccess time.Duration // the hold of a settled SUCCESS, as configured when it was dispatched
 }
 
 // planDispatch draws the plan for one event. copies <= 0 means "the configured duplicates" (a replay
@@ -167,7 +206,10 @@ func (ce *chaosEngine) planDispatch(copies int, parallel *bool, maxAttempts int)
 	if copies <= 0 {
 		copies = ce.cfg.Duplicates
 	}
-	plan := dispatchPlan{parallel: ce.cfg.Parallel, reorder: ce.cfg.Reorder}
+	plan := dispatchPlan{
+		parallel: ce.cfg.Parallel, reorder: ce.cfg.Reorder,
+		delaySuccess: time.Duration(ce.cfg.DelaySuccessMS) * time.Millisecond,
+	}
 	if parallel != nil {
 		plan.parallel = *parallel
 	}

@@ -34,6 +34,8 @@ type delivery struct {
 	url    string
 	source string
 	plan   copyPlan
+	// hold is an extra wait before the first attempt (delay_success_ms); 0 for most deliveries.
+	hold time.Duration
 }
 
 // dispatch sends ev to pay's notify_url: copies <= 0 means the configured duplicates, parallel nil the
@@ -48,11 +50,17 @@ func (p *Platform) dispatch(pay Payment, ev Event, source string, copies int, pa
 		p.logger.Error("encode callback", "event_id", ev.EventID, "err", err)
 		return nil, false
 	}
+	// Only a settlement's SUCCESS is held: that is the event a refund can overtake. A replay is an
+	// operator's explicit request and goes at once.
+	var hold time.Duration
+	if source == "settle" && ev.Status == StatusSuccess {
+		hold = plan.delaySuccess
+	}
 	ds := make([]delivery, len(plan.copies))
 	ids := make([]string, len(plan.copies))
 	for i, cp := range plan.copies {
 		ids[i] = p.store.nextID("dlv")
-		ds[i] = delivery{id: ids[i], copy: i + 1, event: ev, body: body, url: pay.NotifyURL, source: source, plan: cp}
+		ds[i] = delivery{id: ids[i], copy: i + 1, event: ev, body: body, url: pay.NotifyURL, source: source, plan: cp, hold: hold}
 	}
 	var stale *delivery
 	if plan.reorder && source == "settle" && ev.Status == StatusSuccess {
@@ -112,15 +120,18 @@ func (p *Platform) deliverAll(ds []delivery, parallel bool) bool {
 	return acked.Load()
 }
 
-// deliver runs one delivery through the retry schedule. Attempt k+1 waits RetrySchedule[k-1] after
-// attempt k ended, plus that attempt's jitter. It reports whether the receiver acked.
+// deliver runs one delivery through the retry schedule. Attempt 1 waits the delivery's hold plus its
+// jitter; attempt k+1 waits RetrySchedule[k-1] after attempt k ended, plus that attempt's jitter. It
+// reports whether the receiver acked.
 func (p *Platform) deliver(d delivery) bool {
 	p.metrics.inFlight.Inc()
 	lg := p.logger.With("event_id", d.event.EventID, "payment_id", d.event.PaymentID, "delivery_id", d.id)
 	maxAttempts := len(p.cfg.RetrySchedule) + 1
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		wait := d.plan.jitter[attempt-1]
-		if attempt > 1 {
+		if attempt == 1 {
+			wait += d.hold
+		} else {
 			wait += p.cfg.RetrySchedule[attempt-2]
 		}
 		if !sleep(p.waitCtx, wait) {

@@ -287,20 +287,25 @@ func stripVolatile(log []paymock.Attempt) []paymock.Attempt {
 }
 
 // chaosRun drives one platform through a fixed script under a seed and returns what chaos decided: the
-// create statuses and the delivery log.
+// create statuses (0 when reset_rate closed the connection) and the delivery log.
 func chaosRun(t *testing.T, seed uint64) ([]int, []paymock.Attempt) {
 	t.Helper()
 	h := newHarness(t, func(c *paymock.Config) {
 		c.CreateTimeoutDelay = time.Millisecond // the 504 comes at once; the test is about the decision
 		c.Chaos = paymock.Chaos{Duplicates: 2, Parallel: true, JitterMS: 5, Reorder: true,
-			AckLossRate: 0.4, CreateTimeoutRate: 0.2, ErrorRate: 0.3, Seed: seed}
+			AckLossRate: 0.4, CreateTimeoutRate: 0.4, ResetRate: 0.3, ErrorRate: 0.3, Seed: seed}
 	})
 	rcv := newReceiver(t, nil)
 	var statuses []int
 	settled := 0
-	for i := range 10 {
+	for i := range 12 {
 		orderNo := "order-seed-" + string(rune('a'+i))
-		status, _ := h.call(t, http.MethodPost, "/v1/payments", createBody(orderNo, int64(1000+i), rcv.url()))
+		status := 0
+		resp, err := h.http.Post(h.srv.URL+"/v1/payments", "application/json", strings.NewReader(createBody(orderNo, int64(1000+i), rcv.url())))
+		if err == nil {
+			status = resp.StatusCode
+			resp.Body.Close()
+		}
 		statuses = append(statuses, status)
 		var found struct {
 			Payments []paymock.Payment `json:"payments"`
@@ -343,6 +348,8 @@ func TestSameSeedSameChaos(t *testing.T) {
 
 	// The script must actually exercise the chaos, or the comparison proves nothing.
 	assert.Contains(t, s1, http.StatusServiceUnavailable)
+	assert.Contains(t, s1, http.StatusGatewayTimeout)
+	assert.Contains(t, s1, 0, "some creates reset")
 	outcomes := map[string]int{}
 	for _, a := range log1 {
 		outcomes[a.Outcome]++
@@ -446,4 +453,56 @@ func TestReorderFollowsAnyAckedCopy(t *testing.T) {
 	assert.Equal(t, paymock.StatusFailed, got[4].Event.Status, "one acked copy is enough for the stale event")
 	log := h.deliveries(t, "")
 	assert.Equal(t, "reorder", log[len(log)-1].Source)
+}
+
+func TestDelaySuccessHoldsSettledSuccess(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, nil)
+	// The hold is far longer than the test: the SUCCESS cannot go out while the test looks.
+	c := h.setChaos(t, `{"delay_success_ms":60000}`)
+	assert.Equal(t, int64(60000), c.DelaySuccessMS)
+
+	paid := h.create(t, "order-held", 1000, rcv.url())
+	h.approve(t, paid.ID)
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(paid.ID, "r-held", 400), http.StatusCreated, nil)
+	declined := h.create(t, "order-held-decline", 1000, rcv.url())
+	h.callJSON(t, http.MethodPost, "/v1/payments/"+declined.ID+"/decline", "", http.StatusOK, nil)
+
+	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "the REFUNDED and the FAILED are delivered")
+	got := map[paymock.Status]string{}
+	for _, r := range rcv.all() {
+		got[r.Event.Status] = r.Event.PaymentID
+	}
+	assert.Equal(t, map[paymock.Status]string{paymock.StatusRefunded: paid.ID, paymock.StatusFailed: declined.ID}, got,
+		"the refund overtook the held SUCCESS; FAILED and REFUNDED are not held")
+
+	// Close ends the hold at once (the harness would otherwise wait a minute) and abandons the SUCCESS.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, h.p.Close(ctx))
+	_, raw := h.call(t, http.MethodGet, "/metrics", "")
+	assert.Contains(t, string(raw), `idemshop_paymock_callback_deliveries_total{result="abandoned"} 1`)
+	assert.Contains(t, string(raw), `idemshop_paymock_callback_deliveries_total{result="delivered"} 2`)
+	for _, r := range rcv.all() {
+		assert.NotEqual(t, paymock.StatusSuccess, r.Event.Status)
+	}
+}
+
+func TestDelaySuccessThenDelivers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, nil)
+	h.setChaos(t, `{"delay_success_ms":100}`)
+	p := h.create(t, "order-late", 1000, rcv.url())
+	h.approve(t, p.ID)
+
+	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the SUCCESS is delivered after its hold")
+	log := h.deliveries(t, "")
+	require.Len(t, log, 1)
+	assert.Equal(t, paymock.OutcomeSuccess, log[0].Outcome)
+	got := rcv.all()
+	require.Len(t, got, 1)
+	// A lower bound only: the hold is a minimum, never a maximum.
+	assert.GreaterOrEqual(t, log[0].At.Sub(got[0].Event.OccurredAt), 100*time.Millisecond, "the first attempt waited the hold")
 }

@@ -144,8 +144,8 @@ func (p *Platform) createPayment(c echo.Context) error {
 	if err := req.validate(); err != nil {
 		return err
 	}
-	fail, timeout := p.chaos.createDecision()
-	if fail {
+	fate := p.chaos.createDecision()
+	if fate == createFail {
 		p.metrics.creates.WithLabelValues("chaos_error").Inc()
 		return ErrChaosUnavailable
 	}
@@ -157,8 +157,11 @@ func (p *Platform) createPayment(c echo.Context) error {
 	if created {
 		p.scheduleAutoApprove(pay.ID)
 	}
-	if timeout {
+	switch fate {
+	case createTimeout:
 		return p.answerTimeout(c, pay)
+	case createReset:
+		return p.answerReset(c, pay)
 	}
 	if !created {
 		p.metrics.creates.WithLabelValues("replayed").Inc()
@@ -183,6 +186,30 @@ func (p *Platform) answerTimeout(c echo.Context, pay Payment) error {
 	case <-t.C:
 	}
 	return c.String(http.StatusGatewayTimeout, "upstream request timeout\n")
+}
+
+// answerReset is the reset chaos: the payment is committed, then the connection is closed without a
+// single byte of answer. Over HTTP/1.1 the caller, whose request was fully sent, reads EOF or a reset:
+// it cannot tell whether the platform got the request, which is exactly when it must not charge again
+// blindly. Only the query API (or an idempotent retry) tells the truth.
+func (p *Platform) answerReset(c echo.Context, pay Payment) error {
+	p.metrics.creates.WithLabelValues("chaos_reset").Inc()
+	lg := logging.From(c.Request().Context())
+	lg.Info("chaos: payment committed, closing the connection without an answer",
+		"payment_id", pay.ID, "merchant_order_no", pay.MerchantOrderNo)
+	// No status was written; 0 keeps the access log and the request metric from claiming a 200.
+	c.Response().Status = 0
+	conn, _, err := c.Response().Hijack()
+	if err != nil {
+		// Not hijackable (HTTP/2, a test recorder): ErrAbortHandler is net/http's own way to drop a
+		// response unanswered; it resets the stream or closes the connection.
+		lg.Warn("chaos: cannot hijack the connection; aborting the handler instead", "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if err := conn.Close(); err != nil {
+		lg.Debug("chaos: close hijacked connection", "err", err)
+	}
+	return nil
 }
 
 func (p *Platform) getPayment(c echo.Context) error {

@@ -201,6 +201,11 @@ func TestBadInputIsA4xxProblemAndChangesNothing(t *testing.T) {
 		{"chaos: duplicates 21", "PUT", "/admin/chaos", `{"duplicates":21}`, 400, "validation_failed"},
 		{"chaos: rate above 1", "PUT", "/admin/chaos", `{"error_rate":1.5}`, 400, "validation_failed"},
 		{"chaos: negative jitter", "PUT", "/admin/chaos", `{"jitter_ms":-1}`, 400, "validation_failed"},
+		{"chaos: reset_rate above 1", "PUT", "/admin/chaos", `{"reset_rate":1.01}`, 400, "validation_failed"},
+		{"chaos: negative reset_rate", "PUT", "/admin/chaos", `{"reset_rate":-0.5}`, 400, "validation_failed"},
+		{"chaos: delay_success_ms above 60000", "PUT", "/admin/chaos", `{"delay_success_ms":60001}`, 400, "validation_failed"},
+		{"chaos: negative delay_success_ms", "PUT", "/admin/chaos", `{"delay_success_ms":-1}`, 400, "validation_failed"},
+		{"chaos: fractional delay_success_ms", "PUT", "/admin/chaos", `{"delay_success_ms":1.5}`, 400, "malformed_body"},
 		{"chaos: negative seed", "PUT", "/admin/chaos", `{"seed":-1}`, 400, "malformed_body"},
 		{"chaos: valid field with an invalid one", "PUT", "/admin/chaos", `{"duplicates":3,"ack_loss_rate":-0.1}`, 400, "validation_failed"},
 		{"chaos: unknown field", "PUT", "/admin/chaos", `{"dupes":3}`, 400, "malformed_body"},
@@ -230,12 +235,16 @@ func TestPutChaosMergesAndValidates(t *testing.T) {
 	h := newHarness(t, nil)
 	c := h.setChaos(t, `{"duplicates":3}`)
 	assert.Equal(t, paymock.Chaos{Duplicates: 3, Parallel: true, Seed: 1}, c, "omitted fields keep their value")
-	c = h.setChaos(t, `{"parallel":false,"jitter_ms":10,"reorder":true,"ack_loss_rate":0.1,"create_timeout_rate":0.2,"error_rate":0.3,"seed":99}`)
-	assert.Equal(t, paymock.Chaos{Duplicates: 3, JitterMS: 10, Reorder: true, AckLossRate: 0.1, CreateTimeoutRate: 0.2, ErrorRate: 0.3, Seed: 99}, c)
+	c = h.setChaos(t, `{"parallel":false,"jitter_ms":10,"reorder":true,"ack_loss_rate":0.1,"create_timeout_rate":0.2,"reset_rate":0.25,"error_rate":0.3,"delay_success_ms":1500,"seed":99}`)
+	assert.Equal(t, paymock.Chaos{Duplicates: 3, JitterMS: 10, Reorder: true, AckLossRate: 0.1, CreateTimeoutRate: 0.2,
+		ResetRate: 0.25, ErrorRate: 0.3, DelaySuccessMS: 1500, Seed: 99}, c)
 	var got paymock.Chaos
 	h.callJSON(t, http.MethodGet, "/admin/chaos", "", http.StatusOK, &got)
 	assert.Equal(t, c, got)
 	assert.Equal(t, c, h.p.Chaos())
+	_, raw := h.call(t, http.MethodGet, "/admin/chaos", "")
+	assert.JSONEq(t, `{"duplicates":3,"parallel":false,"jitter_ms":10,"reorder":true,"ack_loss_rate":0.1,"create_timeout_rate":0.2,"reset_rate":0.25,"error_rate":0.3,"delay_success_ms":1500,"seed":99}`,
+		string(raw), "the JSON names of every setting")
 }
 
 func TestAdminAccess(t *testing.T) {
@@ -328,4 +337,57 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	assert.Error(t, err, "nil logger")
 	_, err = paymock.New(testConfig(), slogDiscard(), nil)
 	assert.Error(t, err, "nil registerer")
+}
+
+func TestResetCommitsThenClosesTheConnection(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.setChaos(t, `{"reset_rate":1}`)
+
+	body := createBody("order-reset", 1000, "http://127.0.0.1:9/cb")
+	resp, err := h.http.Post(h.srv.URL+"/v1/payments", "application/json", strings.NewReader(body))
+	if err == nil {
+		resp.Body.Close()
+	}
+	require.Error(t, err, "no answer at all, not even a status line")
+	t.Logf("the client saw: %v", err)
+
+	var found struct {
+		Payments []paymock.Payment `json:"payments"`
+	}
+	h.callJSON(t, http.MethodGet, "/v1/payments?merchant_order_no=order-reset", "", http.StatusOK, &found)
+	require.Len(t, found.Payments, 1, "committed although the caller got no answer")
+	assert.Equal(t, paymock.StatusPending, found.Payments[0].Status)
+
+	// The caller's retry, once the chaos stops, finds the payment it could not see.
+	h.setChaos(t, `{"reset_rate":0}`)
+	var again paymock.Payment
+	h.callJSON(t, http.MethodPost, "/v1/payments", body, http.StatusOK, &again)
+	assert.Equal(t, found.Payments[0], again)
+
+	_, raw := h.call(t, http.MethodGet, "/metrics", "")
+	assert.Contains(t, string(raw), `idemshop_paymock_payment_creates_total{result="chaos_reset"} 1`)
+	assert.Contains(t, string(raw), `idemshop_paymock_payment_creates_total{result="replayed"} 1`)
+}
+
+func TestCreateChaosPrecedence(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *paymock.Config) { c.CreateTimeoutDelay = time.Millisecond })
+	found := func(orderNo string) int {
+		var out struct {
+			Payments []paymock.Payment `json:"payments"`
+		}
+		h.callJSON(t, http.MethodGet, "/v1/payments?merchant_order_no="+orderNo, "", http.StatusOK, &out)
+		return len(out.Payments)
+	}
+
+	h.setChaos(t, `{"error_rate":1,"create_timeout_rate":1,"reset_rate":1}`)
+	status, raw := h.call(t, http.MethodPost, "/v1/payments", createBody("order-all", 1000, "http://127.0.0.1:9/cb"))
+	requireProblem(t, status, raw, http.StatusServiceUnavailable, "chaos_error")
+	assert.Zero(t, found("order-all"), "error wins: nothing stored")
+
+	h.setChaos(t, `{"error_rate":0}`)
+	status, raw = h.call(t, http.MethodPost, "/v1/payments", createBody("order-tr", 1000, "http://127.0.0.1:9/cb"))
+	assert.Equal(t, http.StatusGatewayTimeout, status, "timeout wins over reset: %s", raw)
+	assert.Equal(t, 1, found("order-tr"))
 }

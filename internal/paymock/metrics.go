@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		creates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemshop_paymock_payment_creates_total",
-			Help: "POST /v1/payments by result: created, replayed, conflict, chaos_error, chaos_timeout.",
+			Help: "POST /v1/payments by result: created, replayed, conflict, chaos_error, chaos_timeout, chaos_reset.",
 		}, []string{"result"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemshop_paymock_callback_deliveries_in_flight",

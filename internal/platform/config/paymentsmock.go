@@ -36,7 +36,9 @@ type PaymentsMock struct {
 	ChaosReorder           bool    `env:"CHAOS_REORDER" envDefault:"false"`
 	ChaosAckLossRate       float64 `env:"CHAOS_ACK_LOSS_RATE" envDefault:"0"`
 	ChaosCreateTimeoutRate float64 `env:"CHAOS_CREATE_TIMEOUT_RATE" envDefault:"0"`
+	ChaosResetRate         float64 `env:"CHAOS_RESET_RATE" envDefault:"0"`
 	ChaosErrorRate         float64 `env:"CHAOS_ERROR_RATE" envDefault:"0"`
+	ChaosDelaySuccessMS    int64   `env:"CHAOS_DELAY_SUCCESS_MS" envDefault:"0"`
 }
 
 // LoadPaymentsMock reads and validates the payments-mock configuration from the environment.
@@ -89,12 +91,16 @@ func (c PaymentsMock) Validate() error {
 	if c.ChaosJitterMS < 0 || c.ChaosJitterMS > 60000 {
 		ck.add(fmt.Errorf("CHAOS_JITTER_MS must be 0..60000, got %d", c.ChaosJitterMS))
 	}
+	if c.ChaosDelaySuccessMS < 0 || c.ChaosDelaySuccessMS > 60000 {
+		ck.add(fmt.Errorf("CHAOS_DELAY_SUCCESS_MS must be 0..60000, got %d", c.ChaosDelaySuccessMS))
+	}
 	for _, r := range []struct {
 		name string
 		v    float64
 	}{
 		{"CHAOS_ACK_LOSS_RATE", c.ChaosAckLossRate},
 		{"CHAOS_CREATE_TIMEOUT_RATE", c.ChaosCreateTimeoutRate},
+		{"CHAOS_RESET_RATE", c.ChaosResetRate},
 		{"CHAOS_ERROR_RATE", c.ChaosErrorRate},
 	} {
 		if !(r.v >= 0 && r.v <= 1) {

@@ -38,6 +38,7 @@ func (p *Platform) Register(e *echo.Echo) {
 	admin := e.Group("/admin", p.adminOnly)
 	admin.GET("/chaos", p.getChaos)
 	admin.PUT("/chaos", p.putChaos)
+	admin.GET("/payments", p.records)
 	admin.POST("/payments/:id/replay", p.replay)
 	admin.GET("/deliveries", p.deliveries)
 }
@@ -321,6 +322,20 @@ func (p *Platform) putChaos(c echo.Context) error {
 	}
 	logging.From(c.Request().Context()).Info("chaos settings changed", "chaos", fmt.Sprintf("%+v", next), "reseeded", patch.Seed != nil)
 	return c.JSON(http.StatusOK, next)
+}
+
+// platformRecords is the body of GET /admin/payments: everything the platform holds, as the truth a
+// soak run checks the shop against. Both lists are in creation order.
+type platformRecords struct {
+	Payments []Payment `json:"payments"`
+	Refunds  []Refund  `json:"refunds"`
+}
+
+// records is GET /admin/payments: every payment (with its status and refunded_cents) and every refund.
+// Both lists come from one read of the store, so refunded_cents always matches the refunds listed.
+func (p *Platform) records(c echo.Context) error {
+	pays, refs := p.store.records()
+	return c.JSON(http.StatusOK, platformRecords{Payments: pays, Refunds: refs})
 }
 
 // replayResponse is the body of POST /admin/payments/{id}/replay.

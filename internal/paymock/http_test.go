@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -258,7 +259,7 @@ func TestAdminAccess(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, nil)
 		// httptest.NewServer listens on loopback only, so the remote peer is simulated on the handler.
-		for _, path := range []string{"/admin/chaos", "/admin/deliveries"} {
+		for _, path := range []string{"/admin/chaos", "/admin/deliveries", "/admin/payments"} {
 			req := httptest.NewRequest(http.MethodGet, path, nil)
 			req.RemoteAddr = "203.0.113.7:40000"
 			req.Header.Set("X-Forwarded-For", "127.0.0.1")
@@ -390,4 +391,60 @@ func TestCreateChaosPrecedence(t *testing.T) {
 	status, raw = h.call(t, http.MethodPost, "/v1/payments", createBody("order-tr", 1000, "http://127.0.0.1:9/cb"))
 	assert.Equal(t, http.StatusGatewayTimeout, status, "timeout wins over reset: %s", raw)
 	assert.Equal(t, 1, found("order-tr"))
+}
+
+func TestAdminPaymentsListsEveryRecord(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, nil)
+	type records struct {
+		Payments []paymock.Payment `json:"payments"`
+		Refunds  []paymock.Refund  `json:"refunds"`
+	}
+	status, raw := h.call(t, http.MethodGet, "/admin/payments", "")
+	require.Equal(t, http.StatusOK, status)
+	assert.JSONEq(t, `{"payments":[],"refunds":[]}`, string(raw), "empty lists, not null")
+
+	// Eleven payments, so that a string sort (pay_10 before pay_2) would show.
+	var ids []string
+	for i := range 11 {
+		ids = append(ids, h.create(t, "order-rec-"+strconv.Itoa(i), int64(1000+i), rcv.url()).ID)
+	}
+	h.approve(t, ids[1])
+	h.approve(t, ids[9])
+	h.callJSON(t, http.MethodPost, "/v1/payments/"+ids[2]+"/decline", "", http.StatusOK, nil)
+	// pay_10 partly refunded, then pay_2 fully in two parts.
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(ids[9], "rf-a", 9), http.StatusCreated, nil)
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(ids[1], "rf-b", 600), http.StatusCreated, nil)
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(ids[1], "rf-c", 401), http.StatusCreated, nil)
+
+	var got records
+	h.callJSON(t, http.MethodGet, "/admin/payments", "", http.StatusOK, &got)
+	require.Len(t, got.Payments, 11)
+	for i, p := range got.Payments {
+		assert.Equal(t, "pay_"+strconv.Itoa(i+1), p.ID, "sorted by the number in the id")
+		assert.Equal(t, "order-rec-"+strconv.Itoa(i), p.MerchantOrderNo)
+		var one paymock.Payment
+		h.callJSON(t, http.MethodGet, "/v1/payments/"+p.ID, "", http.StatusOK, &one)
+		assert.Equal(t, one, p, "the same record as the query API")
+	}
+	assert.Equal(t, paymock.StatusRefunded, got.Payments[1].Status)
+	assert.Equal(t, int64(1001), got.Payments[1].RefundedCents)
+	assert.Equal(t, paymock.StatusFailed, got.Payments[2].Status)
+	assert.Equal(t, paymock.StatusSuccess, got.Payments[9].Status)
+	assert.Equal(t, int64(9), got.Payments[9].RefundedCents)
+	assert.Equal(t, paymock.StatusPending, got.Payments[0].Status)
+
+	require.Len(t, got.Refunds, 3)
+	type brief struct {
+		No, Payment string
+		Amount      int64
+	}
+	var refs []brief
+	for _, r := range got.Refunds {
+		refs = append(refs, brief{r.RefundNo, r.PaymentID, r.AmountCents})
+		assert.False(t, r.CreatedAt.IsZero())
+	}
+	assert.Equal(t, []brief{{"rf-a", ids[9], 9}, {"rf-b", ids[1], 600}, {"rf-c", ids[1], 401}}, refs, "in creation order")
+	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 6 }, "callbacks end before the harness closes")
 }

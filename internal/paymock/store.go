@@ -1,7 +1,10 @@
 package paymock
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -170,6 +173,30 @@ func (s *store) lastEvent(id string) (Payment, Event, error) {
 		return e.p, Event{}, ErrNotSettled
 	}
 	return e.p, *e.last, nil
+}
+
+// records returns every payment and every refund, each sorted by the number in its id, which is
+// creation order (pay_2 before pay_10). The lists are never nil, so they encode as [] when empty.
+func (s *store) records() ([]Payment, []Refund) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pays := make([]Payment, 0, len(s.payments))
+	for _, e := range s.payments {
+		pays = append(pays, e.p)
+	}
+	refs := make([]Refund, 0, len(s.refunds))
+	for _, r := range s.refunds {
+		refs = append(refs, r)
+	}
+	slices.SortFunc(pays, func(a, b Payment) int { return cmp.Compare(idSeq(a.ID), idSeq(b.ID)) })
+	slices.SortFunc(refs, func(a, b Refund) int { return cmp.Compare(idSeq(a.ID), idSeq(b.ID)) })
+	return pays, refs
+}
+
+// idSeq is n of an id "<prefix>_<n>" made by nextIDLocked. A string sort would put pay_10 before pay_2.
+func idSeq(id string) int64 {
+	n, _ := strconv.ParseInt(id[strings.LastIndexByte(id, '_')+1:], 10, 64)
+	return n
 }
 
 // appendAttempt adds a to the log, dropping the oldest entry past the limit so memory stays bounded.

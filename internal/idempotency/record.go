@@ -43,8 +43,10 @@ type Record struct {
 	Fence int64
 	// LockedUntil is the PROCESSING lease: until then the holder is presumed alive.
 	LockedUntil *time.Time
-	// Attempts counts takeovers of a PROCESSING or FAILED_RETRYABLE record.
-	Attempts  int
+	// Attempts counts takeovers of a PROCESSING or FAILED_RETRYABLE record (retries and sweeper alike).
+	Attempts int
+	// Sweeps counts the sweeper's questions about this record that the downstream left unanswered.
+	Sweeps    int
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

@@ -122,16 +122,50 @@ func (st *Store) Finish(ctx context.Context, tx *gorm.DB, id, fence int64, state
 }
 
 // Stuck returns up to limit PROCESSING records on paths matching pathLike (SQL LIKE) whose lease has
-// run out: their holder crashed, or is still waiting on an answer that may never come.
-func (st *Store) Stuck(ctx context.Context, pathLike string, limit int) ([]Record, error) {
+// run out (their holder crashed, or is still waiting on an answer that may never come), and that the
+// sweeper has asked about unanswered fewer than maxSweeps times.
+func (st *Store) Stuck(ctx context.Context, pathLike string, maxSweeps, limit int) ([]Record, error) {
 	var recs []Record
 	err := st.db.WithContext(ctx).
-		Where("state = ? AND locked_until < now() AND path LIKE ?", StateProcessing, pathLike).
+		Where("state = ? AND locked_until < now() AND path LIKE ? AND sweeps < ?", StateProcessing, pathLike, maxSweeps).
 		Order("locked_until").Limit(limit).Find(&recs).Error
 	if err != nil {
 		return nil, fmt.Errorf("find stuck idempotency records: %w", err)
 	}
 	return recs, nil
+}
+
+// Unfinished returns up to limit records on paths matching pathLike that are FAILED_RETRYABLE, or
+// PROCESSING past their lease, and untouched for at least grace: what the reconciler settles with the
+// platform whatever the sweeper's bound (a FAILED_RETRYABLE payment may exist after all: the platform
+// may have committed before its connection broke).
+func (st *Store) Unfinished(ctx context.Context, pathLike string, grace time.Duration, limit int) ([]Record, error) {
+	var recs []Record
+	err := st.db.WithContext(ctx).
+		Where(`path LIKE ? AND updated_at < now() - make_interval(secs => ?)
+			AND (state = ? OR (state = ? AND locked_until < now()))`,
+			pathLike, grace.Seconds(), StateFailedRetryable, StateProcessing).
+		Order("updated_at").Limit(limit).Find(&recs).Error
+	if err != nil {
+		return nil, fmt.Errorf("find unfinished idempotency records: %w", err)
+	}
+	return recs, nil
+}
+
+// NoteUnanswered counts one question about record id that the downstream left unanswered (the
+// sweeper's bound), with the asker's fence, and returns the new count. A newer holder's record is left
+// alone (0, ErrFenced).
+func (st *Store) NoteUnanswered(ctx context.Context, id, fence int64) (int, error) {
+	var n []int
+	err := st.db.WithContext(ctx).Raw(`UPDATE idempotency_keys SET sweeps = sweeps + 1
+		WHERE id = ? AND fence <= ? RETURNING sweeps`, id, fence).Scan(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("count unanswered sweep of record %d: %w", id, err)
+	}
+	if len(n) == 0 {
+		return 0, ErrFenced
+	}
+	return n[0], nil
 }
 
 // CountByState returns how many records on paths matching pathLike are in each state.

@@ -45,8 +45,10 @@ type Order struct {
 	Currency    string
 	// PaymentID is the platform's payment id, once known (nil before).
 	PaymentID *string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	// RefundedCents is how much of AmountCents the platform has refunded so far (0..AmountCents).
+	RefundedCents int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // Quantity bounds for one order line.

@@ -107,6 +107,82 @@ func (r *Repository) Transition(ctx context.Context, tx *gorm.DB, id int64, to S
 	return res.RowsAffected == 1, nil
 }
 
+// TransitionFrom moves order id from exactly status from to status to, if the table allows that move, and
+// reports whether the row changed. Use it where the side effects depend on where the order came from:
+// a refund gives stock and points back only to an order that was PAID.
+func (r *Repository) TransitionFrom(ctx context.Context, tx *gorm.DB, id int64, from, to Status) (bool, error) {
+	if !CanTransition(from, to) {
+		return false, fmt.Errorf("order %d: %s → %s is not in the transition table", id, from, to)
+	}
+	res := tx.WithContext(ctx).Exec(`UPDATE orders SET status = ?, updated_at = now() WHERE id = ? AND status = ?`,
+		to, id, from)
+	if res.Error != nil {
+		return false, fmt.Errorf("order %d %s → %s: %w", id, from, to, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// Refunded returns order id's refunded total (cents) and status, read inside tx. The caller holds the
+// order's row lock (it changed the row in this transaction), so the two agree with what it wrote.
+func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64, Status, error) {
+	var row struct {
+		RefundedCents int64
+		Status        Status
+	}
+	if err := tx.WithContext(ctx).Raw(`SELECT refunded_cents, status FROM orders WHERE id = ?`, id).Scan(&row).Error; err != nil {
+		return 0, "", fmt.Errorf("read refunds of order %d: %w", id, err)
+	}
+	return row.RefundedCents, row.Status, nil
+}
+
+// RecordRefund adds one refund event of amountCents to order id, once per eventID (the event's primary
+// key in order_refund_events: a resent copy adds nothing). The total is capped at the order's amount.
+// It reports whether the event was new.
+func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, eventID string, amountCents int64) (bool, error) {
+	res := tx.WithContext(ctx).Exec(`INSERT INTO order_refund_events (event_id, order_id, amount_cents)
+		VALUES (?, ?, ?) ON CONFLICT (event_id) DO NOTHING`, eventID, id, amountCents)
+	if res.Error != nil {
+		return false, fmt.Errorf("record refund event %s of order %d: %w", eventID, id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return false, nil
+	}
+	if err := r.addRefunded(ctx, tx, id, amountCents); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// RecordFullRefund sets order id's refunded total to its whole amount: the platform's query API said the
+// payment is REFUNDED (the reconciler). Only the whole amount is safe to set from a total: a partial
+// total would be counted again by the refund events that make it up, when they arrive.
+func (r *Repository) RecordFullRefund(ctx context.Context, tx *gorm.DB, id int64) error {
+	if err := tx.WithContext(ctx).Exec(`UPDATE orders SET refunded_cents = amount_cents, updated_at = now()
+		WHERE id = ? AND refunded_cents < amount_cents`, id).Error; err != nil {
+		return fmt.Errorf("record full refund of order %d: %w", id, err)
+	}
+	return nil
+}
+
+func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id, amountCents int64) error {
+	if err := tx.WithContext(ctx).Exec(`UPDATE orders SET refunded_cents = LEAST(amount_cents, refunded_cents + ?),
+		updated_at = now() WHERE id = ?`, amountCents, id).Error; err != nil {
+		return fmt.Errorf("add refund to order %d: %w", id, err)
+	}
+	return nil
+}
+
+// RestoreStock gives quantity units of product id back: the compensation of a paid order that was
+// refunded in full. It runs in the transaction whose conditional UPDATE moved the order PAID → REFUNDED,
+// so it happens once, exactly like the decrement it undoes.
+func (r *Repository) RestoreStock(ctx context.Context, tx *gorm.DB, productID int64, quantity int) error {
+	res := tx.WithContext(ctx).Exec(`UPDATE products SET stock = stock + ? WHERE id = ?`, quantity, productID)
+	if res.Error != nil {
+		return fmt.Errorf("restore stock of product %d: %w", productID, res.Error)
+	}
+	return nil
+}
+
 // DecrementStock takes quantity units of product id, if and only if that many are left; it reports
 // whether it did. The guard is in the WHERE clause (stock >= quantity), never a read-then-write, so two
 // concurrent buyers of the last unit cannot both succeed.

@@ -10,12 +10,16 @@ import "fmt"
 //	PENDING ──► PAYING ──► PAID ──► REFUND_REQUIRED ──► REFUNDED
 //	   │          │  ▲       └─────────────────────────────▲
 //	   │          │  └ PENDING ► PAID (callback before the pay flow recorded PAYING)
-//	   │          └──► FAILED
+//	   ├──────────┴──► FAILED (PENDING ► FAILED: the decline came before the pay flow recorded PAYING)
 //	   └──────────┴──► CANCELLED
+//
+// An event may arrive before the pay flow has recorded PAYING (the platform answers the callback first,
+// or the answer to the pay call is lost), so SUCCESS and FAILED are both legal from PENDING: a FAILED
+// that could only be answered "stale" there would never be resent, and the order would wait forever.
 var transitions = map[Status][]Status{
 	StatusPaying:         {StatusPending},
 	StatusPaid:           {StatusPending, StatusPaying},
-	StatusFailed:         {StatusPaying},
+	StatusFailed:         {StatusPending, StatusPaying},
 	StatusCancelled:      {StatusPending, StatusPaying},
 	StatusRefundRequired: {StatusPaid},
 	StatusRefunded:       {StatusPaid, StatusRefundRequired},

@@ -14,7 +14,7 @@ func TestTransitionTable(t *testing.T) {
 	P, Y, D, F, C, R, X := orders.StatusPending, orders.StatusPaying, orders.StatusPaid, orders.StatusFailed,
 		orders.StatusCancelled, orders.StatusRefundRequired, orders.StatusRefunded
 	legal := map[[2]orders.Status]bool{
-		{P, Y}: true, {Y, D}: true, {P, D}: true, {Y, F}: true, {P, C}: true, {Y, C}: true,
+		{P, Y}: true, {Y, D}: true, {P, D}: true, {Y, F}: true, {P, F}: true, {P, C}: true, {Y, C}: true,
 		{D, R}: true, {R, X}: true, {D, X}: true,
 	}
 	for _, from := range orders.Statuses() {

@@ -3,6 +3,7 @@
 //	orders               serve (migrates first unless MIGRATE_ON_START=false)
 //	orders migrate       create the database if missing, apply migrations, exit
 //	orders sweep --once  resolve stuck pay records and send pending refunds once, exit
+//	orders reconcile --once  compare orders and unfinished pay records with the platform once, exit
 package main
 
 import (
@@ -51,10 +52,10 @@ func run() error {
 	switch {
 	case cmd == "migrate":
 		return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
-	case cmd == "sweep" && len(os.Args) == 3 && os.Args[2] == "--once":
+	case (cmd == "sweep" || cmd == "reconcile") && len(os.Args) == 3 && os.Args[2] == "--once":
 	case cmd == "serve":
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate or sweep --once)", strings.Join(os.Args[1:], " "))
+		return fmt.Errorf("unknown command %q (want serve, migrate, sweep --once or reconcile --once)", strings.Join(os.Args[1:], " "))
 	}
 
 	if cfg.MigrateOnStart {
@@ -83,9 +84,14 @@ func run() error {
 		return err
 	}
 
-	if cmd == "sweep" {
+	switch cmd {
+	case "sweep":
 		done, err := app.Sweeper.RunOnce(ctx)
 		logger.Info("sweep done", "results", done)
+		return err
+	case "reconcile":
+		rep, err := app.Reconciler.RunOnce(ctx)
+		logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records)
 		return err
 	}
 

@@ -266,7 +266,9 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 			rp.postCallback(callback(id, payments.StatusRefunded, 1, "evt-p-2")),
 		})
 		assert.Equal(t, "PAID", statusOf(t, env.DB, id))
-		assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND outcome = 'stale'", id))
+		assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND outcome = 'recorded'", id),
+			"the partial refund is recorded, not dropped: the refunds that follow add up to it")
+		assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 1", id))
 	})
 	t.Run("REFUNDED after PAID, then its duplicate", func(t *testing.T) {
 		id, amount := rp.newOrder(alice, 3, 1)

@@ -43,7 +43,7 @@ func mountLabPayments(p labParts) error {
 	if err != nil {
 		return fmt.Errorf("lab S7: %w", err)
 	}
-	payer, err := payments.NewPayer(p.d.DB, p.repo, store, p.idemMetrics, nil, client,
+	payer, err := payments.NewPayer(p.d.DB, p.repo, store, p.idemMetrics, nil, client, p.callbacks.Service(),
 		payments.PayConfig{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease},
 		payments.Faults{})
 	if err != nil {

@@ -46,9 +46,11 @@ type App struct {
 	Echo    *echo.Echo
 	Reaper  *idempotency.Reaper
 	Sweeper *payments.Sweeper
-	Relay   *outbox.Relay
-	cfg     config.Orders
-	logger  *slog.Logger
+	// Reconciler compares orders with the payment platform and moves them to its state.
+	Reconciler *payments.Reconciler
+	Relay      *outbox.Relay
+	cfg        config.Orders
+	logger     *slog.Logger
 }
 
 // New builds the application. It opens nothing: every connection comes in through d.
@@ -110,7 +112,7 @@ func New(d Deps) (*App, error) {
 	if err := mountRedeem(e, v1, d); err != nil {
 		return nil, err
 	}
-	sweeper, err := mountPay(v1, d, repo, idemMetrics)
+	sweeper, reconciler, err := mountPay(v1, d, repo, idemMetrics, callbackRoute.Service())
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +139,7 @@ func New(d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Relay: relay, cfg: cfg, logger: d.Logger}, nil
+	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, cfg: cfg, logger: d.Logger}, nil
 }
 
 func newCallbackRoute(d Deps, repo *orders.Repository) (*payments.Handler, error) {
@@ -162,6 +164,7 @@ func (a *App) RunWorkers(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Reaper.Run(ctx, a.cfg.ReaperInterval) })
 	wg.Go(func() { a.Sweeper.Run(ctx, a.cfg.SweepInterval) })
+	wg.Go(func() { a.Reconciler.Run(ctx, a.cfg.ReconcileInterval) })
 	wg.Go(func() {
 		if err := a.Relay.Run(ctx); err != nil {
 			a.logger.Error("outbox relay stopped", "err", err)

@@ -403,8 +403,8 @@ func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
 }
 
 // A FAILED callback that arrives while the order is still PENDING (the pay call timed out, so nobody
-// recorded PAYING yet) is stale and never resent; the sweeper, finding the failed payment, closes the
-// order as FAILED instead of leaving it PAYING forever.
+// recorded PAYING yet) closes the order at once: answered "stale", it would never be resent. The
+// sweeper then completes the record, and leaves the order FAILED.
 func TestFailedCallbackBeforePayRecordedStillEndsFailed(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -427,7 +427,7 @@ func TestFailedCallbackBeforePayRecordedStillEndsFailed(t *testing.T) {
 	eventually(t, 10*time.Second, "the FAILED callback to arrive", func() bool {
 		return count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'FAILED'", id) == 1
 	})
-	require.Equal(t, "PENDING", statusOf(t, env.DB, id), "FAILED cannot apply to a PENDING order")
+	require.Equal(t, "FAILED", statusOf(t, env.DB, id), "a decline that overtakes the pay flow applies to the PENDING order")
 
 	waitLeaseOver(t, env, "pay-race")
 	_, err = rp.app.Sweeper.RunOnce(context.Background())

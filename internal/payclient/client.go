@@ -211,10 +211,15 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	return resp.StatusCode, nil
 }
 
-// classifyTransport sorts a failure without an answer into ErrTimeout or ErrConnection.
+// classifyTransport sorts a failure without an answer into ErrTimeout or ErrConnection, and marks a
+// failed dial ErrNotSent as well: the only failure after which the request certainly did not arrive.
 func classifyTransport(err error) error {
 	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		return fmt.Errorf("%w: %w: %w", ErrConnection, ErrNotSent, err)
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	return fmt.Errorf("%w: %w", ErrConnection, err)

@@ -18,6 +18,10 @@ var (
 	ErrTimeout = errors.New("payclient: timeout")
 	// ErrConnection: the request could not be sent or the connection broke before an answer.
 	ErrConnection = errors.New("payclient: connection error")
+	// ErrNotSent: the request provably never left (the dial failed: refused, unreachable, no such
+	// host). It also matches ErrConnection. Only this kind of connection error proves that nothing
+	// happened; a connection that breaks after the dial may break after the request was written.
+	ErrNotSent = errors.New("payclient: request not sent")
 	// ErrProtocol: an answer that is not what the API promises (a 2xx with an undecodable body).
 	ErrProtocol = errors.New("payclient: unexpected answer")
 )

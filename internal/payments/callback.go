@@ -22,6 +22,7 @@ import (
 	"idemshop/internal/outbox"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/pgtext"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 )
@@ -48,12 +49,13 @@ const (
 // Outcome is what a callback did; it labels idemshop_callbacks_total and the audit table.
 type Outcome string
 
-// The outcomes. Only applied changed the order; duplicate and stale are answered 200 all the same, so
-// that the platform stops resending.
+// The outcomes. Only applied changed the order's status; duplicate, stale and recorded are answered 200
+// all the same, so that the platform stops resending: each of them is settled for good.
 const (
 	OutcomeApplied   Outcome = "applied"   // the conditional UPDATE changed the order
 	OutcomeDuplicate Outcome = "duplicate" // the order already has this status (a resend)
 	OutcomeStale     Outcome = "stale"     // the order has moved past what this event could change
+	OutcomeRecorded  Outcome = "recorded"  // the event's fact (a refund) is stored; it moves the order later
 	OutcomeRejected  Outcome = "rejected"  // bad signature, bad body, unknown order or amount mismatch
 )
 
@@ -116,12 +118,14 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 		return OutcomeRejected, ErrSignature.Wrap(err)
 	}
 
-	// 2. Parse and validate.
+	// 2. Parse and validate. Signed is not the same as storable: text PostgreSQL would refuse (a NUL, a
+	// broken UTF-8 sequence) is cleaned here, once, so that no statement below can fail on it.
 	var cb Callback
 	if err := json.Unmarshal(raw, &cb); err != nil {
 		s.reject(ctx, lg, cb, true, "malformed body: "+err.Error())
 		return OutcomeRejected, problem.ErrMalformedBody.Wrap(err)
 	}
+	cb = cb.cleaned()
 	orderID, err := validate(cb)
 	if err != nil {
 		s.reject(ctx, lg, cb, true, err.Error())
@@ -152,9 +156,7 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 	// could do would change it. (Skipping on a stale read is safe here, acting on one would not be: the
 	// conditional UPDATE below stays the only way anything is applied.)
 	if skipResends && already(cb.Status, o.Status) {
-		if err := record(ctx, s.db, cb, orderID, true, OutcomeDuplicate, "already "+string(o.Status)); err != nil {
-			return OutcomeRejected, err
-		}
+		s.audit(ctx, lg, cb, orderID, true, OutcomeDuplicate, "already "+string(o.Status))
 		s.metrics.count(OutcomeDuplicate)
 		lg.Info("payment callback", "outcome", OutcomeDuplicate, "reason", "already "+string(o.Status))
 		return OutcomeDuplicate, nil
@@ -169,17 +171,15 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 		}
 	}
 
-	// 5. ONE transaction: the conditional UPDATE decides, the side effects follow only if it changed
-	// the row, and the audit row commits with them.
+	// 5. ONE transaction: the conditional UPDATE decides, and the side effects follow only if it changed
+	// the row. The audit row is written after the commit, on its own: it is a log, and a log that cannot
+	// be written must never roll the business change back (and make every resend fail the same way).
 	var outcome Outcome
 	var reason string
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		outcome, reason, err = apply(ctx, tx, cb, o)
-		if err != nil {
-			return err
-		}
-		return record(ctx, tx, cb, orderID, true, outcome, reason)
+		return err
 	})
 	if err != nil {
 		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction.
@@ -191,6 +191,7 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 		}
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, err)
 	}
+	s.audit(ctx, lg, cb, orderID, true, outcome, reason)
 	s.metrics.count(outcome)
 	lg.Info("payment callback", "outcome", outcome, "reason", reason)
 	return outcome, nil
@@ -208,75 +209,150 @@ type stockStep func(ctx context.Context, tx *gorm.DB, productID int64, quantity 
 func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order, decrement stockStep) (Outcome, string, error) {
 	switch cb.Status {
 	case StatusSuccess:
-		// One UPDATE decides the race: the row lock admits one writer at a time, and only the first
-		// still finds PENDING or PAYING. Every other copy of this callback sees 0 rows.
-		paid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, cb.PaymentID)
-		if err != nil {
-			return "", "", err
-		}
-		if !paid {
-			return s.afterLostSuccess(ctx, tx, cb, o)
-		}
-		inStock, err := decrement(ctx, tx, o.ProductID, o.Quantity)
-		if err != nil {
-			return "", "", err
-		}
-		if !inStock {
-			// The money is taken but the goods are gone (stock is checked at order time, deducted only
-			// now): the order owes a refund, which the pay flow executes against the platform.
-			if _, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefundRequired, ""); err != nil {
-				return "", "", err
-			}
-			if err := requestRefund(ctx, tx, o, cb.PaymentID, "out_of_stock"); err != nil {
-				return "", "", err
-			}
-			return OutcomeApplied, "paid, but out of stock: refund required", nil
-		}
-		ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: o.ID, UserID: o.UserID,
-			AmountCents: o.AmountCents, Points: events.PointsFor(o.AmountCents), OccurredAt: s.now().UTC()}
-		if err := outbox.Insert(ctx, tx, ev.EventID, events.RoutingKeyOrderPaid, ev); err != nil {
-			return "", "", err
-		}
-		return OutcomeApplied, "paid", nil
-
+		return s.settleSuccess(ctx, tx, o, cb.PaymentID, decrement)
 	case StatusFailed:
-		failed, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusFailed, cb.PaymentID)
-		if err != nil {
-			return "", "", err
-		}
-		if !failed {
-			return classify(ctx, tx, o.ID, orders.StatusFailed)
-		}
-		return OutcomeApplied, "payment failed", nil
-
+		return s.settleFailed(ctx, tx, o, cb.PaymentID)
 	case StatusRefunded:
-		if cb.AmountCents < o.AmountCents {
-			// A partial refund leaves the order as it is: REFUNDED means the whole amount came back.
-			return OutcomeStale, fmt.Sprintf("partial refund of %d of %d cents: order unchanged", cb.AmountCents, o.AmountCents), nil
-		}
-		// The money came back in full: whatever the order's status, its refund request is done (a
-		// refund of a SUCCESS-after-FAILED order leaves the order FAILED, which cannot move to REFUNDED).
-		if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'DONE', updated_at = now()
-			WHERE order_id = ? AND status <> 'DONE'`, o.ID).Error; err != nil {
-			return "", "", fmt.Errorf("close refund requests of order %d: %w", o.ID, err)
-		}
-		refunded, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefunded, "")
+		// A refund is a fact about money, whatever the order's status: it is recorded once per event
+		// (a resend adds nothing), and the order follows when the refunded total reaches its amount.
+		fresh, err := s.orders.RecordRefund(ctx, tx, o.ID, cb.EventID, cb.AmountCents)
 		if err != nil {
 			return "", "", err
 		}
-		if !refunded {
-			return classify(ctx, tx, o.ID, orders.StatusRefunded)
+		refunded, err := s.settleRefunds(ctx, tx, o)
+		if err != nil {
+			return "", "", err
 		}
-		return OutcomeApplied, "refunded", nil
+		return refundOutcome(ctx, tx, s.orders, o, fresh, refunded)
 	}
 	return "", "", fmt.Errorf("unreachable: status %q passed validation", cb.Status)
+}
+
+// settleSuccess applies "the payment succeeded" to order o: the callback's SUCCESS, and the reconciler's
+// when the platform's query API says SUCCESS.
+func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string, decrement stockStep) (Outcome, string, error) {
+	// One UPDATE decides the race: the row lock admits one writer at a time, and only the first still
+	// finds PENDING or PAYING. Every other copy of this event sees 0 rows.
+	paid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, paymentID)
+	if err != nil {
+		return "", "", err
+	}
+	if !paid {
+		return s.afterLostSuccess(ctx, tx, o, paymentID)
+	}
+	inStock, err := decrement(ctx, tx, o.ProductID, o.Quantity)
+	if err != nil {
+		return "", "", err
+	}
+	if !inStock {
+		// The money is taken but the goods are gone (stock is checked at order time, deducted only now):
+		// the order owes a refund, which the sweeper executes against the platform, unless the platform
+		// has already refunded it in full (a refund that arrived before this SUCCESS).
+		if _, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefundRequired, ""); err != nil {
+			return "", "", err
+		}
+		refunded, err := s.settleRefunds(ctx, tx, o)
+		if err != nil {
+			return "", "", err
+		}
+		if refunded {
+			return OutcomeApplied, "paid, out of stock, and already refunded in full", nil
+		}
+		if err := requestRefund(ctx, tx, o, paymentID, "out_of_stock"); err != nil {
+			return "", "", err
+		}
+		return OutcomeApplied, "paid, but out of stock: refund required", nil
+	}
+	ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: o.ID, UserID: o.UserID,
+		AmountCents: o.AmountCents, Points: events.PointsFor(o.AmountCents), OccurredAt: s.now().UTC()}
+	if err := outbox.Insert(ctx, tx, ev.EventID, events.RoutingKeyOrderPaid, ev); err != nil {
+		return "", "", err
+	}
+	// The platform may have refunded this payment before its SUCCESS reached us (a delayed delivery):
+	// that refund was recorded then, and is owed now.
+	refunded, err := s.settleRefunds(ctx, tx, o)
+	if err != nil {
+		return "", "", err
+	}
+	if refunded {
+		return OutcomeApplied, "paid, and refunded in full (the refund arrived first)", nil
+	}
+	return OutcomeApplied, "paid", nil
+}
+
+// settleFailed applies "the payment failed" to order o. PENDING and PAYING may both fail: a decline can
+// overtake the pay flow's own PENDING → PAYING.
+func (s *Service) settleFailed(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string) (Outcome, string, error) {
+	failed, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusFailed, paymentID)
+	if err != nil {
+		return "", "", err
+	}
+	if !failed {
+		return classify(ctx, tx, o.ID, orders.StatusFailed)
+	}
+	return OutcomeApplied, "payment failed", nil
+}
+
+// settleRefunds moves order o to REFUNDED if its refunded total has reached its amount, and reports
+// whether it did. Only a PAID order gets its stock and points back (REFUND_REQUIRED never took stock
+// nor earned points); the conditional UPDATE PAID → REFUNDED makes that happen once, however many
+// callbacks, resends and reconciler runs reach this point. Either way the order's refund requests are
+// done: the money is back.
+func (s *Service) settleRefunds(ctx context.Context, tx *gorm.DB, o orders.Order) (bool, error) {
+	refunded, _, err := s.orders.Refunded(ctx, tx, o.ID)
+	if err != nil || refunded < o.AmountCents {
+		return false, err
+	}
+	if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'DONE', updated_at = now()
+		WHERE order_id = ? AND status <> 'DONE'`, o.ID).Error; err != nil {
+		return false, fmt.Errorf("close refund requests of order %d: %w", o.ID, err)
+	}
+	fromPaid, err := s.orders.TransitionFrom(ctx, tx, o.ID, orders.StatusPaid, orders.StatusRefunded)
+	if err != nil {
+		return false, err
+	}
+	if fromPaid {
+		// Compensation, in the transaction of the transition that guards it: the stock comes back, and
+		// order.refunded asks points-consumer to reverse the credit (ledger key order-refunded:<id>).
+		if err := s.orders.RestoreStock(ctx, tx, o.ProductID, o.Quantity); err != nil {
+			return false, err
+		}
+		ev := events.OrderRefunded{EventID: uuid.NewString(), OrderID: o.ID, UserID: o.UserID,
+			AmountCents: o.AmountCents, Points: events.PointsFor(o.AmountCents), OccurredAt: s.now().UTC()}
+		if err := outbox.Insert(ctx, tx, ev.EventID, events.RoutingKeyRefunded, ev); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return s.orders.TransitionFrom(ctx, tx, o.ID, orders.StatusRefundRequired, orders.StatusRefunded)
+}
+
+// refundOutcome names what a REFUNDED event did. fresh: its amount was counted now; refunded: the order
+// became REFUNDED now.
+func refundOutcome(ctx context.Context, tx *gorm.DB, repo *orders.Repository, o orders.Order, fresh, refunded bool) (Outcome, string, error) {
+	if refunded {
+		return OutcomeApplied, "refunded in full", nil
+	}
+	total, status, err := repo.Refunded(ctx, tx, o.ID)
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case !fresh:
+		return OutcomeDuplicate, "refund event already recorded", nil
+	case total < o.AmountCents:
+		return OutcomeRecorded, fmt.Sprintf("partial refund: %d of %d cents refunded so far", total, o.AmountCents), nil
+	case status == orders.StatusPending || status == orders.StatusPaying:
+		return OutcomeRecorded, "refunded in full before its SUCCESS arrived: the SUCCESS will refund the order", nil
+	}
+	return OutcomeRecorded, "refunded in full; the order is " + string(status), nil
 }
 
 // afterLostSuccess handles a SUCCESS that changed nothing. If the order is already paid it is a resend.
 // If the order had FAILED or been CANCELLED, the platform has nevertheless taken the money: the order
 // stays as it is (the transition table has no way back) and a refund is recorded, idempotent on its
 // refund_no, so the customer is never charged for an order they do not get.
-func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
+func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string) (Outcome, string, error) {
 	current, err := currentStatus(ctx, tx, o.ID)
 	if err != nil {
 		return "", "", err
@@ -285,7 +361,7 @@ func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, cb Callback
 	case orders.StatusPaid, orders.StatusRefundRequired, orders.StatusRefunded:
 		return OutcomeDuplicate, "already " + string(current), nil
 	case orders.StatusFailed, orders.StatusCancelled:
-		if err := requestRefund(ctx, tx, o, cb.PaymentID, "success_after_"+strings.ToLower(string(current))); err != nil {
+		if err := requestRefund(ctx, tx, o, paymentID, "success_after_"+strings.ToLower(string(current))); err != nil {
 			return "", "", err
 		}
 		return OutcomeStale, "success for a " + string(current) + " order: refund requested", nil
@@ -376,25 +452,36 @@ func amountMatches(cb Callback, o orders.Order) bool {
 	return cb.AmountCents == o.AmountCents
 }
 
-// reject records a refused callback (outside any transaction) and counts it.
+// reject records a refused callback and counts it.
 func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigOK bool, reason string) {
 	s.metrics.count(OutcomeRejected)
 	var orderID int64
 	if id, ok := orders.ParseID(cb.MerchantOrderNo); ok {
 		orderID = id
 	}
-	if err := record(ctx, s.db, cb, orderID, sigOK, OutcomeRejected, reason); err != nil {
-		lg.Error("record rejected callback", "err", err)
-	}
+	s.audit(ctx, lg, cb, orderID, sigOK, OutcomeRejected, reason)
 	lg.Warn("payment callback rejected", "reason", reason, "signature_ok", sigOK)
 }
 
-// record inserts the audit row. Text from an unverified body is cut to a bounded length.
+// audit inserts the audit row on its own, outside any business transaction, and only logs a failure:
+// the business tables are the truth, the audit is what an operator reads ("3 received, 1 applied").
+func (s *Service) audit(ctx context.Context, lg *slog.Logger, cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) {
+	if err := record(ctx, s.db, cb, orderID, sigOK, outcome, reason); err != nil {
+		lg.Error("record payment callback audit row", "err", err, "outcome", outcome)
+	}
+}
+
+// auditTextMax bounds each text column of an audit row (bytes): the body may come from anyone.
+const auditTextMax = 200
+
+// record inserts the audit row. Every text goes through pgtext.Clean: a forged body with a NUL in it
+// must still leave its row.
 func record(ctx context.Context, db *gorm.DB, cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) error {
 	var oid *int64
 	if orderID > 0 {
 		oid = &orderID
 	}
+	clip := func(v string) string { return pgtext.Clean(v, auditTextMax) }
 	err := db.WithContext(ctx).Exec(`INSERT INTO payment_callbacks
 		(event_id, payment_id, order_id, status, amount_cents, currency, signature_ok, applied, outcome, reason)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -406,10 +493,16 @@ func record(ctx context.Context, db *gorm.DB, cb Callback, orderID int64, sigOK 
 	return nil
 }
 
-func clip(s string) string {
-	const max = 200
-	if len(s) > max {
-		return s[:max]
-	}
-	return s
+// callbackIDMax bounds event_id and payment_id (bytes), which are stored in business tables.
+const callbackIDMax = 200
+
+// cleaned returns cb with its text made storable (pgtext.Clean). A signed callback is trusted, but
+// PostgreSQL still refuses a NUL or broken UTF-8, and would refuse it again on every resend.
+func (cb Callback) cleaned() Callback {
+	cb.EventID = pgtext.Clean(cb.EventID, callbackIDMax)
+	cb.PaymentID = pgtext.Clean(cb.PaymentID, callbackIDMax)
+	cb.MerchantOrderNo = pgtext.Clean(cb.MerchantOrderNo, callbackIDMax)
+	cb.Status = pgtext.Clean(cb.Status, callbackIDMax)
+	cb.Currency = pgtext.Clean(cb.Currency, callbackIDMax)
+	return cb
 }

@@ -17,6 +17,10 @@ type Handler struct {
 	svc *Service
 }
 
+// Service returns the callback service behind the routes; the pay flow and the reconciler apply the
+// platform's answers through it.
+func (h *Handler) Service() *Service { return h.svc }
+
 // NewHandler returns the callback route.
 func NewHandler(svc *Service) (*Handler, error) {
 	if svc == nil {

@@ -26,7 +26,8 @@ import (
 //  1. claim the record (PROCESSING, with a lease and a fencing token from the Redis lock);
 //  2. call the platform (idempotent on merchant_order_no = the order id);
 //  3. record the result with a fenced write: COMPLETED, FAILED_PERMANENT or FAILED_RETRYABLE; or, when
-//     the outcome is unknown (timeout), leave it PROCESSING for the sweeper to resolve.
+//     the outcome is unknown (timeout, or a connection that broke after the request may have been
+//     written), leave it PROCESSING for the sweeper to resolve.
 
 // Errors of the pay route; codes are stable.
 var (
@@ -78,21 +79,23 @@ type Payer struct {
 	metrics  *idempotency.Metrics
 	locker   *lock.Locker // nil: the database lease alone
 	platform *payclient.Client
+	settler  *Service // applies what the platform says of a payment, through the callbacks' guarded steps
 	cfg      PayConfig
 	faults   Faults
 }
 
-// NewPayer returns the pay flow. locker may be nil.
+// NewPayer returns the pay flow. locker may be nil. settler is the callback service: what the platform
+// answers about a payment moves the order through the same guarded steps as its callbacks.
 func NewPayer(db *gorm.DB, repo *orders.Repository, store *idempotency.Store, m *idempotency.Metrics,
-	locker *lock.Locker, platform *payclient.Client, cfg PayConfig, faults Faults) (*Payer, error) {
-	if db == nil || repo == nil || store == nil || m == nil || platform == nil {
-		return nil, errors.New("payments: NewPayer needs db, orders, store, metrics and a platform client")
+	locker *lock.Locker, platform *payclient.Client, settler *Service, cfg PayConfig, faults Faults) (*Payer, error) {
+	if db == nil || repo == nil || store == nil || m == nil || platform == nil || settler == nil {
+		return nil, errors.New("payments: NewPayer needs db, orders, store, metrics, a platform client and a settler")
 	}
 	if cfg.Lease <= 0 || cfg.CallbackURL == "" {
 		return nil, errors.New("payments: NewPayer needs a lease > 0 and a callback URL")
 	}
 	return &Payer{db: db, orders: repo, store: store, metrics: m, locker: locker, platform: platform,
-		cfg: cfg, faults: faults}, nil
+		settler: settler, cfg: cfg, faults: faults}, nil
 }
 
 // payResponse is the 201 body of the pay route.
@@ -258,21 +261,16 @@ func (p *Payer) release(ctx context.Context, lease *lock.Lease) {
 	}
 }
 
-// markPaying records that the order has a payment: PENDING → PAYING (0 rows is fine: the success callback
-// may already have made it PAID). If the platform already says the payment FAILED, the order goes on to
-// FAILED here: that FAILED callback may have arrived while the order was still PENDING, been answered
-// as stale (PENDING → FAILED is not a legal move) and never be resent, so this is the only place left
-// that can close the order.
-func (p *Payer) markPaying(ctx context.Context, tx *gorm.DB, orderID int64, pay payclient.Payment) error {
-	if _, err := p.orders.Transition(ctx, tx, orderID, orders.StatusPaying, pay.ID); err != nil {
+// markPaying records that the order has a payment: PENDING → PAYING (0 rows is fine: a callback may
+// already have moved it on). Then whatever the platform's answer already says of the payment (settled
+// before the answer came back, or found by the sweeper) is applied through the callbacks' own guarded
+// steps, so the order never waits for a callback that may have come and gone, or never come.
+func (p *Payer) markPaying(ctx context.Context, tx *gorm.DB, o orders.Order, pay payclient.Payment) error {
+	if _, err := p.orders.Transition(ctx, tx, o.ID, orders.StatusPaying, pay.ID); err != nil {
 		return err
 	}
-	if pay.Status == StatusFailed {
-		if _, err := p.orders.Transition(ctx, tx, orderID, orders.StatusFailed, pay.ID); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, _, err := p.settler.applyPayment(ctx, tx, o, pay)
+	return err
 }
 
 // result is what the platform's answer means for the record and the client.
@@ -297,7 +295,7 @@ func (p *Payer) record(ctx context.Context, c echo.Context, route string, rec id
 	}
 	err = p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if r.state == idempotency.StateCompleted {
-			if err := p.markPaying(ctx, tx, o.ID, pay); err != nil {
+			if err := p.markPaying(ctx, tx, o, pay); err != nil {
 				return err
 			}
 		}
@@ -325,10 +323,11 @@ func (p *Payer) record(ctx context.Context, c echo.Context, route string, rec id
 
 // outcome maps the platform's answer to the record's next state and the client's answer:
 //
-//	success                      → COMPLETED, 201 {"order_id","payment_id","status":"PAYING","pay_url"}
-//	4xx (definite refusal)       → FAILED_PERMANENT, 422 payment_refused (replayed to retries)
-//	5xx except 504, refused dial → FAILED_RETRYABLE, 503 payment_unavailable (a retry runs again)
-//	timeout, 504, garbled answer → stays PROCESSING, 503 payment_outcome_unknown (the sweeper resolves it)
+//	success                          → COMPLETED, 201 {"order_id","payment_id","status":"PAYING","pay_url"}
+//	4xx except 408 and 429 (refused) → FAILED_PERMANENT, 422 payment_refused (replayed to retries)
+//	503, 408, 429, a dial that failed → FAILED_RETRYABLE, 503 payment_unavailable (a retry runs again)
+//	anything else: timeout, reset after the request was written, 500, 502, 504, garbled answer
+//	                                 → stays PROCESSING, 503 payment_outcome_unknown (the sweeper asks)
 func (p *Payer) outcome(o orders.Order, pay payclient.Payment, rpcErr error) (result, error) {
 	switch {
 	case rpcErr == nil:
@@ -355,19 +354,26 @@ func (p *Payer) response(orderID int64, paymentID string) payResponse {
 		PayURL: p.cfg.PaymentsURL + "/v1/payments/" + paymentID}
 }
 
+// isRefusal: a 4xx that refuses the request as sent. 408 and 429 are 4xx too, but they mean "not now",
+// not "no": they are retryable.
 func isRefusal(err error) bool {
-	_, _, ok := payclient.Refused(err)
-	return ok
+	st, _, ok := payclient.Refused(err)
+	return ok && st != http.StatusRequestTimeout && st != http.StatusTooManyRequests
 }
 
-// isRetryable: the platform definitely did not apply the request, or says it failed (5xx). A 504 is a
-// gateway that gave up waiting: the platform may have committed, so it counts as unknown, not retryable.
+// isRetryable: the platform did not take the request: the dial failed (nothing was sent), or it said
+// "not now" (503, 408, 429). Every other failure came after the request may have been written, so the
+// payment may exist: that is outcome unknown, never retryable, however the connection broke.
 func isRetryable(err error) bool {
 	var se *payclient.StatusError
 	if errors.As(err, &se) {
-		return se.Status >= 500 && se.Status != http.StatusGatewayTimeout
+		switch se.Status {
+		case http.StatusServiceUnavailable, http.StatusRequestTimeout, http.StatusTooManyRequests:
+			return true
+		}
+		return false
 	}
-	return errors.Is(err, payclient.ErrConnection)
+	return errors.Is(err, payclient.ErrNotSent)
 }
 
 // problemBody is the stored form of an error answer: the RFC 9457 document the client would get.

@@ -18,7 +18,6 @@ import (
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
-	"idemshop/internal/platform/problem"
 )
 
 // payPathLike matches the records of the pay route.
@@ -42,11 +41,12 @@ const (
 	RepairCompleted   = "completed"   // the platform has the payment: COMPLETED
 	RepairRetryable   = "retryable"   // the platform has no payment: FAILED_RETRYABLE
 	RepairUnreachable = "unreachable" // the platform did not answer: try again after the lease
-	RepairGaveUp      = "gave_up"     // too many attempts: FAILED_PERMANENT and an operator alert
+	RepairGaveUp      = "gave_up"     // unanswered maxAttempts times: an alert; the reconciler keeps asking
 	RepairFenced      = "fenced"      // a live retry took the record over meanwhile
 )
 
-// NewSweeper returns the sweeper. maxAttempts bounds takeovers of one record; batch bounds one run.
+// NewSweeper returns the sweeper. maxAttempts bounds how often the sweeper asks the platform about one
+// record without an answer (a client's own retries do not count); batch bounds one run.
 func NewSweeper(payer *Payer, logger *slog.Logger, reg prometheus.Registerer, maxAttempts, batch int) (*Sweeper, error) {
 	if payer == nil || logger == nil || reg == nil || maxAttempts <= 0 || batch <= 0 {
 		return nil, errors.New("payments: NewSweeper needs a payer, a logger, a registry, maxAttempts > 0 and batch > 0")
@@ -72,13 +72,13 @@ func NewSweeper(payer *Payer, logger *slog.Logger, reg prometheus.Registerer, ma
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
 // the record gauge. It returns how many records it repaired by result.
 func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
-	recs, err := s.payer.store.Stuck(ctx, payPathLike, s.batch)
+	recs, err := s.payer.store.Stuck(ctx, payPathLike, s.maxAttempts, s.batch)
 	if err != nil {
 		return nil, err
 	}
 	done := map[string]int{}
 	for _, rec := range recs {
-		result, err := s.repair(ctx, rec)
+		result, err := s.repair(ctx, rec, true)
 		if err != nil {
 			s.logger.Error("sweeper: repair failed", "record_id", rec.ID, "err", err)
 			continue
@@ -122,8 +122,9 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
 }
 
 // repair takes one stuck record over (fenced, like a live retry would) and asks the platform whether
-// the payment exists. "" means it did nothing (someone else holds it).
-func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record) (string, error) {
+// the payment exists. "" means it did nothing (someone else holds it). bounded counts an unanswered
+// question towards maxAttempts (the sweeper); the reconciler asks without a bound.
+func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record, bounded bool) (string, error) {
 	p := s.payer
 	orderID, err := orderIDFromPath(stuck.Path)
 	if err != nil {
@@ -150,22 +151,29 @@ func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record) (string,
 	rec := cl.Record
 	lg := s.logger.With("order_id", orderID, "record_id", rec.ID, "fence", rec.Fence, "attempts", rec.Attempts)
 
-	if rec.Attempts > s.maxAttempts {
-		lg.Error("ALERT: pay record unresolved after the maximum sweep attempts; marked FAILED_PERMANENT, check the platform by hand",
-			"alert", "sweeper_gave_up")
-		body, err := problemBody(problem.New(problem.KindInternal, "payment_unresolved",
-			"the payment could not be confirmed; contact support"))
-		if err != nil {
-			return "", err
-		}
-		return s.finish(ctx, rec, orderID, RepairGaveUp, idempotency.StateFailedPermanent, http.StatusInternalServerError, body, nil)
-	}
-
+	// Ask before anything else: only the platform knows whether the payment exists, and no answer
+	// stored here may contradict it (so there is no "give up" answer to store).
 	pay, found, err := p.platform.FindByMerchantOrderNo(ctx, strconv.FormatInt(orderID, 10))
 	if err != nil {
 		// The platform is unreachable: leave the record PROCESSING; the claim renewed its lease, so
-		// the next sweep after the lease tries again.
+		// the next sweep after the lease tries again, up to maxAttempts unanswered questions.
 		lg.Warn("sweeper: payment platform unreachable; will retry", "err", err)
+		if !bounded {
+			return RepairUnreachable, nil
+		}
+		n, err := p.store.NoteUnanswered(ctx, rec.ID, rec.Fence)
+		if errors.Is(err, idempotency.ErrFenced) {
+			return RepairFenced, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if n >= s.maxAttempts {
+			lg.Error("ALERT: the payment platform left this pay record unanswered the maximum number of times; "+
+				"the sweeper stops asking, the reconciler keeps asking on its slower schedule",
+				"alert", "sweeper_gave_up", "sweeps", n)
+			return RepairGaveUp, nil
+		}
 		return RepairUnreachable, nil
 	}
 	if !found {
@@ -189,7 +197,11 @@ func (s *Sweeper) finish(ctx context.Context, rec idempotency.Record, orderID in
 	p := s.payer
 	err := p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if pay != nil {
-			if err := p.markPaying(ctx, tx, orderID, *pay); err != nil {
+			o, err := p.orders.Lookup(ctx, tx, orderID)
+			if err != nil {
+				return err
+			}
+			if err := p.markPaying(ctx, tx, o, *pay); err != nil {
 				return err
 			}
 		}

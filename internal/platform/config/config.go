@@ -91,6 +91,15 @@ type Orders struct {
 	PaymentsTimeout  time.Duration `env:"PAYMENTS_TIMEOUT" envDefault:"3s"`
 	SweepMaxAttempts int           `env:"SWEEP_MAX_ATTEMPTS" envDefault:"10"`
 	SweepBatch       int           `env:"SWEEP_BATCH" envDefault:"100"`
+	// The reconciler compares orders and unfinished pay records with the platform's query API and moves
+	// them to the platform's state (docs/pay.md): every RECONCILE_INTERVAL, what has been untouched for
+	// RECONCILE_GRACE, each order again after RECONCILE_RECHECK until it is RECONCILE_LOOKBACK old, at
+	// most RECONCILE_BATCH orders and records a run.
+	ReconcileInterval time.Duration `env:"RECONCILE_INTERVAL" envDefault:"30s"`
+	ReconcileGrace    time.Duration `env:"RECONCILE_GRACE" envDefault:"1m"`
+	ReconcileRecheck  time.Duration `env:"RECONCILE_RECHECK" envDefault:"10m"`
+	ReconcileLookback time.Duration `env:"RECONCILE_LOOKBACK" envDefault:"24h"`
+	ReconcileBatch    int           `env:"RECONCILE_BATCH" envDefault:"100"`
 	// PayFault arms a crash point of the pay flow (crash-after-claim, crash-after-rpc,
 	// crash-before-write). Honoured only with ORDERS_LAB=true.
 	PayFault          string        `env:"PAY_FAULT"`
@@ -135,6 +144,11 @@ func (c Orders) Validate() error {
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
 	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))
 	ck.atLeastOne("SWEEP_BATCH", int64(c.SweepBatch))
+	ck.positive("RECONCILE_INTERVAL", c.ReconcileInterval)
+	ck.notNegative("RECONCILE_GRACE", c.ReconcileGrace)
+	ck.positive("RECONCILE_RECHECK", c.ReconcileRecheck)
+	ck.positive("RECONCILE_LOOKBACK", c.ReconcileLookback)
+	ck.atLeastOne("RECONCILE_BATCH", int64(c.ReconcileBatch))
 	ck.positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
 	ck.notNegative("CALLBACK_LOCK_WAIT", c.CallbackLockWait)
 	ck.positive("PAY_LEASE", c.PayLease)

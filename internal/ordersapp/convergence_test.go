@@ -1,0 +1,389 @@
+package ordersapp_test
+
+// Convergence: after duplicates, reordering, lost answers and lost callbacks, every order ends where
+// the payment platform's own records say, and every effect (stock, order.paid, order.refunded) is
+// applied or compensated exactly once. Each test reproduces one way an order used to get stuck.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"idemshop/internal/payclient"
+	"idemshop/internal/payments"
+	"idemshop/internal/paymock"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/testenv"
+)
+
+// declinedProduct inserts a product whose price ends in 13 cents: payments-mock declines it.
+func declinedProduct(t testing.TB, db *gorm.DB) int {
+	t.Helper()
+	var id int
+	require.NoError(t, db.Raw(`INSERT INTO products (sku, name, price_cents, currency, stock)
+		VALUES ('DECLINE-1013', 'Declined on purpose', 1013, 'EUR', 1000) RETURNING id`).Scan(&id).Error)
+	return id
+}
+
+func refundedOutboxRows(t testing.TB, db *gorm.DB, orderID int64) int64 {
+	return count(t, db, "outbox", "routing_key = 'order.refunded' AND (payload->>'order_id')::bigint = ?", orderID)
+}
+
+// waitStatus polls until order id has status want.
+func waitStatus(t testing.TB, db *gorm.DB, id int64, want string) {
+	t.Helper()
+	eventually(t, 15*time.Second, fmt.Sprintf("order %d to be %s", id, want), func() bool {
+		return statusOf(t, db, id) == want
+	})
+}
+
+// Case 1: the platform declines within a millisecond, so its FAILED callback usually arrives while the
+// order is still PENDING, before the pay flow records PAYING. Every order must end FAILED.
+func TestDeclineThatOvertakesThePayFlowEndsFailed(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = time.Millisecond })
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	product := declinedProduct(t, env.DB)
+
+	var ids []int64
+	for i := range 20 {
+		id, _ := rp.newOrder(alice, product, 1)
+		r := rp.pay(alice, id, "pay-decline-"+strconv.Itoa(i))
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		waitStatus(t, env.DB, id, "FAILED")
+	}
+	assert.EqualValues(t, 1000, stockOf(t, env.DB, product), "a declined order takes no stock")
+}
+
+// Case 2: the platform commits the payment, then the connection is reset before any answer. That is
+// not "not sent": the record stays PROCESSING (outcome unknown), the sweeper asks the query API, and
+// the decline that follows still closes the order.
+func TestResetAfterCommitIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.Chaos.ResetRate = 1 })
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 300*time.Millisecond)})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	r := rp.pay(alice, id, "pay-reset")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Equal(t, "payment_outcome_unknown", r.problem(t).Code)
+	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-reset").State, "a reset after the request was written is not retryable")
+
+	pay, found, err := mock.client.FindByMerchantOrderNo(context.Background(), strconv.FormatInt(id, 10))
+	require.NoError(t, err)
+	require.True(t, found, "the platform committed the payment before it reset the connection")
+	_, err = mock.client.Decline(context.Background(), pay.ID)
+	require.NoError(t, err)
+	waitStatus(t, env.DB, id, "FAILED")
+
+	waitLeaseOver(t, env, "pay-reset")
+	done, err := rp.app.Sweeper.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{payments.RepairCompleted: 1}, done)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-reset").State)
+	assert.Equal(t, "FAILED", statusOf(t, env.DB, id))
+}
+
+// A dial that fails sends nothing: that, and only that, kind of connection error is retryable.
+func TestRefusedDialIsRetryable(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		c.PaymentsURL = "http://" + testenv.FreeAddr(t) // nothing listens there
+		c.PayLease = 5 * time.Second
+		c.PaymentsTimeout = time.Second
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	r := rp.pay(alice, id, "pay-refused")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Equal(t, "payment_unavailable", r.problem(t).Code)
+	assert.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-refused").State)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+}
+
+// Case 3: every create times out after committing, and the client retries the same key more often than
+// SWEEP_MAX_ATTEMPTS. A client's retries are not the sweeper's attempts: the sweeper still asks the
+// platform, finds the payment and completes the record; no 5xx is ever stored as the final answer.
+func TestSweeperAsksThePlatformWhateverTheClientRetries(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.Chaos.CreateTimeoutRate = 1
+		c.CreateTimeoutDelay = 50 * time.Millisecond // a 504 after the commit: outcome unknown
+		c.AutoApproveDelay = 10 * time.Millisecond
+	})
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, 300*time.Millisecond)(c)
+		c.SweepMaxAttempts = 2
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	for i := range 4 { // more retries than SWEEP_MAX_ATTEMPTS
+		r := rp.pay(alice, id, "pay-retry-a-lot")
+		require.Equal(t, http.StatusServiceUnavailable, r.Status, "retry %d: %s", i, r.Body)
+		waitLeaseOver(t, env, "pay-retry-a-lot")
+	}
+	done, err := rp.app.Sweeper.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{payments.RepairCompleted: 1}, done)
+	rec := recordOf(t, env, "pay-retry-a-lot")
+	assert.Equal(t, "COMPLETED", rec.State)
+	require.NotNil(t, rec.ResponseStatus)
+	assert.Equal(t, http.StatusCreated, *rec.ResponseStatus)
+	waitStatus(t, env.DB, id, "PAID")
+	again := rp.pay(alice, id, "pay-retry-a-lot")
+	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+}
+
+// The sweeper's bound counts unanswered questions only: with the platform down it asks at most
+// SWEEP_MAX_ATTEMPTS times, then leaves the record PROCESSING (never a stored 5xx) to the reconciler,
+// which asks once the platform is back.
+func TestSweeperBoundIsUnansweredQuestions(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.Chaos.CreateTimeoutRate = 1
+		c.CreateTimeoutDelay = 50 * time.Millisecond
+	})
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, 300*time.Millisecond)(c)
+		c.SweepMaxAttempts = 2
+		c.ReconcileGrace = 0
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-platform-down").Status)
+
+	// The platform goes away: the sweeper's questions go unanswered.
+	mock.srv.Close()
+	results := map[string]int{}
+	for range 4 {
+		waitLeaseOver(t, env, "pay-platform-down")
+		done, err := rp.app.Sweeper.RunOnce(context.Background())
+		require.NoError(t, err)
+		for k, v := range done {
+			results[k] += v
+		}
+	}
+	assert.Equal(t, map[string]int{payments.RepairUnreachable: 1, payments.RepairGaveUp: 1}, results,
+		"two unanswered questions, then the sweeper stops asking")
+	rec := recordOf(t, env, "pay-platform-down")
+	assert.Equal(t, "PROCESSING", rec.State, "giving up stores no answer")
+	assert.Nil(t, rec.ResponseStatus)
+}
+
+// Case 4a: two partial refunds that add up to the whole amount make the order REFUNDED; the stock comes
+// back once and one order.refunded event asks for the points back.
+func TestPartialRefundsThatAddUpRefundTheOrder(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = time.Millisecond })
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 2)
+	pid := paymentID(t, rp.pay(alice, id, "pay-partial"))
+	waitStatus(t, env.DB, id, "PAID")
+	require.Equal(t, before-2, stockOf(t, env.DB, 1))
+
+	first := amount / 3
+	_, _, err := mock.client.Refund(context.Background(), payclient.RefundRequest{PaymentID: pid, RefundNo: "r-a", AmountCents: first})
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, "the first refund to be recorded", func() bool {
+		return count(t, env.DB, "order_refund_events", "order_id = ?", id) == 1
+	})
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id), "a partial refund leaves the order PAID")
+	assert.Zero(t, refundedOutboxRows(t, env.DB, id))
+
+	_, _, err = mock.client.Refund(context.Background(), payclient.RefundRequest{PaymentID: pid, RefundNo: "r-b", AmountCents: amount - first})
+	require.NoError(t, err)
+	waitStatus(t, env.DB, id, "REFUNDED")
+	assert.Equal(t, before, stockOf(t, env.DB, 1), "the stock came back")
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+}
+
+// Case 4b: the REFUNDED event arrives before the SUCCESS it refunds. It is recorded (not dropped as
+// stale), and the SUCCESS then pays and refunds the order in one go: stock net unchanged, one
+// order.paid and one order.refunded (so the points are credited and reversed).
+func TestRefundBeforeItsSuccessEndsRefunded(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 1)
+
+	early := rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-refund"))
+	require.Equal(t, http.StatusOK, early.Status, "%s", early.Body)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'recorded'", id))
+
+	rs := parallel(3, func(int) response {
+		return rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-success"))
+	})
+	assertAcked(t, rs)
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.Equal(t, before, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+
+	// A resend of the refund changes nothing.
+	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-refund"))})
+	assert.Equal(t, before, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+}
+
+// Case 4c: a full refund of a PAID order, its callback delivered three times at once: stock back once,
+// one order.refunded event.
+func TestFullRefundCompensatesOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 3)
+	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-s"))})
+	require.Equal(t, before-3, stockOf(t, env.DB, 1))
+
+	rs := parallel(3, func(int) response { return rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-r")) })
+	assertAcked(t, rs)
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.Equal(t, before, stockOf(t, env.DB, 1), "the stock came back once")
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+	var refunded int64
+	require.NoError(t, env.DB.Raw(`SELECT refunded_cents FROM orders WHERE id = ?`, id).Scan(&refunded).Error)
+	assert.Equal(t, amount, refunded)
+}
+
+// An out-of-stock order never took stock or earned points: its refund moves it REFUND_REQUIRED →
+// REFUNDED with nothing to give back.
+func TestRefundOfAnOutOfStockOrderGivesNothingBack(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	id, amount := rp.newOrder(alice, 2, 1)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-s"))})
+	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
+	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-r"))})
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 0, stockOf(t, env.DB, 2))
+	assert.Zero(t, refundedOutboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'DONE'", id))
+}
+
+// The reconciler: the shop never hears from the platform (every callback is lost), yet the order ends
+// where the platform says, through the same guarded steps: PAID with its effects, then REFUNDED with
+// its compensation; a second run changes nothing.
+func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, 5*time.Second)(c)
+		c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
+		c.ReconcileGrace = 0
+		c.ReconcileRecheck = time.Millisecond
+	}})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 2)
+	pid := paymentID(t, rp.pay(alice, id, "pay-lost"))
+	_, err := mock.client.Approve(context.Background(), pid)
+	require.NoError(t, err)
+	require.Equal(t, "PAYING", statusOf(t, env.DB, id))
+
+	rep, err := rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[payments.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.Equal(t, before-2, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+
+	time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK, so the order is compared again
+	rep, err = rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Zero(t, rep.Orders[payments.ReconcileChanged], "%+v", rep)
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+
+	_, _, err = mock.client.Refund(context.Background(), payclient.RefundRequest{PaymentID: pid, RefundNo: "r-all", AmountCents: amount})
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond)
+	rep, err = rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[payments.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.Equal(t, before, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+	assert.Equal(t, 2.0, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": payments.ReconcileChanged}),
+		"two changes: PAYING → PAID, then PAID → REFUNDED")
+}
+
+// The reconciler also settles FAILED_RETRYABLE records: a 503 from the platform does not prove that
+// nothing was created, so the record is completed once the query API shows the payment.
+func TestReconcilerSettlesRetryableRecords(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, 5*time.Second)(c)
+		c.ReconcileGrace = 0
+	}})
+	id, amount := rp.newOrder(alice, 1, 1)
+	mock.setChaos(t, `{"error_rate":1}`)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-503").Status)
+	require.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-503").State)
+	// Meanwhile the payment came into being at the platform (another replica's retry, say).
+	mock.setChaos(t, `{"error_rate":0}`)
+	_, _, err := mock.client.CreatePayment(context.Background(), payclient.CreatePaymentRequest{
+		MerchantOrderNo: strconv.FormatInt(id, 10), AmountCents: amount, Currency: "EUR",
+		NotifyURL: "http://" + testenv.FreeAddr(t) + "/nowhere"})
+	require.NoError(t, err)
+
+	rep, err := rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Records[payments.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-503").State)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+}
+
+// Case 6: text PostgreSQL refuses. A signed callback whose event_id holds a NUL, or whose text is cut at
+// the byte limit inside a multi-byte character, is applied and audited; a forged one leaves its audit
+// row too.
+func TestCallbackTextPostgresRefusesIsCleaned(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	id, amount := rp.newOrder(alice, 1, 1)
+	cb := callback(id, payments.StatusSuccess, amount, "evt\x00nul")
+	for range 2 { // and its resend
+		assertAcked(t, []response{rp.postCallback(cb)})
+	}
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 2, count(t, env.DB, "payment_callbacks", "order_id = ? AND signature_ok", id))
+
+	id2, amount2 := rp.newOrder(alice, 1, 1)
+	long := strings.Repeat("a", 199) + "€" // 202 bytes: the 200-byte limit falls inside the €
+	cb2 := callback(id2, payments.StatusSuccess, amount2, long)
+	cb2.PaymentID = "pay\xff" + long
+	assertAcked(t, []response{rp.postCallback(cb2)})
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id2))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", id2))
+
+	forged := []byte(`{"event_id":"evt\u0000forged","payment_id":"p","merchant_order_no":"` +
+		strconv.FormatInt(id2, 10) + `","status":"SUCCESS","amount_cents":1,"currency":"EUR","occurred_at":"2026-01-01T00:00:00Z"}`)
+	r := rp.postRaw(forged, "t=1,v1=00")
+	assert.Equal(t, http.StatusUnauthorized, r.Status)
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND NOT signature_ok", id2),
+		"the forged callback left its audit row")
+}

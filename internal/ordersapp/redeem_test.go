@@ -482,3 +482,21 @@ func TestPagesEscape(t *testing.T) {
 	assert.NotContains(t, string(r.Body), "<script>alert(1)</script>")
 	assert.True(t, bytes.Contains(r.Body, []byte("&lt;script&gt;")), string(r.Body))
 }
+
+// Text PostgreSQL refuses, in a redeem: a reward id with a NUL or broken UTF-8 is an unknown reward
+// (400, nothing written), not a failed statement (500); the token stays usable.
+func TestRedeemRewardTextPostgresRefuses(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	credit(t, env.DB, redeemAlice, 100)
+	token := rp.issueFormToken("alice-token")
+	for _, reward := range []string{`coupon-10\u0000`, "coupon-10\xff"} {
+		r := rp.redeem("alice-token", token, reward)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%q: %s", reward, r.Body)
+		assert.Equal(t, "unknown_reward", r.problem(t).Code)
+	}
+	assert.Zero(t, count(t, env.DB, "coupons", "user_id = ?", redeemAlice))
+	r := rp.redeem("alice-token", token, "coupon-10")
+	assert.Equal(t, http.StatusCreated, r.Status, "the token is still usable: %s", r.Body)
+}

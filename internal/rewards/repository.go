@@ -11,6 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"idemshop/internal/platform/pgtext"
 	"idemshop/internal/platform/postgres"
 )
 
@@ -38,10 +39,15 @@ func (r *Repository) Catalogue(ctx context.Context) ([]Reward, error) {
 	return rs, nil
 }
 
-// Reward returns reward id, or ErrUnknownReward.
+// maxRewardID bounds a reward id from a request (bytes); the catalogue's ids are far shorter.
+const maxRewardID = 64
+
+// Reward returns reward id, or ErrUnknownReward. id comes from the request: it is cleaned first
+// (pgtext), so that a NUL or broken UTF-8 is an unknown reward (400), not a failed statement (500).
 func (r *Repository) Reward(ctx context.Context, id string) (Reward, error) {
 	var rw Reward
-	res := r.db.WithContext(ctx).Raw(`SELECT id, name, cost_points FROM rewards WHERE id = ?`, id).Scan(&rw)
+	res := r.db.WithContext(ctx).Raw(`SELECT id, name, cost_points FROM rewards WHERE id = ?`,
+		pgtext.Clean(id, maxRewardID)).Scan(&rw)
 	if res.Error != nil {
 		return Reward{}, fmt.Errorf("read reward %q: %w", id, res.Error)
 	}

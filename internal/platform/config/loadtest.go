@@ -37,3 +37,52 @@ func LoadLoadtest() (Loadtest, error) {
 	}
 	return c, nil
 }
+
+// Soak is the configuration of `loadtest soak` beyond Loadtest's (docs/reliability.md). The soak starts
+// and supervises its own payments-mock, orders and points-consumer from the binaries in Bin, on a
+// database and Redis/AMQP prefixes of its own (named after RunID), and removes all of it on exit.
+// DATABASE_URL names only the server: the soak replaces the database name with idemshop_<run id>.
+type Soak struct {
+	// Seed drives every random choice of the run; empty = random (always printed). Parsed by the soak.
+	Seed string `env:"SOAK_SEED"`
+	// Duration is how long the clients create orders and the faults are injected.
+	Duration time.Duration `env:"SOAK_DURATION" envDefault:"60s"`
+	// Faults names the fault families: none | process | infra | all (parsed by the soak).
+	Faults string `env:"SOAK_FAULTS" envDefault:"process"`
+	// Chaos switches payments-mock's chaos on (false: calm all run long, for a quiet baseline).
+	Chaos bool `env:"SOAK_CHAOS" envDefault:"true"`
+	// Converge bounds the wait for quiescence after the faults stop.
+	Converge time.Duration `env:"SOAK_CONVERGE_TIMEOUT" envDefault:"3m"`
+	// Grace is how long after Duration a client may keep retrying the request it is in.
+	Grace time.Duration `env:"SOAK_GRACE" envDefault:"30s"`
+	// Bin is the directory holding the orders, payments-mock and points-consumer binaries.
+	Bin string `env:"SOAK_BIN" envDefault:"bin"`
+	// RunID names the run's database and prefixes; empty = soak_<unix seconds>_<pid>.
+	RunID string `env:"SOAK_RUN_ID"`
+	// Logs is the directory for the services' logs; empty = a fresh temporary directory.
+	Logs string `env:"SOAK_LOGS"`
+	// ChildLogLevel is LOG_LEVEL for the services the soak starts.
+	ChildLogLevel string `env:"SOAK_CHILD_LOG_LEVEL" envDefault:"warn"`
+}
+
+// LoadSoak reads and validates the soak settings from the environment.
+func LoadSoak() (Soak, error) {
+	c, err := env.ParseAs[Soak]()
+	if err != nil {
+		return c, fmt.Errorf("config: %w", nameVariables[Soak](err))
+	}
+	var ck checks
+	ck.positive("SOAK_DURATION", c.Duration)
+	ck.positive("SOAK_CONVERGE_TIMEOUT", c.Converge)
+	ck.notNegative("SOAK_GRACE", c.Grace)
+	if c.Bin == "" {
+		ck.add(fmt.Errorf("SOAK_BIN must not be empty"))
+	}
+	for i := 0; i < len(c.RunID); i++ {
+		if b := c.RunID[i]; !(b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_') || len(c.RunID) > 40 {
+			ck.add(fmt.Errorf("SOAK_RUN_ID must be 1..40 of [a-z0-9_], got %q", c.RunID))
+			break
+		}
+	}
+	return c, ck.err()
+}

@@ -1,0 +1,244 @@
+package soak
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// converged is a snapshot of a shop that agrees with its platform in every way the soak knows:
+// order 1 PAID, 2 REFUNDED after PAID, 3 FAILED (declined), 4 PENDING (never paid), 5 REFUNDED after
+// REFUND_REQUIRED (out of stock), 6 FAILED with a success-after-failed refund, 7 PAID with a partial
+// refund, 8 PAYING with a PENDING payment.
+func converged() Snapshot {
+	return Snapshot{
+		Payments: []Payment{
+			{ID: "pay_1", MerchantOrderNo: "1", AmountCents: 1250, Status: "SUCCESS"},
+			{ID: "pay_2", MerchantOrderNo: "2", AmountCents: 2500, Status: "REFUNDED", RefundedCents: 2500},
+			{ID: "pay_3", MerchantOrderNo: "3", AmountCents: 1013, Status: "FAILED"},
+			{ID: "pay_5", MerchantOrderNo: "5", AmountCents: 4900, Status: "REFUNDED", RefundedCents: 4900},
+			{ID: "pay_6", MerchantOrderNo: "6", AmountCents: 300, Status: "REFUNDED", RefundedCents: 300},
+			{ID: "pay_7", MerchantOrderNo: "7", AmountCents: 2000, Status: "SUCCESS", RefundedCents: 700},
+			{ID: "pay_8", MerchantOrderNo: "8", AmountCents: 300, Status: "PENDING"},
+		},
+		Orders: []OrderRow{
+			{ID: 1, UserID: 1, ProductID: 1, Quantity: 1, AmountCents: 1250, Status: "PAID"},
+			{ID: 2, UserID: 2, ProductID: 1, Quantity: 2, AmountCents: 2500, Status: "REFUNDED"},
+			{ID: 3, UserID: 1, ProductID: 5, Quantity: 1, AmountCents: 1013, Status: "FAILED"},
+			{ID: 4, UserID: 3, ProductID: 1, Quantity: 1, AmountCents: 1250, Status: "PENDING"},
+			{ID: 5, UserID: 3, ProductID: 2, Quantity: 1, AmountCents: 4900, Status: "REFUNDED"},
+			{ID: 6, UserID: 2, ProductID: 4, Quantity: 1, AmountCents: 300, Status: "FAILED"},
+			{ID: 7, UserID: 1, ProductID: 3, Quantity: 1, AmountCents: 2000, Status: "PAID"},
+			{ID: 8, UserID: 1, ProductID: 4, Quantity: 1, AmountCents: 300, Status: "PAYING"},
+		},
+		RefundRequests: []RefundRequestRow{
+			{OrderID: 5, RefundNo: "order-5-refund", Reason: "out_of_stock", Status: "DONE"},
+			{OrderID: 6, RefundNo: "order-6-refund", Reason: "success_after_failed", Status: "DONE"},
+		},
+		InitialStock: map[int64]int64{1: 100, 2: 10, 3: 50, 4: 500, 5: 1000},
+		Stock:        map[int64]int64{1: 99, 2: 10, 3: 49, 4: 500, 5: 1000},
+		Ledger: []LedgerRow{
+			{UserID: 1, BizID: "order-paid:1", Delta: 12},
+			{UserID: 2, BizID: "order-paid:2", Delta: 25},
+			{UserID: 2, BizID: "order-refunded:2", Delta: -25},
+			{UserID: 1, BizID: "order-paid:7", Delta: 20},
+			{UserID: 1, BizID: "redeem:abc", Delta: -10},
+		},
+		Balances: map[int64]int64{1: 22, 2: 0},
+		Outbox: []OutboxRow{
+			{ID: 1, RoutingKey: "order.paid", OrderID: 1, Published: true},
+			{ID: 2, RoutingKey: "order.paid", OrderID: 2, Published: true},
+			{ID: 3, RoutingKey: "order.refunded", OrderID: 2, Published: true},
+			{ID: 4, RoutingKey: "order.paid", OrderID: 7, Published: true},
+		},
+		Queues: []QueueDepth{{Name: "q", Ready: 0}, {Name: "q.dlq", Ready: 0}},
+	}
+}
+
+func TestCheckPassesAConvergedShop(t *testing.T) {
+	if vs := Check(converged()); len(vs) != 0 {
+		t.Fatalf("want no violation, got %d:\n%s", len(vs), list(vs))
+	}
+}
+
+func list(vs []Violation) string {
+	var b strings.Builder
+	for _, v := range vs {
+		b.WriteString(v.String() + "\n")
+	}
+	return b.String()
+}
+
+// Each case breaks one thing in a converged snapshot and names the check and subject that must see it.
+func TestCheckFindsEachDivergence(t *testing.T) {
+	lease := time.Now().Add(time.Second)
+	cases := []struct {
+		name    string
+		mutate  func(s *Snapshot)
+		check   string
+		subject string
+	}{
+		{"paid at the platform, pending in the shop", func(s *Snapshot) { s.Orders[0].Status = "PAYING" },
+			"status matches platform", "order 1"},
+		{"fully refunded by two partials, still PAID", func(s *Snapshot) {
+			s.Payments[5].Status, s.Payments[5].RefundedCents = "REFUNDED", 2000
+		}, "status matches platform", "order 7"},
+		{"partial refund made the shop refund the order", func(s *Snapshot) { s.Orders[6].Status = "REFUNDED" },
+			"status matches platform", "order 7"},
+		{"declined at the platform, PAID in the shop", func(s *Snapshot) { s.Orders[2].Status = "PAID" },
+			"status matches platform", "order 3"},
+		{"no payment, PAYING", func(s *Snapshot) { s.Orders[3].Status = "PAYING" },
+			"status matches platform", "order 4"},
+		{"out of stock never refunded", func(s *Snapshot) {
+			s.Orders[4].Status = "REFUND_REQUIRED"
+			s.Payments[3].Status, s.Payments[3].RefundedCents = "SUCCESS", 0
+		}, "status matches platform", "order 5"},
+		{"FAILED and refunded without a success_after request", func(s *Snapshot) { s.RefundRequests = s.RefundRequests[:1] },
+			"status matches platform", "order 6"},
+		{"two payments for one order", func(s *Snapshot) {
+			s.Payments = append(s.Payments, Payment{ID: "pay_9", MerchantOrderNo: "1", AmountCents: 1250, Status: "SUCCESS"})
+		}, "one payment per order", "order 1"},
+		{"payment for an unknown order", func(s *Snapshot) {
+			s.Payments = append(s.Payments, Payment{ID: "pay_9", MerchantOrderNo: "99", AmountCents: 1, Status: "SUCCESS"})
+		}, "payment for a known order", "payment pay_9"},
+		{"amount differs", func(s *Snapshot) { s.Payments[0].AmountCents = 1251 }, "amount matches", "order 1"},
+		{"stock deducted twice", func(s *Snapshot) { s.Stock[1] = 98 }, "stock", "product 1"},
+		{"refunded stock not given back", func(s *Snapshot) { s.Stock[1], s.InitialStock[1] = 97, 100 }, "stock", "product 1"},
+		{"stock negative", func(s *Snapshot) { s.Stock[2], s.InitialStock[2] = -1, -1 }, "stock not negative", "product 2"},
+		{"PAID without points", func(s *Snapshot) { s.Ledger = s.Ledger[1:]; s.Balances[1] = 10 },
+			"points credited", "order 1"},
+		{"PAID with the wrong points", func(s *Snapshot) { s.Ledger[0].Delta = 13; s.Balances[1] = 23 },
+			"points credited", "order 1"},
+		{"points to the wrong user", func(s *Snapshot) {
+			s.Ledger[0].UserID = 3
+			s.Balances[1], s.Balances[3] = 10, 12
+		}, "points credited", "order 1"},
+		{"PAID but reversed", func(s *Snapshot) {
+			s.Ledger = append(s.Ledger, LedgerRow{UserID: 1, BizID: "order-refunded:7", Delta: -20})
+			s.Balances[1] = 2
+		}, "points not reversed", "order 7"},
+		{"refunded after paid, not reversed", func(s *Snapshot) { s.Ledger = append(s.Ledger[:2], s.Ledger[3:]...); s.Balances[2] = 25 },
+			"points reversed", "order 2"},
+		{"reversed twice as much", func(s *Snapshot) { s.Ledger[2].Delta = -50; s.Balances[2] = -25 },
+			"points reversed", "order 2"},
+		{"refunded after paid without an order.refunded event", func(s *Snapshot) { s.Outbox = append(s.Outbox[:2], s.Outbox[3:]...) },
+			"order.refunded event", "order 2"},
+		{"FAILED with points", func(s *Snapshot) {
+			s.Ledger = append(s.Ledger, LedgerRow{UserID: 1, BizID: "order-paid:3", Delta: 10})
+			s.Balances[1] = 32
+		}, "no points", "order 3"},
+		{"out-of-stock refund with points", func(s *Snapshot) {
+			s.Ledger = append(s.Ledger, LedgerRow{UserID: 3, BizID: "order-paid:5", Delta: 49})
+			s.Balances[3] = 49
+		}, "no points", "order 5"},
+		{"ledger row for no order", func(s *Snapshot) {
+			s.Ledger = append(s.Ledger, LedgerRow{UserID: 3, BizID: "order-paid:42", Delta: 1})
+			s.Balances[3] = 1
+		}, "ledger rows belong to orders", "user 3"},
+		{"balance differs from ledger", func(s *Snapshot) { s.Balances[1] = 23 }, "balance = sum of ledger", "user 1"},
+		{"balance without ledger", func(s *Snapshot) { s.Balances[3] = 5 }, "balance = sum of ledger", "user 3"},
+		{"outbox row unpublished", func(s *Snapshot) { s.Outbox[0].Published = false }, "outbox published", "outbox 1"},
+		{"two order.paid events", func(s *Snapshot) {
+			s.Outbox = append(s.Outbox, OutboxRow{ID: 9, RoutingKey: "order.paid", OrderID: 1, Published: true})
+		}, "one order.paid event", "order 1"},
+		{"two order.refunded events", func(s *Snapshot) {
+			s.Outbox = append(s.Outbox, OutboxRow{ID: 9, RoutingKey: "order.refunded", OrderID: 2, Published: true})
+		}, "one order.refunded event", "order 2"},
+		{"order.paid for a FAILED order", func(s *Snapshot) {
+			s.Outbox = append(s.Outbox, OutboxRow{ID: 9, RoutingKey: "order.paid", OrderID: 3, Published: true})
+		}, "order.paid only for paid orders", "order 3"},
+		{"order.refunded for a PAID order", func(s *Snapshot) {
+			s.Outbox = append(s.Outbox, OutboxRow{ID: 9, RoutingKey: "order.refunded", OrderID: 7, Published: true})
+		}, "order.refunded only for refunded orders", "order 7"},
+		{"pay record PROCESSING", func(s *Snapshot) {
+			s.OpenKeys = []KeyRow{{ID: 4, UserID: 1, Key: "k", State: "PROCESSING", Path: "/v1/orders/:id/pay", LockedUntil: &lease}}
+		}, "no open idempotency key", "key 4"},
+		{"pay record FAILED_RETRYABLE", func(s *Snapshot) {
+			s.OpenKeys = []KeyRow{{ID: 5, UserID: 1, Key: "k", State: "FAILED_RETRYABLE"}}
+		}, "no open idempotency key", "key 5"},
+		{"queue not drained", func(s *Snapshot) { s.Queues[0].Ready = 3 }, "queues empty", "queue q"},
+		{"dead letters", func(s *Snapshot) { s.Queues[1].Ready = 1 }, "queues empty", "queue q.dlq"},
+		{"broker unreachable", func(s *Snapshot) { s.QueueErr = "dial" }, "queues empty", "broker"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := converged()
+			c.mutate(&s)
+			vs := Check(s)
+			for _, v := range vs {
+				if v.Check == c.check && v.Subject == c.subject {
+					return
+				}
+			}
+			t.Fatalf("want %q on %q, got:\n%s", c.check, c.subject, list(vs))
+		})
+	}
+}
+
+func TestParseFaults(t *testing.T) {
+	for in, ok := range map[string]bool{"process": true, "none": true, " Process ": true, "infra": false, "all": false, "x": false} {
+		_, err := ParseFaults(in)
+		if (err == nil) != ok {
+			t.Errorf("ParseFaults(%q) = %v", in, err)
+		}
+	}
+	if _, err := ParseFaults("infra"); err == nil || err.Error() != "SOAK_FAULTS=infra is not implemented yet" {
+		t.Errorf("infra: %v", err)
+	}
+}
+
+func TestParseSeed(t *testing.T) {
+	if s, random, err := ParseSeed("18446744073709551615"); err != nil || random || s != 1<<64-1 {
+		t.Errorf("max: %d %v %v", s, random, err)
+	}
+	if _, random, err := ParseSeed(""); err != nil || !random {
+		t.Errorf("empty: %v %v", random, err)
+	}
+	if _, _, err := ParseSeed("-1"); err == nil {
+		t.Error("-1 accepted")
+	}
+}
+
+// The plan of a run is a function of the seed alone.
+func TestPlanIsSeeded(t *testing.T) {
+	plan := func(seed uint64) string {
+		r := newRNG(seed)
+		var b strings.Builder
+		for _, s := range planChaos(r, time.Minute) {
+			b.WriteString(s.at.String() + " " + s.s.String() + ";")
+		}
+		for _, f := range (processFaults{}).Plan(r, time.Minute) {
+			b.WriteString(f.Kind + f.At.String() + f.Pause.String() + ";")
+		}
+		c := derive(r)
+		b.WriteString(time.Duration(c.Int64()).String())
+		return b.String()
+	}
+	if a, b := plan(1), plan(1); a != b {
+		t.Fatal("same seed, different plans")
+	}
+	if plan(1) == plan(2) {
+		t.Fatal("different seeds, same plan")
+	}
+	for _, f := range (processFaults{}).Plan(newRNG(3), time.Minute) {
+		if f.At < 3*time.Second || f.At > 51*time.Second || f.Pause < 200*time.Millisecond || f.Pause > 2*time.Second {
+			t.Errorf("fault out of bounds: %+v", f)
+		}
+	}
+}
+
+func TestReportFitsInHundredColumns(t *testing.T) {
+	r := &Report{Seed: 1, RunID: "soak_1", Faults: "process", Chaos: true, DurationS: 60, Clients: 8,
+		ChaosUsed: []ChaosChange{{Settings: drawChaos(newRNG(1))}}, ConvergeLimitS: 180,
+		ClientErrors:   map[string]int{"409": 3, "503": 4, "conn": 5},
+		ErrorsByCode:   map[string]int{"409 idempotency_key_in_use": 3, "503 payment_outcome_unknown": 2, "503 payment_unavailable": 2, "conn": 5},
+		Violations:     []Violation{{Check: "status matches platform", Subject: "order 12345", Detail: strings.Repeat("shop PAID, platform pay_1 REFUNDED ", 5)}},
+		ViolationCount: 1}
+	var b strings.Builder
+	r.Print(&b)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if len([]rune(l)) > 100 {
+			t.Errorf("line of %d columns: %s", len([]rune(l)), l)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package soak
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// maxListed is how many violations the report lists; the count is always there.
+const maxListed = 20
+
+// Report is what a soak run found. The text form (Print) and the JSON form carry the same facts.
+type Report struct {
+	Seed        uint64  `json:"seed"`
+	SeedRandom  bool    `json:"seed_random"`
+	RunID       string  `json:"run_id"`
+	Faults      string  `json:"faults"`
+	Chaos       bool    `json:"chaos"`
+	DurationS   float64 `json:"duration_s"`
+	Clients     int     `json:"clients"`
+	Interrupted bool    `json:"interrupted,omitempty"`
+
+	OrdersCreated int            `json:"orders_created"`
+	OrderStatuses map[string]int `json:"order_statuses"` // the shop's, at the last check
+	Payments      int            `json:"payments"`       // at the platform
+	PaymentStatus map[string]int `json:"payment_statuses"`
+	Refunds       int            `json:"refunds"`            // at the platform (0 when it cannot list them)
+	BackOffice    map[string]int `json:"backoffice_refunds"` // by kind: full, split, partial
+	RefundRefused map[string]int `json:"refunds_refused,omitempty"`
+	ClientOutcome map[string]int `json:"client_outcomes"`
+
+	ChaosUsed []ChaosChange  `json:"chaos_settings"`
+	Injected  []Fault        `json:"faults_injected"`
+	ByKind    map[string]int `json:"faults_by_kind"`
+
+	ClientErrors map[string]int `json:"client_errors"`         // by status code ("conn": no answer)
+	ErrorsByCode map[string]int `json:"client_errors_by_code"` // by status and problem code
+
+	Converged       bool    `json:"converged"`
+	ConvergeSeconds float64 `json:"converge_s"` // from the faults' stop to the first passing check; -1 if none
+	ConvergeLimitS  float64 `json:"converge_limit_s"`
+	Checks          int     `json:"checks"` // convergence checks run
+
+	Violations     []Violation `json:"violations"` // the first 20
+	ViolationCount int         `json:"violation_count"`
+
+	Notes []string `json:"notes,omitempty"`
+	Logs  string   `json:"logs,omitempty"` // the services' logs, kept when the run failed
+}
+
+// OK is true when the shop converged with no violation.
+func (r *Report) OK() bool { return r.Converged && r.ViolationCount == 0 }
+
+// JSON writes the report as one JSON object.
+func (r *Report) JSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Print writes the text report, at most 100 columns wide.
+func (r *Report) Print(w io.Writer) {
+	const width = 100
+	line := func(label, text string) {
+		for i, l := range wrap(text, width-14) {
+			if i > 0 {
+				label = ""
+			}
+			fmt.Fprintf(w, "%-13s %s\n", label, l)
+		}
+	}
+	seed := fmt.Sprint(r.Seed)
+	if r.SeedRandom {
+		seed += " (random)"
+	}
+	chaos := "on"
+	if !r.Chaos {
+		chaos = "off"
+	}
+	fmt.Fprintf(w, "soak %s\n", r.RunID)
+	line("seed", fmt.Sprintf("%s  (replay: SOAK_SEED=%d SOAK_DURATION=%gs SOAK_FAULTS=%s)", seed, r.Seed, r.DurationS, r.Faults))
+	line("run", fmt.Sprintf("%gs, %d clients, faults %s, chaos %s", r.DurationS, r.Clients, r.Faults, chaos))
+	line("orders", fmt.Sprintf("%d created; shop: %s", r.OrdersCreated, counts(r.OrderStatuses)))
+	line("payments", fmt.Sprintf("%d at the platform: %s", r.Payments, counts(r.PaymentStatus)))
+	refunds := fmt.Sprintf("%d at the platform; back-office: %s", r.Refunds, counts(r.BackOffice))
+	if len(r.RefundRefused) > 0 {
+		refunds += "; refused: " + counts(r.RefundRefused)
+	}
+	line("refunds", refunds)
+	line("clients", counts(r.ClientOutcome))
+	if len(r.ChaosUsed) == 0 {
+		line("chaos", "none")
+	}
+	for i, c := range r.ChaosUsed {
+		label := ""
+		if i == 0 {
+			label = "chaos"
+		}
+		s := fmt.Sprintf("t=%5.1fs %s", c.AtSeconds, c.Settings)
+		if len(c.Dropped) > 0 {
+			s += " (sent without " + strings.Join(c.Dropped, ", ") + ")"
+		}
+		if c.Error != "" {
+			s += " ERROR " + c.Error
+		}
+		line(label, s)
+	}
+	faults := "none"
+	if len(r.Injected) > 0 {
+		var at []string
+		for _, f := range r.Injected {
+			s := fmt.Sprintf("%s@%.1fs+%.1fs", f.Kind, f.AtS, f.PauseS)
+			if f.Error != "" {
+				s += " ERROR"
+			}
+			at = append(at, s)
+		}
+		faults = counts(r.ByKind) + ": " + strings.Join(at, ", ")
+	}
+	line("faults", faults)
+	errs := "none"
+	if len(r.ClientErrors) > 0 {
+		errs = counts(r.ClientErrors) + " (" + counts(r.ErrorsByCode) + ")"
+	}
+	line("client errors", errs)
+	if r.Interrupted {
+		line("converged", "interrupted")
+	} else if r.Converged {
+		line("converged", fmt.Sprintf("yes, %.1fs after the faults stopped (%d checks)", r.ConvergeSeconds, r.Checks))
+	} else {
+		line("converged", fmt.Sprintf("NO within %gs after the faults stopped (%d checks)", r.ConvergeLimitS, r.Checks))
+	}
+	if r.ViolationCount == 0 {
+		line("violations", "0")
+	} else {
+		line("violations", fmt.Sprintf("%d (the first %d below)", r.ViolationCount, min(r.ViolationCount, maxListed)))
+		for _, v := range r.Violations {
+			for i, l := range wrap(v.String(), width-6) {
+				if i == 0 {
+					fmt.Fprintf(w, "  - %s\n", l)
+				} else {
+					fmt.Fprintf(w, "      %s\n", l)
+				}
+			}
+		}
+	}
+	for _, n := range r.Notes {
+		line("note", n)
+	}
+	if r.Logs != "" {
+		line("logs", r.Logs)
+	}
+}
+
+// counts renders a map as "k1 n1, k2 n2" in key order.
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// wrap breaks s into lines of at most width runes, at spaces where it can.
+func wrap(s string, width int) []string {
+	var out []string
+	for len([]rune(s)) > width {
+		r := []rune(s)
+		cut := width
+		for i := width; i > width/2; i-- {
+			if r[i] == ' ' {
+				cut = i
+				break
+			}
+		}
+		out = append(out, strings.TrimRight(string(r[:cut]), " "))
+		s = strings.TrimLeft(string(r[cut:]), " ")
+	}
+	return append(out, s)
+}

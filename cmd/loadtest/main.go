@@ -4,6 +4,7 @@
 //	loadtest incident [--json] [--orders N] [--unsafe]
 //	loadtest lab [--json] [all|S1 S2 ...]
 //	loadtest bench [--json] [--duration D] [--html FILE] [--growth] [--concurrency N] [--outbox-rate R]
+//	loadtest soak [--json]    (starts its own shop; SOAK_* env, see docs/reliability.md)
 //
 // Exit status: 0 when every invariant held (and, for lab, every unsafe variant showed its failure), 1
 // when not, 2 on a usage or set-up error.
@@ -35,7 +36,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: loadtest incident|lab|bench [flags] [scenarios]")
+		fmt.Fprintln(stderr, "usage: loadtest incident|lab|bench|soak [flags] [scenarios]")
 		return 2
 	}
 	cfg, err := config.LoadLoadtest()
@@ -47,6 +48,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if args[0] == "bench" {
 		return runBench(ctx, cfg, args[1:], stdout, stderr) // bench.go: flags of its own
+	}
+	if args[0] == "soak" {
+		return runSoak(ctx, cfg, args[1:], stdout, stderr) // soak.go: its own shop and SOAK_* env
 	}
 
 	fs := flag.NewFlagSet("loadtest "+args[0], flag.ContinueOnError)

@@ -38,6 +38,10 @@ staticcheck:
 bench: ## Go benchmarks of the guarded paths against their baselines (same run)
 	$(GO) test -run '^$$' -bench . -benchtime 3s -count 1 ./internal/ordersapp/
 
+.PHONY: soak
+soak: ## soak the shop: chaos + kill -9 on a fresh database, then check convergence (SOAK_SEED, SOAK_DURATION, SOAK_FAULTS)
+	BIN=$(BIN) ./scripts/soak.sh
+
 bench-quick: ## start the stack on a fresh database, run loadtest bench (3s per side, bench.html), stop it
 	BIN=$(BIN) ./scripts/bench.sh
 

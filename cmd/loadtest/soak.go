@@ -71,7 +71,7 @@ func runSoak(ctx context.Context, cfg config.Loadtest, args []string, stdout, st
 		if errors.As(err, &se) {
 			fmt.Fprintln(stderr, "loadtest soak: set-up:", err)
 		} else {
-			fmt.Fprintf(stderr, "loadtest soak: %v (seed %d); everything the run created was removed\n", err, seed)
+			fmt.Fprintf(stderr, "loadtest soak: interrupted (%v; seed %d); what the run created was removed\n", err, seed)
 		}
 		return 2
 	}

@@ -128,9 +128,9 @@ func (r *Report) Print(w io.Writer) {
 	if r.Interrupted {
 		line("converged", "interrupted")
 	} else if r.Converged {
-		line("converged", fmt.Sprintf("yes, %.1fs after the faults stopped (%d checks)", r.ConvergeSeconds, r.Checks))
+		line("converged", fmt.Sprintf("yes, %.1fs after the faults stopped (%s, the last confirming)", r.ConvergeSeconds, plural(r.Checks, "check")))
 	} else {
-		line("converged", fmt.Sprintf("NO within %gs after the faults stopped (%d checks)", r.ConvergeLimitS, r.Checks))
+		line("converged", fmt.Sprintf("NO within %gs after the faults stopped (%s)", r.ConvergeLimitS, plural(r.Checks, "check")))
 	}
 	if r.ViolationCount == 0 {
 		line("violations", "0")
@@ -187,4 +187,11 @@ func wrap(s string, width int) []string {
 		s = strings.TrimLeft(string(r[cut:]), " ")
 	}
 	return append(out, s)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }

@@ -57,6 +57,11 @@ func newStack(opts Options) (*stack, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("DATABASE_URL is not a URL")
 	}
+	for _, name := range []string{"payments-mock", "orders", "points-consumer"} {
+		if _, err := os.Stat(filepath.Join(opts.Bin, name)); err != nil {
+			return nil, fmt.Errorf("binary %w (build them with `go build -o %s/ ./cmd/...`, or set SOAK_BIN)", err, opts.Bin)
+		}
+	}
 	s := &stack{opts: opts, dbName: "idemshop_" + opts.RunID, prefix: opts.RunID + ":", logs: opts.Logs}
 	u.Path = "/" + s.dbName
 	s.dbURL = u.String()
@@ -103,11 +108,6 @@ func newStack(opts Options) (*stack, error) {
 		}), logPath: filepath.Join(s.logs, "orders.log")}
 	s.points = &proc{name: "points-consumer", bin: filepath.Join(opts.Bin, "points-consumer"), addr: pointsAddr,
 		env: env(pointsAddr, pointsSettings), logPath: filepath.Join(s.logs, "points-consumer.log")}
-	for _, p := range s.procs() {
-		if _, err := os.Stat(p.bin); err != nil {
-			return nil, fmt.Errorf("binary %s: %w (build them with `go build -o %s/ ./cmd/...`, or set SOAK_BIN)", p.bin, err, opts.Bin)
-		}
-	}
 	return s, nil
 }
 

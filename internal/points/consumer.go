@@ -20,9 +20,6 @@ import (
 	"idemshop/internal/platform/rabbitmq"
 )
 
-// ReasonOrderPaid is the ledger reason of an order.paid credit.
-const ReasonOrderPaid = "order_paid"
-
 // transientAttempts bounds the in-place retries of a batch that failed for a reason that is not the
 // message's fault (database unreachable, deadlock, timeout). Retrying in place, with the reconnect
 // backoff between attempts, does not spend the message's delivery count, so a short database outage

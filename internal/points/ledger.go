@@ -1,12 +1,14 @@
-// Package points credits loyalty points for paid orders. The consumer (consumer.go) reads order.paid
-// from RabbitMQ and de-duplicates on the business key, the order id, in two layers: a Redis lease
-// (lease.go, an efficiency layer) and the unique index on points_ledger.biz_id (this file, the source
-// of truth). docs/points.md walks through the flow and its crash windows.
+// Package points credits loyalty points for paid orders and reverses them for refunded ones. The
+// consumer (consumer.go) reads order.paid and order.refunded from RabbitMQ and de-duplicates on the
+// business key (order-paid:<id>, order-refunded:<id>) in two layers: a Redis lease (lease.go, an
+// efficiency layer) and the unique index on points_ledger.biz_id (this file, the source of truth).
+// docs/points.md walks through the flow, the reversal rules and the crash windows.
 package points
 
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +29,18 @@ var ErrRejected = errors.New("points: credit rejected by the database")
 // BizIDOrderPaid is the ledger's business key for the credit of a paid order. The unique index on
 // biz_id makes every order credit at most once, whatever the broker delivers.
 func BizIDOrderPaid(orderID int64) string { return "order-paid:" + strconv.FormatInt(orderID, 10) }
+
+// BizIDOrderRefunded is the ledger's business key for the reversal of a refunded order's credit: at
+// most one reversal per order, like at most one credit.
+func BizIDOrderRefunded(orderID int64) string {
+	return "order-refunded:" + strconv.FormatInt(orderID, 10)
+}
+
+// Ledger reasons, as GET /v1/points shows them.
+const (
+	ReasonOrderPaid     = "order_paid"     // the credit of a paid order
+	ReasonOrderRefunded = "order_refunded" // its reversal after a full refund (delta <= 0)
+)
 
 // Credit is one ledger entry to write.
 type Credit struct {
@@ -65,6 +79,23 @@ func NewLedger(db *gorm.DB) (*Ledger, error) {
 // The whole batch fails together: one unknown user aborts every credit of the call, and the caller
 // retries the others one by one. Errors the database raises for the data itself wrap ErrRejected.
 func (l *Ledger) Apply(ctx context.Context, credits []Credit) (map[string]bool, error) {
+	var applied map[string]bool
+	err := l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		applied, err = insertCredits(tx, credits)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// insertCredits is Apply's work inside the caller's transaction tx: insert the ledger rows, then add
+// exactly the inserted deltas to the balances. Reverse uses it too, for the credit a reversal may
+// have to apply first. Deltas must not be negative: the account upsert would refuse a new account
+// with a negative balance (CHECK balance >= 0) even when the account exists.
+func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
 	applied := make(map[string]bool, len(credits))
 	if len(credits) == 0 {
 		return applied, nil
@@ -77,53 +108,112 @@ func (l *Ledger) Apply(ctx context.Context, credits []Credit) (map[string]bool, 
 	if err != nil {
 		return nil, fmt.Errorf("encode credits: %w", err)
 	}
+	var inserted []Credit
+	err = tx.Raw(`INSERT INTO points_ledger (biz_id, user_id, delta, reason)
+		SELECT biz_id, user_id, delta, reason
+		FROM jsonb_to_recordset(?::jsonb) AS c(biz_id text, user_id bigint, delta bigint, reason text)
+		ON CONFLICT (biz_id) DO NOTHING
+		RETURNING biz_id, user_id, delta`, string(in)).Scan(&inserted).Error
+	if err != nil {
+		return nil, fmt.Errorf("insert ledger rows: %w", translate(err))
+	}
+	if len(inserted) == 0 {
+		return applied, nil // every credit was a duplicate: nothing to add
+	}
+	// Only what was inserted now moves a balance: the ledger row and its balance change are one fact.
+	sums := map[int64]int64{}
+	for _, c := range inserted {
+		applied[c.BizID] = true
+		sums[c.UserID] += c.Delta
+	}
+	type sum struct {
+		UserID int64 `json:"user_id"`
+		Delta  int64 `json:"delta"`
+	}
+	rows := make([]sum, 0, len(sums))
+	for u, d := range sums {
+		rows = append(rows, sum{UserID: u, Delta: d})
+	}
+	// Sorted by user id, for the same reason as above: account rows are locked in one order.
+	slices.SortFunc(rows, func(a, b sum) int { return cmp.Compare(a.UserID, b.UserID) })
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return nil, fmt.Errorf("encode balance changes: %w", err)
+	}
+	err = tx.Exec(`INSERT INTO points_accounts (user_id, balance, updated_at)
+		SELECT user_id, delta, now()
+		FROM jsonb_to_recordset(?::jsonb) AS s(user_id bigint, delta bigint)
+		ON CONFLICT (user_id) DO UPDATE
+		SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()`, string(b)).Error
+	if err != nil {
+		return nil, fmt.Errorf("update balances: %w", translate(err))
+	}
+	return applied, nil
+}
+
+// Reversal takes back the credit of an order whose payment was refunded in full (order.refunded).
+type Reversal struct {
+	OrderID int64
+	UserID  int64
+	Points  int64 // the order's credit: the most the reversal takes back
+}
+
+// Reverse applies r in ONE transaction and reports whether it did so now (false: the order was already
+// reversed, a duplicate) and the delta it wrote (<= 0). The rules, in the order they run:
+//
+//  1. The credit first, from the reversal's own data: biz_id order-paid:<id>, +Points, ON CONFLICT DO
+//     NOTHING. Usually it exists and this is a no-op; if the reversal overtook its order.paid (requeue,
+//     redelivery), the credit is applied here, and the order.paid that comes later is a duplicate.
+//     Without it the reversal would find nothing to take back, and the late credit would stay forever.
+//  2. Lock the user's account row (SELECT ... FOR UPDATE) and read the committed balance: a concurrent
+//     reversal or redeem of this user waits here, so the amount below is computed on the balance it
+//     will actually change.
+//  3. Insert the reversal, biz_id order-refunded:<id>, with delta -min(Points, balance), ON CONFLICT
+//     DO NOTHING: the unique biz_id makes it exactly once per order. Points the user already spent on
+//     rewards are not clawed back below zero (points_accounts has CHECK balance >= 0); the row records
+//     what was actually taken back, possibly less than Points, possibly 0.
+//  4. Take that amount off the balance, so that balance == sum of the ledger deltas still holds.
+func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta int64, err error) {
+	if r.OrderID <= 0 || r.UserID <= 0 || r.Points < 0 {
+		return false, 0, fmt.Errorf("%w: reversal of order %d for user %d, points %d", ErrRejected, r.OrderID, r.UserID, r.Points)
+	}
 	err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var inserted []Credit
-		err := tx.Raw(`INSERT INTO points_ledger (biz_id, user_id, delta, reason)
-			SELECT biz_id, user_id, delta, reason
-			FROM jsonb_to_recordset(?::jsonb) AS c(biz_id text, user_id bigint, delta bigint, reason text)
-			ON CONFLICT (biz_id) DO NOTHING
-			RETURNING biz_id, user_id, delta`, string(in)).Scan(&inserted).Error
+		credit := Credit{BizID: BizIDOrderPaid(r.OrderID), UserID: r.UserID, Delta: r.Points, Reason: ReasonOrderPaid}
+		if _, err := insertCredits(tx, []Credit{credit}); err != nil {
+			return err
+		}
+		var balance int64
+		err := tx.Raw(`SELECT balance FROM points_accounts WHERE user_id = ? FOR UPDATE`, r.UserID).Row().Scan(&balance)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) { // no account (it was deleted): nothing to take back
+			return fmt.Errorf("lock account: %w", translate(err))
+		}
+		taken := min(r.Points, balance)
+		var ids []int64
+		err = tx.Raw(`INSERT INTO points_ledger (biz_id, user_id, delta, reason) VALUES (?, ?, ?, ?)
+			ON CONFLICT (biz_id) DO NOTHING RETURNING id`,
+			BizIDOrderRefunded(r.OrderID), r.UserID, -taken, ReasonOrderRefunded).Scan(&ids).Error
 		if err != nil {
-			return fmt.Errorf("insert ledger rows: %w", translate(err))
+			return fmt.Errorf("insert reversal: %w", translate(err))
 		}
-		if len(inserted) == 0 {
-			return nil // every credit was a duplicate: nothing to add
+		if len(ids) == 0 {
+			return nil // already reversed: the balance was changed then, not now
 		}
-		// Only what was inserted now moves a balance: the ledger row and its balance change are one fact.
-		sums := map[int64]int64{}
-		for _, c := range inserted {
-			applied[c.BizID] = true
-			sums[c.UserID] += c.Delta
+		applied, delta = true, -taken
+		if taken == 0 {
+			return nil
 		}
-		type sum struct {
-			UserID int64 `json:"user_id"`
-			Delta  int64 `json:"delta"`
-		}
-		rows := make([]sum, 0, len(sums))
-		for u, d := range sums {
-			rows = append(rows, sum{UserID: u, Delta: d})
-		}
-		// Sorted by user id, for the same reason as above: account rows are locked in one order.
-		slices.SortFunc(rows, func(a, b sum) int { return cmp.Compare(a.UserID, b.UserID) })
-		b, err := json.Marshal(rows)
+		// A plain UPDATE, not the upsert: the row exists (we hold its lock) and the delta is negative.
+		err = tx.Exec(`UPDATE points_accounts SET balance = balance - ?, updated_at = now() WHERE user_id = ?`,
+			taken, r.UserID).Error
 		if err != nil {
-			return fmt.Errorf("encode balance changes: %w", err)
-		}
-		err = tx.Exec(`INSERT INTO points_accounts (user_id, balance, updated_at)
-			SELECT user_id, delta, now()
-			FROM jsonb_to_recordset(?::jsonb) AS s(user_id bigint, delta bigint)
-			ON CONFLICT (user_id) DO UPDATE
-			SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()`, string(b)).Error
-		if err != nil {
-			return fmt.Errorf("update balances: %w", translate(err))
+			return fmt.Errorf("debit balance: %w", translate(err))
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return false, 0, err
 	}
-	return applied, nil
+	return applied, delta, nil
 }
 
 // Balance returns userID's balance (0 without an account) and the newest limit ledger entries.

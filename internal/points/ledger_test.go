@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"idemshop/internal/auth"
 	"idemshop/internal/platform/httpserver"
@@ -119,4 +121,137 @@ func TestConstructorsRefuseNil(t *testing.T) {
 	assert.Error(t, err)
 	_, err = points.NewConsumer(nil, nil, points.ConsumerConfig{}, nil, nil)
 	assert.Error(t, err)
+}
+
+// Layer 2 alone (no Redis, no broker): N calls of Reverse for one order at once, before its credit
+// exists, apply the credit once and the reversal once.
+func TestLedgerReverseRacingCallsApplyOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	l, err := points.NewLedger(env.DB)
+	require.NoError(t, err)
+	const n = 6 // the test pool's size: every call holds a connection at once
+	r := points.Reversal{OrderID: 70, UserID: 3, Points: 40}
+	start := make(chan struct{})
+	type result struct {
+		applied bool
+		delta   int64
+		err     error
+	}
+	results := make(chan result, n)
+	for range n {
+		go func() {
+			<-start
+			applied, delta, err := l.Reverse(context.Background(), r)
+			results <- result{applied, delta, err}
+		}()
+	}
+	close(start)
+	applied := 0
+	for range n {
+		res := <-results
+		require.NoError(t, res.err)
+		if res.applied {
+			applied++
+			assert.EqualValues(t, -40, res.delta)
+		}
+	}
+	assert.Equal(t, 1, applied, "one call reversed; the others found it done")
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:70": 40, "order-refunded:70": -40}},
+		accountOf(t, env, 3))
+
+	// The credit that arrives late is a duplicate.
+	got, err := l.Apply(context.Background(), []points.Credit{{BizID: points.BizIDOrderPaid(70), UserID: 3, Delta: 40,
+		Reason: points.ReasonOrderPaid}})
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
+}
+
+// The amount a reversal takes back is computed on the balance it will change. A redeem of the same
+// user commits while the reversal runs: the reversal waits on the account row's lock and then reads
+// the committed balance. (Read without the lock, it would compute 50 on a balance that is about to be
+// 20, and its UPDATE would break CHECK balance >= 0: the reversal would fail as poison.)
+func TestReverseComputesOnTheCommittedBalance(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	l, err := points.NewLedger(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(80), UserID: 1, Delta: 50, Reason: points.ReasonOrderPaid}})
+	require.NoError(t, err)
+
+	// The redeem's transaction holds the account row while the reversal starts.
+	redeem := env.DB.Begin()
+	require.NoError(t, redeem.Error)
+	defer redeem.Rollback()
+	debit(t, redeem, 1, 30, "redeem:concurrent")
+
+	type result struct {
+		applied bool
+		delta   int64
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		applied, delta, err := l.Reverse(ctx, points.Reversal{OrderID: 80, UserID: 1, Points: 50})
+		done <- result{applied, delta, err}
+	}()
+	waitFor(t, 5*time.Second, func() bool {
+		var waiting int64
+		_ = env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting).Error
+		return waiting == 1
+	}, "the reversal waits on the account row")
+	require.NoError(t, redeem.Commit().Error)
+
+	res := <-done
+	require.NoError(t, res.err)
+	assert.True(t, res.applied)
+	assert.EqualValues(t, -20, res.delta, "what was left after the redeem")
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{
+		"order-paid:80": 50, "redeem:concurrent": -30, "order-refunded:80": -20,
+	}}, accountOf(t, env, 1))
+}
+
+// spend takes points off userID's balance with a ledger row, as a redeem does (internal/rewards).
+func spend(t testing.TB, db *gorm.DB, userID, points int64, bizID string) {
+	t.Helper()
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+		debit(t, tx, userID, points, bizID)
+		return nil
+	}))
+}
+
+// debit is spend's work inside the caller's transaction tx.
+func debit(t testing.TB, tx *gorm.DB, userID, points int64, bizID string) {
+	t.Helper()
+	res := tx.Exec(`UPDATE points_accounts SET balance = balance - ?, updated_at = now()
+		WHERE user_id = ? AND balance >= ?`, points, userID, points)
+	require.NoError(t, res.Error)
+	require.EqualValues(t, 1, res.RowsAffected, "enough points to spend")
+	require.NoError(t, tx.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (?, ?, ?, 'redeem test')`,
+		userID, bizID, -points).Error)
+}
+
+// account is one user's balance and ledger, biz_id -> delta, read from the database.
+type account struct {
+	Balance int64
+	Ledger  map[string]int64
+}
+
+func accountOf(t testing.TB, env *testenv.Env, userID int64) account {
+	t.Helper()
+	a := account{Ledger: map[string]int64{}}
+	require.NoError(t, env.DB.Raw(`SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = ?), 0)`,
+		userID).Scan(&a.Balance).Error)
+	var rows []struct {
+		BizID string
+		Delta int64
+	}
+	require.NoError(t, env.DB.Raw(`SELECT biz_id, delta FROM points_ledger WHERE user_id = ?`, userID).Scan(&rows).Error)
+	for _, r := range rows {
+		a.Ledger[r.BizID] = r.Delta
+	}
+	return a
 }

@@ -1,6 +1,7 @@
-// Command points-consumer credits loyalty points for paid orders: it reads order.paid from RabbitMQ and
-// de-duplicates on the order id (a Redis lease, then the ledger's unique index). It serves only
-// /healthz, /readyz and /metrics. Configuration comes from the environment; see docs/points.md.
+// Command points-consumer credits loyalty points for paid orders and reverses them for refunded ones:
+// it reads order.paid and order.refunded from one RabbitMQ queue and de-duplicates on the business key
+// (a Redis lease, then the ledger's unique index). It serves only /healthz, /readyz and /metrics.
+// Configuration comes from the environment; see docs/points.md.
 package main
 
 import (

@@ -80,6 +80,33 @@ func TestCrashWindowsAreGuarded(t *testing.T) {
 	}
 }
 
+// The binary's own topology binds order.refunded to its queue, and it reverses the credit: balance 0,
+// one credit row and one reversal row.
+func TestRefundIsReversed(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
+	env := testenv.New(t)
+	top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
+	declare(t, env, top)
+	p := start(t, bin, env)
+
+	publish(t, env, top, events.OrderPaid{EventID: uuid.NewString(), OrderID: 5, UserID: 1, AmountCents: 3000,
+		Points: 30, OccurredAt: time.Now().UTC()})
+	ev := events.OrderRefunded{EventID: uuid.NewString(), OrderID: 5, UserID: 1, AmountCents: 3000, Points: 30,
+		OccurredAt: time.Now().UTC()}
+	publishTo(t, env, top, events.RoutingKeyRefunded, ev.EventID, ev)
+	waitFor(t, 15*time.Second, func() bool { return p.metric(t, points.OutcomeApplied) == 2 },
+		"credit and reversal applied; logs:\n%s", p.logs.String())
+	var got struct {
+		Rows    int64
+		Sum     int64
+		Balance int64
+	}
+	require.NoError(t, env.DB.Raw(`SELECT count(*) AS rows, COALESCE(sum(delta), 0) AS sum,
+		(SELECT balance FROM points_accounts WHERE user_id = 1) AS balance FROM points_ledger`).Scan(&got).Error)
+	assert.Equal(t, struct{ Rows, Sum, Balance int64 }{2, 0, 0}, got)
+}
+
 // Without lab mode a fault is refused at start, naming the variable.
 func TestFaultNeedsLabMode(t *testing.T) {
 	t.Parallel()
@@ -182,6 +209,12 @@ func declare(t *testing.T, env *testenv.Env, top rabbitmq.Topology) {
 
 func publish(t *testing.T, env *testenv.Env, top rabbitmq.Topology, ev events.OrderPaid) {
 	t.Helper()
+	publishTo(t, env, top, top.RoutingKey, ev.EventID, ev)
+}
+
+// publishTo publishes ev as JSON with routingKey, as the outbox relay does.
+func publishTo(t *testing.T, env *testenv.Env, top rabbitmq.Topology, routingKey, eventID string, ev any) {
+	t.Helper()
 	conn, err := amqp.Dial(env.AMQPURL)
 	require.NoError(t, err)
 	defer conn.Close()
@@ -190,8 +223,8 @@ func publish(t *testing.T, env *testenv.Env, top rabbitmq.Topology, ev events.Or
 	require.NoError(t, ch.Confirm(false))
 	body, err := json.Marshal(ev)
 	require.NoError(t, err)
-	dc, err := ch.PublishWithDeferredConfirm(top.Exchange, top.RoutingKey, false, false, amqp.Publishing{
-		DeliveryMode: amqp.Persistent, MessageId: ev.EventID, ContentType: "application/json", Body: body})
+	dc, err := ch.PublishWithDeferredConfirm(top.Exchange, routingKey, false, false, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: eventID, ContentType: "application/json", Body: body})
 	require.NoError(t, err)
 	ok, err := dc.WaitContext(context.Background())
 	require.NoError(t, err)

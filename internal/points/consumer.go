@@ -71,13 +71,14 @@ func (c ConsumerConfig) validate() error {
 
 // Outcomes of a message, the label values of idemshop_points_messages_total.
 const (
-	OutcomeApplied      = "applied"       // credited now
-	OutcomeDuplicate    = "duplicate"     // already credited: acked without a second credit
+	OutcomeApplied      = "applied"       // credited (or reversed) now
+	OutcomeDuplicate    = "duplicate"     // already credited (or reversed): acked without a second effect
 	OutcomeFailed       = "failed"        // nacked with requeue: the broker redelivers it
 	OutcomeDeadLettered = "dead_lettered" // nacked on its last allowed delivery: the broker dead-letters it
 )
 
-// Consumer credits points for order.paid messages, exactly once in effect per order.
+// Consumer credits points for order.paid messages and reverses them for order.refunded messages, each
+// exactly once in effect per order. Both arrive on one queue; the delivery's routing key says which.
 type Consumer struct {
 	ledger   *Ledger
 	leases   *leases
@@ -101,7 +102,7 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 	}
 	messages := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idemshop_points_messages_total",
-		Help: "order.paid messages handled by points-consumer, by outcome (a redelivery counts again).",
+		Help: "order.paid and order.refunded messages handled by points-consumer, by outcome (a redelivery counts again).",
 	}, []string{"outcome"})
 	if err := reg.Register(messages); err != nil {
 		return nil, fmt.Errorf("points: register metrics: %w", err)
@@ -225,12 +226,14 @@ func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery)
 	return batch
 }
 
-// message is one delivery on its way through a batch.
+// message is one delivery on its way through a batch. decode fills exactly one of credit (order.paid)
+// and reversal (order.refunded).
 type message struct {
-	d       amqp.Delivery
-	eventID string
-	credit  Credit
-	leased  bool // we hold its Redis lease: mark it done or release it
+	d        amqp.Delivery
+	eventID  string
+	credit   Credit
+	reversal *Reversal
+	leased   bool // we hold its Redis lease: mark it done or release it
 	// maybeDone: its lease said "done". The ledger still decides; an applied one is worth a warning,
 	// because it means Redis remembered a credit the database did not have.
 	maybeDone bool
@@ -241,13 +244,15 @@ type message struct {
 
 // handle runs one batch through the two dedup layers and settles every delivery of it:
 //
-//  1. decode; a message that does not decode or validate fails (poison: after the delivery limit the
-//     broker dead-letters it, and it is never credited);
+//  1. decode by routing key (order.paid: a credit, order.refunded: a reversal); a message that does
+//     not decode or validate fails (poison: after the delivery limit the broker dead-letters it, and
+//     it is never applied);
 //  2. layer 1: claim a Redis lease per order (SET NX PX); "done" = maybe a duplicate, the ledger
 //     decides (a cache never outvotes the ledger); held by someone else = wait for it to end, never
 //     ack-and-drop;
-//  3. layer 2: ONE transaction inserts the ledger rows (unique biz_id) and updates the balances; an
-//     existing biz_id inserts nothing and is a duplicate;
+//  3. layer 2: ONE transaction inserts the credits' ledger rows (unique biz_id) and updates the
+//     balances; each reversal runs in a transaction of its own (Ledger.Reverse); an existing biz_id
+//     inserts nothing and is a duplicate;
 //  4. mark the leases done (EX DoneTTL), release the ones of failed messages;
 //  5. nack the failures one by one (requeue), then ack every success with one multiple-ack.
 func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp.Delivery) {
@@ -265,12 +270,13 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp
 			m.outcome, m.err = OutcomeFailed, err
 			continue
 		}
-		// The same order twice in one batch (a republish next to the original): one is enough.
-		if f := byBiz[m.credit.BizID]; f != nil {
+		// The same event of one order twice in one batch (a republish next to the original): one is
+		// enough. An order's order.paid and order.refunded have different biz_ids and both go on.
+		if f := byBiz[m.bizID()]; f != nil {
 			m.first = f
 			continue
 		}
-		byBiz[m.credit.BizID] = m
+		byBiz[m.bizID()] = m
 		firsts = append(firsts, m)
 	}
 
@@ -283,7 +289,7 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp
 	for _, m := range toApply {
 		if m.maybeDone && m.outcome == OutcomeApplied {
 			c.logger.Warn("dedup lease said done but the ledger had no row: applied now (was the database restored under an older Redis?)",
-				"event_id", m.eventID, "biz_id", m.credit.BizID)
+				"event_id", m.eventID, "biz_id", m.bizID())
 		}
 	}
 
@@ -291,9 +297,9 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp
 	for _, m := range firsts {
 		switch {
 		case m.outcome == OutcomeApplied || m.outcome == OutcomeDuplicate:
-			doneIDs = append(doneIDs, m.credit.BizID)
+			doneIDs = append(doneIDs, m.bizID())
 		case m.leased:
-			releaseIDs = append(releaseIDs, m.credit.BizID)
+			releaseIDs = append(releaseIDs, m.bizID())
 		}
 	}
 	if len(doneIDs) > 0 {
@@ -310,22 +316,58 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp
 	c.settle(ch, msgs)
 }
 
-// decode parses and checks the body. The business key is the order id, never the message id: a
-// republished event carries a new delivery, and possibly a new message id, for the same order.
+// decode parses and checks the body. One queue carries both event types, so the delivery's routing key
+// chooses the type; an unknown one is poison (nacked until the broker dead-letters it), never guessed.
+// The business key is the order id, never the message id: a republished event carries a new delivery,
+// and possibly a new message id, for the same order.
 func (m *message) decode() error {
-	var ev events.OrderPaid
-	if err := json.Unmarshal(m.d.Body, &ev); err != nil {
-		return fmt.Errorf("poison message: decode order.paid: %w", err)
+	switch m.d.RoutingKey {
+	case events.RoutingKeyOrderPaid:
+		var ev events.OrderPaid
+		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
+			return fmt.Errorf("poison message: decode order.paid: %w", err)
+		}
+		m.eventID = ev.EventID
+		if err := checkEvent(ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
+			return fmt.Errorf("poison message: order.paid: %w", err)
+		}
+		m.credit = Credit{BizID: BizIDOrderPaid(ev.OrderID), UserID: ev.UserID, Delta: ev.Points, Reason: ReasonOrderPaid}
+	case events.RoutingKeyRefunded:
+		var ev events.OrderRefunded
+		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
+			return fmt.Errorf("poison message: decode order.refunded: %w", err)
+		}
+		m.eventID = ev.EventID
+		// Points must be the order's whole credit: a reversal of a made-up amount is refused like a
+		// credit of one, not applied "up to the balance".
+		if err := checkEvent(ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
+			return fmt.Errorf("poison message: order.refunded: %w", err)
+		}
+		m.reversal = &Reversal{OrderID: ev.OrderID, UserID: ev.UserID, Points: ev.Points}
+	default:
+		return fmt.Errorf("poison message: unknown routing key %q", m.d.RoutingKey)
 	}
-	m.eventID = ev.EventID
-	if ev.OrderID <= 0 || ev.UserID <= 0 {
-		return fmt.Errorf("poison message: order_id %d, user_id %d", ev.OrderID, ev.UserID)
-	}
-	if want := events.PointsFor(ev.AmountCents); ev.Points != want {
-		return fmt.Errorf("poison message: points %d, want %d for amount_cents %d", ev.Points, want, ev.AmountCents)
-	}
-	m.credit = Credit{BizID: BizIDOrderPaid(ev.OrderID), UserID: ev.UserID, Delta: ev.Points, Reason: ReasonOrderPaid}
 	return nil
+}
+
+// checkEvent refuses ids <= 0 and a points figure that is not the one the amount earns.
+func checkEvent(orderID, userID, amountCents, points int64) error {
+	if orderID <= 0 || userID <= 0 {
+		return fmt.Errorf("order_id %d, user_id %d", orderID, userID)
+	}
+	if want := events.PointsFor(amountCents); points != want {
+		return fmt.Errorf("points %d, want %d for amount_cents %d", points, want, amountCents)
+	}
+	return nil
+}
+
+// bizID is the message's dedup key in both layers: the ledger biz_id it writes (order-paid:<id> or
+// order-refunded:<id>), which also names its Redis lease.
+func (m *message) bizID() string {
+	if m.reversal != nil {
+		return BizIDOrderRefunded(m.reversal.OrderID)
+	}
+	return m.credit.BizID
 }
 
 // claim runs layer 1 and returns the messages to take to the database: the ones whose lease we
@@ -341,7 +383,7 @@ func (c *Consumer) claim(ctx, work context.Context, ms []*message, token string)
 	for len(pending) > 0 {
 		ids := make([]string, len(pending))
 		for i, m := range pending {
-			ids[i] = m.credit.BizID
+			ids[i] = m.bizID()
 		}
 		states, err := c.leases.claim(work, ids, token)
 		if err != nil {
@@ -386,10 +428,29 @@ func (c *Consumer) claim(ctx, work context.Context, ms []*message, token string)
 	return toApply
 }
 
-// apply runs layer 2 for ms and records each outcome. A batch the database rejects is split and
-// retried one message at a time, so one poison message fails alone; a transient failure is retried in
-// place with backoff, up to transientAttempts.
+// apply runs layer 2 for ms and records each outcome: the batch's credits in one transaction, then
+// each reversal in a transaction of its own. Reversals are rare (a full refund), and each must lock
+// its user's account row to compute how much it can take back, which a batched insert does not do.
+// The order between the two does not matter: a reversal applies its order's credit first if it is
+// missing (Ledger.Reverse), so whichever comes second is a no-op for that credit.
 func (c *Consumer) apply(ctx, work context.Context, ms []*message) {
+	var credits []*message
+	for _, m := range ms {
+		if m.reversal == nil {
+			credits = append(credits, m)
+		}
+	}
+	c.applyCredits(ctx, work, credits)
+	for _, m := range ms {
+		if m.reversal != nil {
+			c.applyReversal(ctx, work, m)
+		}
+	}
+}
+
+// applyCredits writes the credits of ms in one transaction. A batch the database rejects is split and
+// retried one message at a time, so one poison message fails alone.
+func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 	if len(ms) == 0 {
 		return
 	}
@@ -397,34 +458,67 @@ func (c *Consumer) apply(ctx, work context.Context, ms []*message) {
 	for i, m := range ms {
 		credits[i] = m.credit
 	}
+	var applied map[string]bool
+	err := c.retry(ctx, "applying credits", len(ms), func() (err error) {
+		applied, err = c.ledger.Apply(work, credits)
+		return err
+	})
+	switch {
+	case err == nil:
+		for _, m := range ms {
+			m.outcome = OutcomeDuplicate
+			if applied[m.credit.BizID] {
+				m.outcome = OutcomeApplied
+			}
+		}
+	case errors.Is(err, ErrRejected) && len(ms) > 1:
+		for _, m := range ms {
+			c.applyCredits(ctx, work, []*message{m})
+		}
+	default:
+		for _, m := range ms {
+			m.outcome, m.err = OutcomeFailed, err
+		}
+	}
+}
+
+// applyReversal writes one reversal (Ledger.Reverse: the credit first if it is missing, then at most
+// the current balance taken back, exactly once per order).
+func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
+	var applied bool
+	var delta int64
+	err := c.retry(ctx, "applying a reversal", 1, func() (err error) {
+		applied, delta, err = c.ledger.Reverse(work, *m.reversal)
+		return err
+	})
+	switch {
+	case err != nil:
+		m.outcome, m.err = OutcomeFailed, err
+	case !applied:
+		m.outcome = OutcomeDuplicate
+	default:
+		m.outcome = OutcomeApplied
+		if -delta < m.reversal.Points {
+			c.logger.Info("points reversed in part: the user had already spent the rest",
+				"event_id", m.eventID, "order_id", m.reversal.OrderID, "user_id", m.reversal.UserID,
+				"points", m.reversal.Points, "reversed", -delta)
+		}
+	}
+}
+
+// retry runs fn until it succeeds or the database rejects the data (ErrRejected: retrying cannot
+// help). A transient failure is retried in place with backoff, up to transientAttempts; it returns
+// fn's last error.
+func (c *Consumer) retry(ctx context.Context, what string, messages int, fn func() error) error {
 	bo := c.newBackoff()
 	for attempt := 1; ; attempt++ {
-		applied, err := c.ledger.Apply(work, credits)
-		if err == nil {
-			for _, m := range ms {
-				m.outcome = OutcomeDuplicate
-				if applied[m.credit.BizID] {
-					m.outcome = OutcomeApplied
-				}
-			}
-			return
+		err := fn()
+		if err == nil || errors.Is(err, ErrRejected) {
+			return err
 		}
-		if errors.Is(err, ErrRejected) {
-			if len(ms) > 1 {
-				for _, m := range ms {
-					c.apply(ctx, work, []*message{m})
-				}
-				return
-			}
-			ms[0].outcome, ms[0].err = OutcomeFailed, err
-			return
-		}
-		c.logger.Warn("applying credits failed; retrying", "err", err, "attempt", attempt, "messages", len(ms))
+		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", messages)
 		if attempt >= transientAttempts || !sleep(ctx, bo.NextBackOff()) {
-			for _, m := range ms {
-				m.outcome, m.err = OutcomeFailed, err
-			}
-			return
+			return err
 		}
 	}
 }
@@ -444,7 +538,8 @@ func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
 				m.outcome = OutcomeDuplicate
 			}
 		}
-		log := c.logger.With("event_id", m.eventID, "biz_id", m.credit.BizID, "message_id", m.d.MessageId)
+		log := c.logger.With("event_id", m.eventID, "biz_id", m.bizID(), "routing_key", m.d.RoutingKey,
+			"message_id", m.d.MessageId)
 		if m.outcome != OutcomeFailed {
 			lastOK = m.d.DeliveryTag
 			c.messages.WithLabelValues(m.outcome).Inc()

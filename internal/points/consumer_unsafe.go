@@ -133,7 +133,7 @@ func (u *unsafeDedup) remember(ms []*message) {
 func (c *Consumer) claimFirst(ctx context.Context, ms []*message) []*message {
 	var toApply []*message
 	for _, m := range ms {
-		first, err := c.leases.rdb.SetNX(ctx, c.leases.key(m.credit.BizID), doneValue, c.cfg.DoneTTL).Result()
+		first, err := c.leases.rdb.SetNX(ctx, c.leases.key(m.bizID()), doneValue, c.cfg.DoneTTL).Result()
 		switch {
 		case err != nil:
 			m.outcome, m.err = OutcomeFailed, fmt.Errorf("claim-first: %w", err)

@@ -20,12 +20,14 @@ import (
 )
 
 // topology returns per-test broker names, declares them, and deletes the exchanges at the end
-// (testenv deletes the queues).
-func topology(t testing.TB, env *testenv.Env) rabbitmq.Topology {
+// (testenv deletes the queues). Like production, the queue is bound to order.paid and order.refunded;
+// extraKeys adds further bindings (to deliver a routing key the consumer does not know).
+func topology(t testing.TB, env *testenv.Env, extraKeys ...string) rabbitmq.Topology {
 	t.Helper()
 	top := rabbitmq.Topology{
 		Exchange: env.Prefix + "events", RoutingKey: events.RoutingKeyOrderPaid,
-		Queue: env.Queue("points.order-paid"), DeadLetterExchange: env.Prefix + "events.dlx",
+		ExtraRoutingKeys: append([]string{events.RoutingKeyRefunded}, extraKeys...),
+		Queue:            env.Queue("points.order-paid"), DeadLetterExchange: env.Prefix + "events.dlx",
 		DeadLetterQueue: env.Queue("points.order-paid.dlq"), DeliveryLimit: events.DeliveryLimit,
 	}
 	ch := channel(t, env.AMQPURL)
@@ -69,7 +71,13 @@ func newPublisher(t testing.TB, url string, top rabbitmq.Topology) *publisher {
 
 func (p *publisher) raw(messageID string, body []byte) {
 	p.t.Helper()
-	dc, err := p.ch.PublishWithDeferredConfirm(p.top.Exchange, p.top.RoutingKey, false, false, amqp.Publishing{
+	p.rawTo(p.top.RoutingKey, messageID, body)
+}
+
+// rawTo publishes body with routingKey, the key the consumer dispatches on.
+func (p *publisher) rawTo(routingKey, messageID string, body []byte) {
+	p.t.Helper()
+	dc, err := p.ch.PublishWithDeferredConfirm(p.top.Exchange, routingKey, false, false, amqp.Publishing{
 		DeliveryMode: amqp.Persistent, MessageId: messageID, ContentType: "application/json", Body: body,
 	})
 	require.NoError(p.t, err)
@@ -85,12 +93,25 @@ func (p *publisher) event(ev events.OrderPaid) {
 	p.raw(ev.EventID, b)
 }
 
+// refunded publishes ev with the routing key order.refunded, as the relay does.
+func (p *publisher) refunded(ev events.OrderRefunded) {
+	p.t.Helper()
+	b, err := json.Marshal(ev)
+	require.NoError(p.t, err)
+	p.rawTo(events.RoutingKeyRefunded, ev.EventID, b)
+}
+
 func amqpPublishing(messageID string, body []byte) amqp.Publishing {
 	return amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: messageID, ContentType: "application/json", Body: body}
 }
 
 func orderPaid(orderID, userID, amountCents int64) events.OrderPaid {
 	return events.OrderPaid{EventID: uuid.NewString(), OrderID: orderID, UserID: userID, AmountCents: amountCents,
+		Points: events.PointsFor(amountCents), OccurredAt: time.Now().UTC()}
+}
+
+func orderRefunded(orderID, userID, amountCents int64) events.OrderRefunded {
+	return events.OrderRefunded{EventID: uuid.NewString(), OrderID: orderID, UserID: userID, AmountCents: amountCents,
 		Points: events.PointsFor(amountCents), OccurredAt: time.Now().UTC()}
 }
 

@@ -13,8 +13,11 @@ import (
 // OrderPaidTopology; tests pass per-test names so that parallel tests share no broker state.
 type Topology struct {
 	Exchange   string // durable topic exchange the producer publishes to
-	RoutingKey string // binding key of Queue on Exchange
-	Queue      string // quorum queue the consumer reads
+	RoutingKey string // binding key of Queue on Exchange (and the key tests publish order.paid with)
+	// ExtraRoutingKeys are further binding keys of the same Queue on the same Exchange: one consumer
+	// reads several event types from one queue and tells them apart by the delivery's routing key.
+	ExtraRoutingKeys []string
+	Queue            string // quorum queue the consumer reads
 	// DeadLetterExchange receives what Queue gives up on (delivery limit reached); it routes with
 	// the key DeadLetterQueue into DeadLetterQueue.
 	DeadLetterExchange string
@@ -25,11 +28,14 @@ type Topology struct {
 	DeliveryLimit int
 }
 
-// OrderPaidTopology is the production topology of order.paid (DESIGN.md, "Events").
+// OrderPaidTopology is the production topology of points-consumer's queue (DESIGN.md, "Events"): the
+// queue points.order-paid receives order.paid and, through a second binding, order.refunded. The
+// names stay those of order.paid, so an existing queue keeps its messages.
 func OrderPaidTopology() Topology {
 	return Topology{
 		Exchange:           events.Exchange,
 		RoutingKey:         events.RoutingKeyOrderPaid,
+		ExtraRoutingKeys:   []string{events.RoutingKeyRefunded},
 		Queue:              events.QueueOrderPaid,
 		DeadLetterExchange: events.DeadLetterExchange,
 		DeadLetterQueue:    events.QueueOrderPaidDLQ,
@@ -37,7 +43,7 @@ func OrderPaidTopology() Topology {
 	}
 }
 
-// WithPrefix returns t with prefix in front of every exchange and queue name (not the routing key).
+// WithPrefix returns t with prefix in front of every exchange and queue name (not the routing keys).
 // It lets several environments, or parallel tests, share one broker (AMQP_NAME_PREFIX).
 func (t Topology) WithPrefix(prefix string) Topology {
 	t.Exchange = prefix + t.Exchange
@@ -57,13 +63,23 @@ func (t Topology) Validate() error {
 			return fmt.Errorf("topology: %s is empty", f[0])
 		}
 	}
+	for _, k := range t.ExtraRoutingKeys {
+		if k == "" {
+			return errors.New("topology: an extra routing key is empty")
+		}
+	}
 	if t.DeliveryLimit < 1 {
 		return errors.New("topology: delivery limit must be >= 1")
 	}
 	return nil
 }
 
-// Declare creates the exchange, the DLX, the DLQ, the queue and its binding. Every declaration is
+// RoutingKeys returns every binding key of Queue: RoutingKey, then ExtraRoutingKeys.
+func (t Topology) RoutingKeys() []string {
+	return append([]string{t.RoutingKey}, t.ExtraRoutingKeys...)
+}
+
+// Declare creates the exchange, the DLX, the DLQ, the queue and its bindings (one per routing key). Every declaration is
 // idempotent, so the producer and the consumer both call it at start and whichever runs first wins;
 // a relay that starts before any consumer then never publishes into an exchange with no queue bound
 // (RabbitMQ would drop such a message silently). A declaration whose arguments differ from the
@@ -96,8 +112,12 @@ func Declare(ch *amqp.Channel, t Topology) error {
 	if err != nil {
 		return fmt.Errorf("declare queue %s: %w", t.Queue, err)
 	}
-	if err := ch.QueueBind(t.Queue, t.RoutingKey, t.Exchange, false, nil); err != nil {
-		return fmt.Errorf("bind queue %s to %s: %w", t.Queue, t.Exchange, err)
+	// Bindings are not queue arguments: adding one to an existing queue is allowed, so a broker that
+	// has the queue from before order.refunded existed simply gains the second binding.
+	for _, key := range t.RoutingKeys() {
+		if err := ch.QueueBind(t.Queue, key, t.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind queue %s to %s with %s: %w", t.Queue, t.Exchange, key, err)
+		}
 	}
 	return nil
 }

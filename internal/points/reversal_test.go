@@ -1,0 +1,244 @@
+package points_test
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/events"
+	"idemshop/internal/points"
+	"idemshop/internal/testenv"
+)
+
+// A refund after the credit takes the order's points back: balance 0, the credit row and the
+// reversal row, whose delta is the credit's negative.
+func TestReversalAfterCreditTakesThePointsBack(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+
+	pub.event(orderPaid(10, 1, 1234)) // 12 points
+	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "credited")
+	require.Equal(t, account{Balance: 12, Ledger: map[string]int64{"order-paid:10": 12}}, accountOf(t, env, 1))
+
+	pub.refunded(orderRefunded(10, 1, 1234))
+	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 2 }, "reversed")
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:10": 12, "order-refunded:10": -12}},
+		accountOf(t, env, 1))
+	var reason string
+	require.NoError(t, env.DB.Raw(`SELECT reason FROM points_ledger WHERE biz_id = ?`,
+		points.BizIDOrderRefunded(10)).Scan(&reason).Error)
+	assert.Equal(t, points.ReasonOrderRefunded, reason)
+	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
+}
+
+// The same reversal again, whichever way it comes back, reverses once: republished (the same event,
+// and a second outbox row with a new event id), republished after Redis forgot the lease (the ledger
+// alone says no), and redelivered by the broker after a consumer died between the commit and the ack.
+func TestReversalRepeatedReversesOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("republished", func(t *testing.T) {
+		t.Parallel()
+		env := testenv.New(t)
+		top := topology(t, env)
+		pub := newPublisher(t, env.AMQPURL, top)
+		c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+		pub.event(orderPaid(20, 2, 5000)) // 50 points
+		waitFor(t, 10*time.Second, func() bool { return c.handled() == 1 }, "credited")
+
+		ev := orderRefunded(20, 2, 5000)
+		pub.refunded(ev)
+		pub.refunded(ev)
+		pub.refunded(ev)
+		again := ev
+		again.EventID = uuid.NewString()
+		pub.refunded(again)
+		waitFor(t, 10*time.Second, func() bool { return c.handled() == 5 }, "every copy handled")
+		assert.Equal(t, 2, c.count(points.OutcomeApplied), "one credit, one reversal")
+		assert.Equal(t, 3, c.count(points.OutcomeDuplicate))
+		want := account{Balance: 0, Ledger: map[string]int64{"order-paid:20": 50, "order-refunded:20": -50}}
+		assert.Equal(t, want, accountOf(t, env, 2))
+
+		keys, err := env.Redis.Keys(context.Background(), env.Prefix+"points:dedup:*").Result()
+		require.NoError(t, err)
+		require.Len(t, keys, 2, "one lease per biz_id, both done")
+		require.NoError(t, env.Redis.Del(context.Background(), keys...).Err())
+		pub.refunded(ev)
+		waitFor(t, 10*time.Second, func() bool { return c.handled() == 6 }, "handled without Redis's memory")
+		assert.Equal(t, 4, c.count(points.OutcomeDuplicate))
+		assert.Equal(t, want, accountOf(t, env, 2))
+	})
+
+	t.Run("redelivered after a crash between commit and ack", func(t *testing.T) {
+		t.Parallel()
+		env := testenv.New(t)
+		top := topology(t, env)
+		pub := newPublisher(t, env.AMQPURL, top)
+		cfg := testConfig(env.AMQPURL, env.Prefix, top)
+		cfg.LeaseTTL = 500 * time.Millisecond // the redelivery waits this long for the dead claim
+		var armed atomic.Bool
+		crashed := make(chan struct{})
+		first := cfg
+		first.Fault = func(p points.FaultPoint) {
+			if p == points.FaultAfterCommit && armed.Load() {
+				close(crashed)
+				// The consumer's goroutine ends here: no done marker, no ack; its deferred conn.Close
+				// runs, so the broker puts the reversal back in the queue (as a kill -9 would).
+				runtime.Goexit()
+			}
+		}
+		a := startConsumer(t, env, first)
+		pub.event(orderPaid(21, 3, 900)) // 9 points
+		waitFor(t, 10*time.Second, func() bool { return a.handled() == 1 }, "credited")
+		armed.Store(true)
+		pub.refunded(orderRefunded(21, 3, 900))
+		select {
+		case <-crashed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first consumer did not reach the crash point")
+		}
+		want := account{Balance: 0, Ledger: map[string]int64{"order-paid:21": 9, "order-refunded:21": -9}}
+		require.Equal(t, want, accountOf(t, env, 3), "the reversal was committed before the crash")
+
+		b := startConsumer(t, env, cfg)
+		waitFor(t, 10*time.Second, func() bool { return b.handled() == 1 }, "the redelivery handled")
+		assert.Equal(t, 1, b.count(points.OutcomeDuplicate), "the ledger already has the reversal")
+		assert.Equal(t, want, accountOf(t, env, 3))
+		assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
+	})
+}
+
+// A reversal that overtakes its credit (a requeue, a redelivery) loses nothing: it applies the credit
+// from its own data, then reverses it, in one transaction; the late order.paid is a duplicate.
+func TestReversalBeforeItsCreditThenTheCredit(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	want := account{Balance: 0, Ledger: map[string]int64{"order-paid:30": 25, "order-refunded:30": -25}}
+
+	pub.refunded(orderRefunded(30, 1, 2500)) // 25 points
+	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "reversal applied")
+	assert.Equal(t, want, accountOf(t, env, 1), "credit and reversal, together")
+
+	pub.event(orderPaid(30, 1, 2500))
+	waitFor(t, 10*time.Second, func() bool { return c.handled() == 2 }, "the late credit handled")
+	assert.Equal(t, 1, c.count(points.OutcomeDuplicate), "the late order.paid is a duplicate")
+	assert.Equal(t, want, accountOf(t, env, 1), "credited once, reversed once")
+	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
+}
+
+// Points already spent on rewards are not clawed back below zero: the reversal takes what is left,
+// and its ledger row records that amount, so the balance still equals the sum of the deltas.
+func TestReversalOfSpentPointsStopsAtZero(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		spent        int64
+		wantReversal int64
+	}{
+		"part spent": {spent: 30, wantReversal: -20},
+		"all spent":  {spent: 50, wantReversal: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t)
+			top := topology(t, env)
+			pub := newPublisher(t, env.AMQPURL, top)
+			c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+			pub.event(orderPaid(40, 2, 5000)) // 50 points
+			waitFor(t, 10*time.Second, func() bool { return c.handled() == 1 }, "credited")
+			spend(t, env.DB, 2, tc.spent, "redeem:test-token")
+
+			pub.refunded(orderRefunded(40, 2, 5000))
+			waitFor(t, 10*time.Second, func() bool { return c.handled() == 2 }, "reversal handled")
+			assert.Equal(t, 2, c.count(points.OutcomeApplied), "a partial reversal is applied, not failed")
+			assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{
+				"order-paid:40": 50, "redeem:test-token": -tc.spent, "order-refunded:40": tc.wantReversal,
+			}}, accountOf(t, env, 2))
+			assert.Equal(t, ledgerState{Rows: 3, Distinct: 3, Sum: 0, Balances: 0}, state(t, env))
+		})
+	}
+}
+
+// N consumers, N copies of one reversal published at once behind a barrier: one reversal row.
+func TestConsumersRacingOnOneReversalReverseOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.Prefetch, cfg.BatchSize = 1, 1 // spread the copies over the consumers
+	const n = 4
+	consumers := make([]*running, n)
+	for i := range consumers {
+		consumers[i] = startConsumer(t, env, cfg)
+	}
+	total := func(outcome string) int {
+		sum := 0
+		for _, c := range consumers {
+			sum += c.count(outcome)
+		}
+		return sum
+	}
+	newPublisher(t, env.AMQPURL, top).event(orderPaid(50, 1, 7700)) // 77 points
+	waitFor(t, 10*time.Second, func() bool { return total(points.OutcomeApplied) == 1 }, "credited")
+
+	ev := orderRefunded(50, 1, 7700)
+	start := make(chan struct{})
+	done := make(chan struct{}, n)
+	for range n {
+		pub := newPublisher(t, env.AMQPURL, top) // one channel per goroutine: channels are not shared
+		go func() {
+			defer func() { done <- struct{}{} }()
+			<-start
+			pub.refunded(ev)
+		}()
+	}
+	close(start)
+	for range n {
+		<-done
+	}
+	waitFor(t, 15*time.Second, func() bool {
+		return total(points.OutcomeApplied)+total(points.OutcomeDuplicate) == 1+n
+	}, "every copy handled")
+	assert.Equal(t, 2, total(points.OutcomeApplied), "one credit, one reversal")
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:50": 77, "order-refunded:50": -77}},
+		accountOf(t, env, 1))
+}
+
+// A reversal that does not validate is poison like a bad order.paid, and so is a routing key the
+// consumer does not know: retried to the delivery limit, dead-lettered, never applied.
+func TestReversalPoisonAndUnknownRoutingKeyAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env, "order.shipped")
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+
+	wrongPoints := orderRefunded(60, 1, 1000)
+	wrongPoints.Points = 11 // 1000 cents earn 10
+	pub.refunded(wrongPoints)
+	noUser := orderRefunded(61, 0, 1000)
+	pub.refunded(noUser)
+	body, err := json.Marshal(orderPaid(62, 1, 1000)) // a good body under a key nobody handles
+	require.NoError(t, err)
+	pub.rawTo("order.shipped", uuid.NewString(), body)
+	pub.event(orderPaid(63, 1, 1000)) // a good message among them still goes through
+
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 20*time.Second, func() bool { return queueDepth(t, ch, top.DeadLetterQueue) == 3 }, "three poisons in the DLQ")
+	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeDeadLettered) == 3 }, "counted")
+	assert.Equal(t, 3*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
+	assert.Equal(t, account{Balance: 10, Ledger: map[string]int64{"order-paid:63": 10}}, accountOf(t, env, 1))
+	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
+}

@@ -96,6 +96,7 @@ func Scenarios() []Scenario {
 		{"S9", "Redis down during a callback storm", "(n/a)", "no duplicate effects; degraded latency", runS9},
 		{"S10", "same key, different payload", "second payload silently replays", "422", runS10},
 		{"S11", "SETNX claim, then crash before commit (claim-first dedup)", "message dropped, points lost", "lease expires; credited once", runS11},
+		{"S12", "a refund delivered before the SUCCESS it refunds", "order ends PAID, stock taken, points credited, though the platform refunded it", "order REFUNDED; stock and points back once", runS12},
 	}
 }
 
@@ -109,7 +110,7 @@ func Select(ids []string) ([]Scenario, error) {
 	for _, id := range ids {
 		i := slices.IndexFunc(all, func(s Scenario) bool { return strings.EqualFold(s.ID, id) })
 		if i < 0 {
-			return nil, fmt.Errorf("unknown scenario %q (want all or S1..S11)", id)
+			return nil, fmt.Errorf("unknown scenario %q (want all or S1..S12)", id)
 		}
 		out = append(out, all[i])
 	}

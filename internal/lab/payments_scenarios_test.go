@@ -1,12 +1,17 @@
 package lab_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/lab"
+	"idemshop/internal/payments"
 	"idemshop/internal/platform/config"
 )
 
@@ -84,4 +89,109 @@ func TestS9(t *testing.T) {
 		assert.Positive(t, g[side+"p50_us"], side)
 		assert.GreaterOrEqual(t, g[side+"p99_us"], g[side+"p50_us"], side)
 	}
+}
+
+// TestS12: a full refund delivered before the SUCCESS it refunds. Besides what the lab measured, the
+// test sends the same two signed events itself, on an order of its own, through each route, and reads
+// the rows back with a query of its own.
+func TestS12(t *testing.T) {
+	t.Parallel()
+	env := newLabEnv(t, nil)
+	r := runScenario(t, env, "S12")
+	u, g := r.Unsafe.Measured, r.Guarded.Measured
+	assert.EqualValues(t, 1, u["status_paid"])
+	assert.EqualValues(t, -2, u["stock_delta"])
+	assert.EqualValues(t, 1, u["order_paid_rows"])
+	assert.EqualValues(t, 0, u["order_refunded_rows"])
+	assert.EqualValues(t, 0, u["refund_events"], "the early refund was dropped")
+	assert.EqualValues(t, 0, u["refunded_cents"])
+	assert.EqualValues(t, 1, g["status_refunded"])
+	assert.EqualValues(t, 0, g["stock_delta"])
+	assert.EqualValues(t, 1, g["order_paid_rows"])
+	assert.EqualValues(t, 1, g["order_refunded_rows"])
+	assert.EqualValues(t, 1, g["refund_events"])
+	assert.EqualValues(t, g["amount_cents"], g["refunded_cents"])
+	assert.EqualValues(t, 0, g["points_delta"], "credited, then reversed")
+
+	// Unsafe: the refund is answered "stale" and recorded nowhere; the SUCCESS pays, takes 2 units and
+	// credits the points, and nothing gives them back.
+	o, got := s12Replay(t, env, "/lab/unsafe/s12/payments/callback")
+	assert.Equal(t, "PAID", got.Status)
+	assert.Equal(t, "stale", got.RefundOutcome)
+	assert.Equal(t, "applied", got.SuccessOutcome)
+	assert.EqualValues(t, -2, got.Stock-100)
+	assert.EqualValues(t, 1, got.PaidRows)
+	assert.EqualValues(t, 0, got.RefundedRows)
+	assert.EqualValues(t, 0, got.RefundedCents)
+	assert.EqualValues(t, o.AmountCents/100, got.Balance)
+
+	// Guarded: the refund is "recorded"; the SUCCESS pays and, finding it, refunds in the same
+	// transaction: stock back, order.paid and order.refunded once each, points credited and reversed.
+	o, got = s12Replay(t, env, "/v1/payments/callback")
+	assert.Equal(t, "REFUNDED", got.Status)
+	assert.Equal(t, "recorded", got.RefundOutcome)
+	assert.Equal(t, "applied", got.SuccessOutcome)
+	assert.EqualValues(t, 0, got.Stock-100)
+	assert.EqualValues(t, 1, got.PaidRows)
+	assert.EqualValues(t, 1, got.RefundedRows)
+	assert.EqualValues(t, o.AmountCents, got.RefundedCents)
+	assert.EqualValues(t, 0, got.Balance)
+}
+
+// s12Rows is what TestS12 reads back of its own order.
+type s12Rows struct {
+	Status         string
+	RefundedCents  int64
+	Stock          int64
+	PaidRows       int64
+	RefundedRows   int64
+	RefundOutcome  string
+	SuccessOutcome string
+	Balance        int64
+}
+
+// s12Replay creates an order of 2 units (stock 100) for a fresh lab user, posts the platform's REFUNDED
+// then its SUCCESS to path, waits until the outbox rows are published and consumed, reads the rows and
+// deletes them.
+func s12Replay(t *testing.T, env *lab.Env, path string) (lab.Order, s12Rows) {
+	t.Helper()
+	ctx := context.Background()
+	f, err := env.NewFixture(ctx, "S12-test")
+	require.NoError(t, err)
+	product, err := f.Product(ctx, 100, 1250)
+	require.NoError(t, err)
+	o, resp, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s12-test-%d", time.Now().UnixNano()), product, 2)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+	defer func() {
+		require.NoError(t, env.DB.Exec(`DELETE FROM order_refund_events WHERE order_id = ?`, o.ID).Error)
+		require.NoError(t, f.Close(ctx))
+	}()
+	for _, cb := range []payments.Callback{
+		lab.Callback(o.ID, payments.StatusRefunded, o.AmountCents, fmt.Sprintf("s12-test-%d-refund", o.ID)),
+		lab.Callback(o.ID, payments.StatusSuccess, o.AmountCents, fmt.Sprintf("s12-test-%d-success", o.ID)),
+	} {
+		resp, err := env.PostCallback(ctx, path, cb)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.Status, "%s %s: %s", path, cb.Status, resp.Body)
+	}
+	// Settled: every outbox row of the order published, and as many ledger rows as outbox rows.
+	assert.Eventually(t, func() bool {
+		var pending int64
+		err := env.DB.Raw(`SELECT
+			  (SELECT count(*) FROM outbox WHERE (payload->>'order_id')::bigint = @o AND published_at IS NULL)
+			+ (SELECT count(*) FROM outbox WHERE (payload->>'order_id')::bigint = @o)
+			- (SELECT count(*) FROM points_ledger WHERE biz_id IN ('order-paid:' || CAST(@o AS bigint), 'order-refunded:' || CAST(@o AS bigint)))`,
+			map[string]any{"o": o.ID}).Scan(&pending).Error
+		return assert.NoError(t, err) && pending == 0
+	}, 15*time.Second, 20*time.Millisecond, "%s: outbox published and consumed", path)
+	var got s12Rows
+	require.NoError(t, env.DB.Raw(`SELECT o.status, o.refunded_cents, p.stock,
+		  (SELECT count(*) FROM outbox x WHERE x.routing_key = 'order.paid' AND (x.payload->>'order_id')::bigint = o.id) AS paid_rows,
+		  (SELECT count(*) FROM outbox x WHERE x.routing_key = 'order.refunded' AND (x.payload->>'order_id')::bigint = o.id) AS refunded_rows,
+		  (SELECT string_agg(outcome, ',') FROM payment_callbacks c WHERE c.order_id = o.id AND c.status = 'REFUNDED') AS refund_outcome,
+		  (SELECT string_agg(outcome, ',') FROM payment_callbacks c WHERE c.order_id = o.id AND c.status = 'SUCCESS') AS success_outcome,
+		  COALESCE((SELECT balance FROM points_accounts a WHERE a.user_id = o.user_id), 0) AS balance
+		FROM orders o JOIN products p ON p.id = o.product_id WHERE o.id = ?`, o.ID).Scan(&got).Error)
+	return o, got
 }

@@ -25,7 +25,8 @@ type labParts struct {
 // never by default. Unsafe routes live under /lab/unsafe.
 func mountLab(p labParts) error {
 	p.d.Logger.Warn("LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production")
-	p.callbacks.MountUnsafe(p.e) // S1
+	p.callbacks.MountUnsafe(p.e)            // S1
+	p.callbacks.MountUnsafeEarlyRefund(p.e) // S12
 	for _, mount := range []func(labParts) error{mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench} {
 		if err := mount(p); err != nil {
 			return err

@@ -49,3 +49,38 @@ func (s *Service) applyUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o o
 	}
 	return OutcomeApplied, "unsafe: applied without a guard", nil
 }
+
+// LAB ONLY — a refund delivered before the SUCCESS it refunds (lab scenario S12), as the handler was
+// before refunds became facts. The platform refunds a payment and its REFUNDED event overtakes the
+// SUCCESS (a delayed delivery, a resend after a timeout): the order is still PENDING or PAYING. The old
+// rule honoured a refund only as a move of a PAID order to REFUNDED and answered anything else 200
+// "stale", so the refund was acknowledged (the platform never sends it again) and recorded nowhere.
+// The SUCCESS that follows then marks the order PAID, takes the stock and credits the points, and
+// nothing is left to give them back: the customer has their money and the goods. Mounted only with
+// ORDERS_LAB=true, at POST /lab/unsafe/s12/payments/callback. Compare applyEarlyRefundUnsafe with
+// applyWithStock in callback.go: the only difference is the status check in front of the refund; the
+// guarded handler records every refund whatever the order's status (order_refund_events,
+// orders.refunded_cents), and settleSuccess refunds the order when it finds that refund there.
+
+// HandleUnsafeEarlyRefund is Handle with the pre-fix refund rule. Signature, parsing, amount checks,
+// the resend fast path, the efficiency lock and the audit row are the same.
+func (s *Service) HandleUnsafeEarlyRefund(ctx context.Context, signature string, raw []byte) (Outcome, error) {
+	return s.handle(ctx, signature, raw, s.applyEarlyRefundUnsafe, true)
+}
+
+// applyEarlyRefundUnsafe drops a REFUNDED event for an order that is neither PAID nor REFUND_REQUIRED:
+// 200 "stale", nothing recorded. Every other event goes through the guarded steps of apply.
+func (s *Service) applyEarlyRefundUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
+	if cb.Status == StatusRefunded {
+		current, err := currentStatus(ctx, tx, o.ID)
+		if err != nil {
+			return "", "", err
+		}
+		// The missing guard: a refund is a fact about money, not a transition that needs the right
+		// status. Here it is treated as one, and a refund that came early is lost.
+		if current != orders.StatusPaid && current != orders.StatusRefundRequired {
+			return OutcomeStale, "unsafe: refund for a " + string(current) + " order dropped", nil
+		}
+	}
+	return s.apply(ctx, tx, cb, o)
+}

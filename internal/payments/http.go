@@ -39,6 +39,12 @@ func (h *Handler) MountUnsafe(e *echo.Echo) {
 	e.POST("/lab/unsafe/payments/callback", serveCallback(h.svc.HandleUnsafe))
 }
 
+// MountUnsafeEarlyRefund adds the lab's S12 twin, POST /lab/unsafe/s12/payments/callback, where a refund
+// that arrives before its order is PAID is acknowledged and dropped. Lab mode only.
+func (h *Handler) MountUnsafeEarlyRefund(e *echo.Echo) {
+	e.POST("/lab/unsafe/s12/payments/callback", serveCallback(h.svc.HandleUnsafeEarlyRefund))
+}
+
 // callbackAck is what the platform waits for: any 2xx with this body stops its retries.
 var callbackAck = map[string]string{"result": "success"}
 

@@ -192,7 +192,7 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 			} `json:"scenarios"`
 		}
 		require.NoError(t, json.Unmarshal(out, &rep))
-		require.Len(t, rep.Scenarios, 11)
+		require.Len(t, rep.Scenarios, 12)
 		for _, sc := range rep.Scenarios {
 			assert.Empty(t, sc.Error, sc.ID)
 			assert.True(t, sc.Unsafe.Reproduced, "%s unsafe side reproduced", sc.ID)

@@ -60,6 +60,7 @@ func (f *Fixture) Close(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	stmts := []string{
 		`DELETE FROM refund_requests WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,
+		`DELETE FROM order_refund_events WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,
 		`DELETE FROM payment_callbacks WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,
 		`DELETE FROM outbox WHERE (payload->>'user_id')::bigint = @u`,
 		`DELETE FROM coupons WHERE user_id = @u`,

@@ -238,6 +238,7 @@ func TestReversalPoisonAndUnknownRoutingKeyAreDeadLettered(t *testing.T) {
 	ch := channel(t, env.AMQPURL)
 	waitFor(t, 20*time.Second, func() bool { return queueDepth(t, ch, top.DeadLetterQueue) == 3 }, "three poisons in the DLQ")
 	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeDeadLettered) == 3 }, "counted")
+	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "the good one applied")
 	assert.Equal(t, 3*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
 	assert.Equal(t, account{Balance: 10, Ledger: map[string]int64{"order-paid:63": 10}}, accountOf(t, env, 1))
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))

@@ -66,6 +66,10 @@ type Snapshot struct {
 
 	Queues   []QueueDepth
 	QueueErr string // the broker could not be inspected
+
+	// Answered is what the clients were told: every order a create answered 201 for, with the
+	// payment id a pay answered 201 with ("" if none).
+	Answered map[int64]string
 }
 
 // QueueDepth is the ready messages of one queue.
@@ -269,6 +273,28 @@ func Check(s Snapshot) []Violation {
 		}
 	}
 
+	// What the clients were told holds: their orders exist, their payments exist for those orders.
+	byID := map[string]Payment{}
+	for _, p := range s.Payments {
+		byID[p.ID] = p
+	}
+	for _, id := range sortedKeys(s.Answered) {
+		subject := fmt.Sprintf("order %d", id)
+		if _, ok := orders[id]; !ok {
+			add("answered orders exist", subject, "a create answered 201 with it, the shop has no such order")
+			continue
+		}
+		pid := s.Answered[id]
+		if pid == "" {
+			continue
+		}
+		if p, ok := byID[pid]; !ok {
+			add("answered payments exist", subject, "a pay answered 201 with payment %s, the platform has none", pid)
+		} else if p.MerchantOrderNo != strconv.FormatInt(id, 10) {
+			add("answered payments exist", subject, "a pay answered 201 with payment %s, which is order %s's", pid, p.MerchantOrderNo)
+		}
+	}
+
 	// Outbox rows of unknown orders (order_id missing or not an order).
 	for oid, c := range outbox {
 		if _, ok := orders[oid]; !ok {
@@ -350,13 +376,14 @@ type snapshotter struct {
 	amqpURL      string
 	topology     rabbitmq.Topology
 	initialStock map[int64]int64
+	answered     map[int64]string
 	// perOrder is set once the platform turned out to have no GET /admin/payments: the payments are
 	// then read one order at a time through the query API (no refund list).
 	perOrder bool
 }
 
 func (sn *snapshotter) take(ctx context.Context) (Snapshot, error) {
-	s := Snapshot{InitialStock: sn.initialStock, Stock: map[int64]int64{}, Balances: map[int64]int64{}}
+	s := Snapshot{InitialStock: sn.initialStock, Stock: map[int64]int64{}, Balances: map[int64]int64{}, Answered: sn.answered}
 	conn, err := pgx.Connect(ctx, sn.dbURL)
 	if err != nil {
 		return s, fmt.Errorf("connect to the run's database: %w", err)

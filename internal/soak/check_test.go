@@ -51,7 +51,8 @@ func converged() Snapshot {
 			{ID: 3, RoutingKey: "order.refunded", OrderID: 2, Published: true},
 			{ID: 4, RoutingKey: "order.paid", OrderID: 7, Published: true},
 		},
-		Queues: []QueueDepth{{Name: "q", Ready: 0}, {Name: "q.dlq", Ready: 0}},
+		Queues:   []QueueDepth{{Name: "q", Ready: 0}, {Name: "q.dlq", Ready: 0}},
+		Answered: map[int64]string{1: "pay_1", 2: "pay_2", 4: "", 8: "pay_8"},
 	}
 }
 
@@ -158,6 +159,9 @@ func TestCheckFindsEachDivergence(t *testing.T) {
 		}, "no open idempotency key", "key 5"},
 		{"queue not drained", func(s *Snapshot) { s.Queues[0].Ready = 3 }, "queues empty", "queue q"},
 		{"dead letters", func(s *Snapshot) { s.Queues[1].Ready = 1 }, "queues empty", "queue q.dlq"},
+		{"an answered order is missing", func(s *Snapshot) { s.Answered[42] = "" }, "answered orders exist", "order 42"},
+		{"an answered payment is missing", func(s *Snapshot) { s.Answered[4] = "pay_404" }, "answered payments exist", "order 4"},
+		{"an answered payment is another order's", func(s *Snapshot) { s.Answered[4] = "pay_1" }, "answered payments exist", "order 4"},
 		{"broker unreachable", func(s *Snapshot) { s.QueueErr = "dial" }, "queues empty", "broker"},
 	}
 	for _, c := range cases {

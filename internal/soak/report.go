@@ -28,6 +28,7 @@ type Report struct {
 	PaymentStatus map[string]int `json:"payment_statuses"`
 	Refunds       int            `json:"refunds"`            // at the platform (0 when it cannot list them)
 	BackOffice    map[string]int `json:"backoffice_refunds"` // by kind: full, split, partial
+	ShopRefunds   map[string]int `json:"shop_refunds"`       // the shop's own refund requests, by reason
 	RefundRefused map[string]int `json:"refunds_refused,omitempty"`
 	ClientOutcome map[string]int `json:"client_outcomes"`
 
@@ -84,7 +85,7 @@ func (r *Report) Print(w io.Writer) {
 	line("run", fmt.Sprintf("%gs, %d clients, faults %s, chaos %s", r.DurationS, r.Clients, r.Faults, chaos))
 	line("orders", fmt.Sprintf("%d created; shop: %s", r.OrdersCreated, counts(r.OrderStatuses)))
 	line("payments", fmt.Sprintf("%d at the platform: %s", r.Payments, counts(r.PaymentStatus)))
-	refunds := fmt.Sprintf("%d at the platform; back-office: %s", r.Refunds, counts(r.BackOffice))
+	refunds := fmt.Sprintf("%d at the platform; back-office: %s; shop: %s", r.Refunds, counts(r.BackOffice), counts(r.ShopRefunds))
 	if len(r.RefundRefused) > 0 {
 		refunds += "; refused: " + counts(r.RefundRefused)
 	}

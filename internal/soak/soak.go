@@ -209,6 +209,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.OrdersCreated = len(w.created)
 	rep.ClientErrors, rep.ErrorsByCode, rep.ClientOutcome = w.errors, w.byCode, w.outcomes
 	rep.BackOffice, rep.RefundRefused = w.refunds, w.refundNote
+	answered := w.created
 	found := append([]Violation{}, w.violations...)
 	w.mu.Unlock()
 	for _, p := range st.procs() {
@@ -221,7 +222,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	// delivery still on its way must not undo a passing check), or the bound ends. The time to converge
 	// is that of the first of the two passes.
 	sn := &snapshotter{plat: plat, dbURL: st.dbURL, amqpURL: o.AMQPURL, initialStock: initial,
-		topology: rabbitmq.OrderPaidTopology().WithPrefix(st.prefix)}
+		topology: rabbitmq.OrderPaidTopology().WithPrefix(st.prefix), answered: answered}
 	deadline := faultStop.Add(o.Converge)
 	var last []Violation
 	var snap Snapshot
@@ -289,6 +290,10 @@ func summarize(rep *Report, s Snapshot) {
 		rep.PaymentStatus[st]++
 	}
 	rep.Refunds = len(s.Refunds)
+	rep.ShopRefunds = map[string]int{}
+	for _, r := range s.RefundRequests {
+		rep.ShopRefunds[r.Reason]++
+	}
 }
 
 // waitUntil waits for t; false when the faults stopped or ctx ended first.

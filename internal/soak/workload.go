@@ -23,7 +23,8 @@ const (
 	doublePercent  = 15 // create orders submitted twice at once
 	doublePayPct   = 10 // pays submitted twice at once
 	refundPercent  = 30 // paid orders the back-office refunds (full, split or partial)
-	flashOneInN    = 20 // the low-stock product is chosen once in this many orders
+	slowPayPercent = 15 // orders paid 0.2..2 s after they were created (a payer who hesitates)
+	flashOneInN    = 12 // the low-stock product is chosen once in this many orders
 	thinkTimeMaxMS = 50
 )
 
@@ -50,18 +51,18 @@ type workload struct {
 	products  []product // products[0] is the flash product when there is one
 
 	mu         sync.Mutex
-	created    map[int64]bool
-	errors     map[string]int // client-visible non-2xx answers by status ("conn" for no answer)
-	byCode     map[string]int // the same by "status code" (e.g. "409 idempotency_key_in_use")
-	outcomes   map[string]int // how each order's life ended for its client
-	refunds    map[string]int // back-office refunds by kind: full, split, partial
-	refundNote map[string]int // refunds the platform refused, by answer
+	created    map[int64]string // order id -> the payment id a pay answered ("" if none)
+	errors     map[string]int   // client-visible non-2xx answers by status ("conn" for no answer)
+	byCode     map[string]int   // the same by "status code" (e.g. "409 idempotency_key_in_use")
+	outcomes   map[string]int   // how each order's life ended for its client
+	refunds    map[string]int   // back-office refunds by kind: full, split, partial
+	refundNote map[string]int   // refunds the platform refused, by answer
 	violations []invariants.Violation
 }
 
 func newWorkload(ordersURL string, plat *platform, timeout time.Duration, users []user, products []product) *workload {
 	return &workload{ordersURL: ordersURL, plat: plat, http: newHTTPClient(timeout), users: users, products: products,
-		created: map[int64]bool{}, errors: map[string]int{}, byCode: map[string]int{}, outcomes: map[string]int{},
+		created: map[int64]string{}, errors: map[string]int{}, byCode: map[string]int{}, outcomes: map[string]int{},
 		refunds: map[string]int{}, refundNote: map[string]int{}}
 }
 
@@ -138,6 +139,8 @@ func (c *client) order(ctx context.Context, n int) {
 	refundKind := []string{"full", "split", "partial"}[c.rng.IntN(3)]
 	split := c.rng.Float64()
 	refundGap := time.Duration(c.rng.IntN(301)) * time.Millisecond
+	slowPay := c.rng.IntN(100) < slowPayPercent
+	payDelay := between(c.rng, 200*time.Millisecond, 2*time.Second)
 	backoffSeed := c.rng.Uint64()
 	bo := mrand.New(mrand.NewPCG(backoffSeed, pcgStream))
 
@@ -162,9 +165,14 @@ func (c *client) order(ctx context.Context, n int) {
 		return
 	}
 	c.w.mu.Lock()
-	c.w.created[id] = true
+	c.w.created[id] = ""
 	c.w.mu.Unlock()
 
+	// A hesitating payer widens the window between the stock check at create and the decrement at
+	// payment: that is how an order of the low-stock product ends up REFUND_REQUIRED.
+	if slowPay {
+		sleep(ctx, payDelay)
+	}
 	payKey := fmt.Sprintf("soak-c%d-%d-pay", c.id, n)
 	pays := c.twice(doublePay, func() result {
 		pid, res := c.pay(ctx, auth, id, payKey, bo)
@@ -181,6 +189,11 @@ func (c *client) order(ctx context.Context, n int) {
 		}
 	}
 	c.w.outcome("pay " + pays[0].result)
+	if pid != "" {
+		c.w.mu.Lock()
+		c.w.created[id] = pid
+		c.w.mu.Unlock()
+	}
 	if pid == "" || !refund || p.Flash {
 		return
 	}

@@ -252,19 +252,12 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 
 // Run calls RunOnce every interval until ctx is done.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			rep, err := r.RunOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.logger.Error("reconcile run failed", "err", err)
-			} else if rep.Orders[ReconcileChanged]+rep.Records[ReconcileChanged] > 0 {
-				r.logger.Info("reconciler moved orders to the platform's state", "orders", rep.Orders, "records", rep.Records)
-			}
+	every(ctx, interval, func() {
+		rep, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.logger.Error("reconcile run failed", "err", err)
+		} else if rep.Orders[ReconcileChanged]+rep.Records[ReconcileChanged] > 0 {
+			r.logger.Info("reconciler moved orders to the platform's state", "orders", rep.Orders, "records", rep.Records)
 		}
-	}
+	})
 }

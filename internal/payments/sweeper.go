@@ -104,6 +104,18 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 
 // Run calls RunOnce every interval until ctx is done.
 func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() {
+		done, err := s.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.logger.Error("sweeper run failed", "err", err)
+		} else if len(done) > 0 {
+			s.logger.Info("sweeper repaired pay records", "results", done)
+		}
+	})
+}
+
+// every calls fn every interval until ctx is done (the sweeper's and the reconciler's loop).
+func every(ctx context.Context, interval time.Duration, fn func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -111,12 +123,7 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			done, err := s.RunOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.logger.Error("sweeper run failed", "err", err)
-			} else if len(done) > 0 {
-				s.logger.Info("sweeper repaired pay records", "results", done)
-			}
+			fn()
 		}
 	}
 }

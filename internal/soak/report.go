@@ -44,8 +44,9 @@ type Report struct {
 	ConvergeLimitS  float64 `json:"converge_limit_s"`
 	Checks          int     `json:"checks"` // convergence checks run
 
-	Violations     []Violation `json:"violations"` // the first 20
-	ViolationCount int         `json:"violation_count"`
+	Violations     []Violation    `json:"violations"` // the first 20
+	ViolationCount int            `json:"violation_count"`
+	ByCheck        map[string]int `json:"violations_by_check"` // all of them, by rule
 
 	Notes []string `json:"notes,omitempty"`
 	Logs  string   `json:"logs,omitempty"` // the services' logs, kept when the run failed
@@ -136,7 +137,7 @@ func (r *Report) Print(w io.Writer) {
 	if r.ViolationCount == 0 {
 		line("violations", "0")
 	} else {
-		line("violations", fmt.Sprintf("%d (the first %d below)", r.ViolationCount, min(r.ViolationCount, maxListed)))
+		line("violations", fmt.Sprintf("%d: %s; the first %d:", r.ViolationCount, counts(r.ByCheck), min(r.ViolationCount, maxListed)))
 		for _, v := range r.Violations {
 			for i, l := range wrap(v.String(), width-6) {
 				if i == 0 {

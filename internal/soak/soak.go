@@ -269,6 +269,10 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	found = append(found, last...)
 	rep.ViolationCount = len(found)
+	rep.ByCheck = map[string]int{}
+	for _, v := range found {
+		rep.ByCheck[v.Check]++
+	}
 	rep.Violations = found[:min(len(found), maxListed)]
 	summarize(rep, snap)
 	return rep, nil

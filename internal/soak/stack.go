@@ -18,10 +18,11 @@ import (
 )
 
 // Shop settings for a fast soak: short sweeps, leases and timeouts, so that the shop's repair loops
-// run many times within a minute. RECONCILE_* are passed whether or not orders knows them yet.
+// run many times within a minute. The reconciler compares an order again after 5 s (not 10 m), so a
+// refund whose callbacks were all lost during a kill is found within the quiescence wait.
 var ordersSettings = []string{
 	"SWEEP_INTERVAL=500ms", "PAY_LEASE=2s", "PAYMENTS_TIMEOUT=1s",
-	"RECONCILE_INTERVAL=1s", "RECONCILE_GRACE=2s",
+	"RECONCILE_INTERVAL=1s", "RECONCILE_GRACE=2s", "RECONCILE_RECHECK=5s",
 	"IDEMPOTENCY_INFLIGHT_TTL=3s", "SHUTDOWN_TIMEOUT=5s", "DB_MAX_CONNS=10",
 	"AMQP_RECONNECT_MAX=2s",
 }

@@ -91,7 +91,7 @@ func New(d Deps) (*App, error) {
 		return nil, err
 	}
 
-	e := httpserver.New(d.Logger, d.Registry, cfg.BodyLimitBytes)
+	e := httpserver.New(d.Logger, d.Registry, cfg.BodyLimitBytes, postgres.TranslateError)
 	httpserver.MountOps(e, d.Registry, cfg.ReadyProbeTimeout,
 		httpserver.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error {
 			return postgres.Ping(ctx, d.DB)

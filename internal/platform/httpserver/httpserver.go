@@ -35,13 +35,14 @@ type Config struct {
 
 // New returns an Echo instance with the shared middleware chain. Every request gets an X-Request-ID
 // (kept from the client when present) and a logger carrying it, reachable with logging.From(ctx).
-func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64) *echo.Echo {
+// translate classifies errors no handler did (problem.Handler); orders passes postgres.TranslateError.
+func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, translate ...func(error) error) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = problem.Handler(func(c echo.Context) *slog.Logger {
 		return logging.From(c.Request().Context())
-	})
+	}, translate...)
 
 	reqDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idemshop_http_request_duration_seconds",

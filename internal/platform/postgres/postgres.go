@@ -5,10 +5,13 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +23,7 @@ import (
 	"gorm.io/gorm"
 	gormlogger "gorm.io/gorm/logger"
 
+	"idemshop/internal/platform/problem"
 	"idemshop/migrations"
 )
 
@@ -177,22 +181,54 @@ func EnsureAndMigrate(ctx context.Context, url string, logger *slog.Logger) erro
 var (
 	// ErrDuplicate is a unique violation (SQLSTATE 23505).
 	ErrDuplicate = errors.New("duplicate key")
-	// ErrLockTimeout is a lock wait that exceeded lock_timeout (SQLSTATE 55P03).
+	// ErrLockTimeout is a lock wait that exceeded lock_timeout (SQLSTATE 55P03). It is also transient.
 	ErrLockTimeout = errors.New("lock wait timed out")
+	// ErrTransient is a failure that says nothing about the request, only about now: a lock or statement
+	// timeout, a serialization failure, a deadlock, a lost or refused connection, too many connections,
+	// a server shutting down. The transaction rolled back, so nothing was written, and the same request
+	// may succeed in a moment: 503 unavailable with Retry-After (never 500).
+	ErrTransient = problem.ErrUnavailable.WithRetryAfter(time.Second)
 )
+
+// transientCodes are the SQLSTATEs of ErrTransient (PostgreSQL manual, appendix A); class 08, connection
+// exceptions, is matched by its prefix.
+var transientCodes = map[string]bool{
+	"55P03": true, // lock_not_available (lock_timeout)
+	"57014": true, // query_canceled (statement_timeout)
+	"40001": true, // serialization_failure
+	"40P01": true, // deadlock_detected
+	"53300": true, // too_many_connections
+	"57P01": true, // admin_shutdown (also pg_terminate_backend)
+	"57P02": true, // crash_shutdown
+	"57P03": true, // cannot_connect_now (starting up)
+}
 
 // TranslateError maps driver errors to the sentinels above, wrapped so the original stays in the chain
 // for logs. Other errors are returned unchanged.
 func TranslateError(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
+		if err != nil && connectionLost(err) {
+			return fmt.Errorf("%w: connection: %w", ErrTransient, err)
+		}
 		return err
 	}
-	switch pgErr.Code {
-	case "23505":
+	switch {
+	case pgErr.Code == "23505":
 		return fmt.Errorf("%w: %s: %w", ErrDuplicate, pgErr.ConstraintName, err)
-	case "55P03":
-		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+	case pgErr.Code == "55P03":
+		return fmt.Errorf("%w: %w: %w", ErrLockTimeout, ErrTransient, err)
+	case transientCodes[pgErr.Code] || strings.HasPrefix(pgErr.Code, "08"):
+		return fmt.Errorf("%w: SQLSTATE %s: %w", ErrTransient, pgErr.Code, err)
 	}
 	return err
+}
+
+// connectionLost reports a failure to reach or keep the server that carries no SQLSTATE: a refused
+// dial, a connection closed under a statement, a pool that could not hand out a connection in time.
+func connectionLost(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) ||
+		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }

@@ -113,17 +113,28 @@ func Write(c echo.Context, pe *Error) error {
 }
 
 // Handler returns the Echo HTTPErrorHandler: every error a handler or middleware returns ends here.
-// Internal errors are logged with their cause; the client sees only the stable code.
-func Handler(logger func(echo.Context) *slog.Logger) echo.HTTPErrorHandler {
+// Internal errors are logged with their cause; the client sees only the stable code. translate (e.g.
+// postgres.TranslateError) classifies an error nothing else did: a lock timeout deep in a handler is
+// then a 503 with Retry-After, not a 500. Transient conditions are logged at WARN, not ERROR.
+func Handler(logger func(echo.Context) *slog.Logger, translate ...func(error) error) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
 		pe := Resolve(err)
+		for _, tr := range translate {
+			if pe.Kind != KindInternal {
+				break
+			}
+			pe = Resolve(tr(err))
+		}
 		lg := logger(c)
-		if pe.Kind == KindInternal {
+		switch pe.Kind {
+		case KindInternal:
 			lg.Error("request failed", "err", err)
-		} else {
+		case KindUnavailable:
+			lg.Warn("request failed for now", "code", pe.Code, "err", err)
+		default:
 			lg.Debug("request refused", "code", pe.Code, "err", err)
 		}
 		if werr := Write(c, pe); werr != nil {

@@ -1,0 +1,34 @@
+package postgres_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/problem"
+)
+
+// The one classification of transient database errors: each becomes 503 unavailable with Retry-After;
+// a data error stays what it is.
+func TestTranslateErrorTransient(t *testing.T) {
+	t.Parallel()
+	for _, code := range []string{"55P03", "57014", "40001", "40P01", "53300", "57P01", "57P02", "57P03", "08006", "08001"} {
+		err := postgres.TranslateError(fmt.Errorf("insert order: %w", &pgconn.PgError{Code: code}))
+		pe := problem.Resolve(err)
+		assert.Equal(t, problem.KindUnavailable, pe.Kind, code)
+		assert.Positive(t, pe.RetryAfter, code)
+		assert.ErrorIs(t, err, postgres.ErrTransient, code)
+	}
+	assert.ErrorIs(t, postgres.TranslateError(&pgconn.PgError{Code: "55P03"}), postgres.ErrLockTimeout)
+	assert.ErrorIs(t, postgres.TranslateError(&pgconn.PgError{Code: "23505"}), postgres.ErrDuplicate)
+	for _, code := range []string{"23503", "22021", "42601"} {
+		err := postgres.TranslateError(&pgconn.PgError{Code: code})
+		assert.False(t, errors.Is(err, postgres.ErrTransient), code)
+		assert.Equal(t, problem.KindInternal, problem.Resolve(err).Kind, code)
+	}
+	assert.Equal(t, problem.KindInternal, problem.Resolve(postgres.TranslateError(errors.New("a bug"))).Kind)
+}

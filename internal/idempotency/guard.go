@@ -92,24 +92,25 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 	settled := false
 	if g.marker != nil {
 		cl, heldFP, err := g.marker.acquire(ctx, s, fp)
-		switch {
-		case err != nil:
+		if err != nil {
+			// The database alone guards this key now. The SET may still have been applied (the answer
+			// was lost), so the release below runs all the same.
 			lg.Warn("in-flight marker unavailable; the database alone guards this key", "err", err)
-		case cl == nil:
-			return g.answerWhileHeld(c, route, s, fp, heldFP)
-		default:
-			defer func() {
-				if settled {
-					return
-				}
-				// Release even if the client went away: its retry must not meet a stale marker.
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				defer cancel()
-				if err := g.marker.release(rctx, cl); err != nil {
-					lg.Warn("in-flight marker not released; it expires with its lease", "err", err)
-				}
-			}()
 		}
+		if err == nil && cl == nil {
+			return g.answerWhileHeld(c, route, s, fp, heldFP)
+		}
+		defer func() {
+			if settled {
+				return
+			}
+			// Release even if the client went away: its retry must not meet a stale marker.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := g.marker.release(rctx, cl); err != nil {
+				lg.Warn("in-flight marker not released; it expires with its lease", "err", err)
+			}
+		}()
 	}
 
 	var (

@@ -38,6 +38,10 @@ func (m *inflight) redisKey(s Scope) string {
 
 // acquire sets the marker for s if nobody holds it. It returns the claim when it did, or the holder's
 // fingerprint when somebody else holds it. One round trip: SET NX GET answers with the old value.
+//
+// On an error it still returns the claim it tried to set: a timeout may come after Redis applied the
+// SET, and a marker nobody releases would refuse a corrected retry (422, another fingerprint) for a whole
+// lease. Releasing a claim that was never set is harmless: the release compares the unique value.
 func (m *inflight) acquire(ctx context.Context, s Scope, fingerprint string) (*claim, string, error) {
 	owner := make([]byte, 8)
 	_, _ = rand.Read(owner)
@@ -47,7 +51,7 @@ func (m *inflight) acquire(ctx context.Context, s Scope, fingerprint string) (*c
 		return c, "", nil // there was no value, so NX set ours
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("acquire in-flight marker: %w", err)
+		return c, "", fmt.Errorf("acquire in-flight marker: %w", err)
 	}
 	heldFP, _, _ := strings.Cut(old, "|")
 	return nil, heldFP, nil

@@ -6,17 +6,21 @@ package ordersapp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
 )
 
@@ -378,4 +382,44 @@ func TestFailureAfterKeyRowRollsBackBothAndRetrySucceeds(t *testing.T) {
 	assert.Empty(t, retry.Header.Get("Idempotent-Replayed"))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
 	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "state = 'COMPLETED'"))
+}
+
+// lostReplyHook lets Redis apply the first SET it sees (the in-flight marker) and then reports a
+// timeout, as a client whose REDIS_TIMEOUT ran out after the command reached the server would.
+type lostReplyHook struct{ lost atomic.Bool }
+
+func (*lostReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*lostReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lostReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		// SET NX GET answers nil (redis.Nil) when it set the key.
+		applied := err == nil || errors.Is(err, redis.Nil)
+		if applied && strings.EqualFold(cmd.Name(), "set") && h.lost.CompareAndSwap(false, true) {
+			return fmt.Errorf("i/o timeout (reply lost after the SET was applied): %w", context.DeadlineExceeded)
+		}
+		return err
+	}
+}
+
+// The in-flight marker's SET may be applied by Redis although the client timed out waiting for the
+// answer. The request then runs on the database alone; if it fails, its marker must still be released,
+// or the corrected retry (another fingerprint) would get 422 for the whole marker lease.
+func TestMarkerSetWhoseReplyWasLostIsReleased(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rdb, err := redisx.Open(env.RedisURL, time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(&lostReplyHook{})
+	rp := newReplica(t, env, replicaOpts{redis: rdb})
+
+	bad := rp.createOrder(alice, "lost-1", `{"product_id":1,"quantity":0}`)
+	require.Equal(t, http.StatusBadRequest, bad.Status, "%s", bad.Body)
+	assert.Zero(t, env.Redis.Exists(context.Background(), env.Prefix+fmt.Sprintf("idem:inflight:%d:lost-1", aliceID)).Val(),
+		"the marker whose SET reply was lost is released")
+	fixed := rp.createOrder(alice, "lost-1", mugOrder)
+	assert.Equal(t, http.StatusCreated, fixed.Status, "the corrected retry runs: %s", fixed.Body)
 }

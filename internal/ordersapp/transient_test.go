@@ -36,4 +36,3 @@ func TestCreateOrderOnALockedProductIs503(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "user_id = (SELECT id FROM users WHERE name = 'alice')"))
 }
-

@@ -60,11 +60,11 @@ func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
 
 	lg := gormlogger.Discard
 	if o.Logger != nil {
-		lg = gormlogger.NewSlogLogger(o.Logger, gormlogger.Config{
+		lg = handledLogger{Interface: gormlogger.NewSlogLogger(o.Logger, gormlogger.Config{
 			SlowThreshold: 500 * time.Millisecond, LogLevel: gormlogger.Warn, IgnoreRecordNotFoundError: true,
 			// Parameters carry tokens and personal data; logs get the SQL text only.
 			ParameterizedQueries: true,
-		})
+		}), logger: o.Logger}
 	}
 	db, err := gorm.Open(gormpg.New(gormpg.Config{Conn: sqlDB}), &gorm.Config{
 		// Each repository method opens the transaction it needs; GORM's implicit one per write is waste.
@@ -231,4 +231,36 @@ func connectionLost(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) ||
 		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
+}
+
+// handledLogger keeps GORM's ERROR lines for failures nobody handles. A statement that failed for a
+// transient reason (ErrTransient: the caller answers 503 or retries) is logged at WARN, and an expected
+// unique violation at DEBUG: an operator's ERROR lines must mean "look at this".
+type handledLogger struct {
+	gormlogger.Interface
+	logger *slog.Logger
+}
+
+func (l handledLogger) LogMode(level gormlogger.LogLevel) gormlogger.Interface {
+	return handledLogger{Interface: l.Interface.LogMode(level), logger: l.logger}
+}
+
+func (l handledLogger) Trace(ctx context.Context, begin time.Time, fc func() (string, int64), err error) {
+	if err != nil {
+		translated := TranslateError(err)
+		level := slog.LevelWarn
+		switch {
+		case errors.Is(translated, ErrDuplicate):
+			level = slog.LevelDebug
+		case errors.Is(translated, ErrTransient):
+		default:
+			l.Interface.Trace(ctx, begin, fc, err)
+			return
+		}
+		sql, rows := fc()
+		l.logger.Log(ctx, level, "statement failed (handled by its caller)", "err", err,
+			"elapsed_ms", time.Since(begin).Milliseconds(), "rows", rows, "sql", sql)
+		return
+	}
+	l.Interface.Trace(ctx, begin, fc, err)
 }

@@ -66,3 +66,31 @@ func TestTranslateError(t *testing.T) {
 	plain := fmt.Errorf("not a driver error")
 	assert.Equal(t, plain, postgres.TranslateError(plain))
 }
+
+// Handled conditions are not ERROR lines: a lock timeout (its caller answers 503 or 409) is a WARN, an
+// expected unique violation a DEBUG; a real failure (a syntax error) stays an ERROR.
+func TestHandledFailuresAreNotLoggedAsErrors(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	out := &testenv.Output{}
+	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{LockTimeout: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	defer postgres.Close(db)
+
+	tx := env.DB.Begin()
+	require.NoError(t, tx.Exec(`SELECT 1 FROM products WHERE id = 1 FOR UPDATE`).Error)
+	err = db.Exec(`UPDATE products SET stock = stock WHERE id = 1`).Error
+	require.ErrorIs(t, postgres.TranslateError(err), postgres.ErrLockTimeout)
+	require.NoError(t, tx.Rollback().Error)
+	err = db.Exec(`INSERT INTO users (name, token_hash) VALUES ('alice', 'x')`).Error
+	require.ErrorIs(t, postgres.TranslateError(err), postgres.ErrDuplicate)
+	lines := out.String()
+	assert.NotContains(t, lines, "level=ERROR", lines)
+	assert.Contains(t, lines, "level=WARN")
+	assert.Contains(t, lines, "level=DEBUG")
+
+	require.Error(t, db.Exec(`SELEC 1`).Error)
+	assert.Contains(t, out.String(), "level=ERROR", "an unhandled failure is still an ERROR")
+}

@@ -59,13 +59,15 @@ type Claim struct {
 // over until the counter catches up, which is slow but never wrong.)
 func (st *Store) Claim(ctx context.Context, s Scope, method, path, fp string, fence int64, lease time.Duration) (Claim, error) {
 	db := st.db.WithContext(ctx)
-	until := time.Now().Add(lease)
+	// The lease is computed, and later compared, on the database's clock alone: an application clock
+	// that runs ahead or behind must not make a live holder look dead, or a dead one alive.
+	secs := lease.Seconds()
 	var rec Record
 	res := db.Raw(`INSERT INTO idempotency_keys
 			(user_id, idempotency_key, method, path, fingerprint, state, fence, locked_until)
-		VALUES (?, ?, ?, ?, ?, ?, GREATEST(?, 1), ?)
+		VALUES (?, ?, ?, ?, ?, ?, GREATEST(?, 1), now() + make_interval(secs => ?))
 		ON CONFLICT (user_id, idempotency_key) DO NOTHING
-		RETURNING *`, s.UserID, s.Key, method, path, fp, StateProcessing, fence, until).Scan(&rec)
+		RETURNING *`, s.UserID, s.Key, method, path, fp, StateProcessing, fence, secs).Scan(&rec)
 	if res.Error != nil {
 		return Claim{}, fmt.Errorf("claim idempotency record: %w", res.Error)
 	}
@@ -75,13 +77,13 @@ func (st *Store) Claim(ctx context.Context, s Scope, method, path, fp string, fe
 	// The record exists. Take it over only if nobody can still be working on it, and only with a
 	// token newer than the last one that wrote it.
 	res = db.Raw(`UPDATE idempotency_keys
-		SET state = ?, fence = CASE WHEN ? = 0 THEN fence + 1 ELSE ? END, locked_until = ?,
+		SET state = ?, fence = CASE WHEN ? = 0 THEN fence + 1 ELSE ? END, locked_until = now() + make_interval(secs => ?),
 		    attempts = attempts + 1, updated_at = now()
 		WHERE user_id = ? AND idempotency_key = ? AND fingerprint = ?
 		  AND (state = ? OR (state = ? AND locked_until < now()))
 		  AND (? = 0 OR fence < ?)
 		RETURNING *`,
-		StateProcessing, fence, fence, until, s.UserID, s.Key, fp,
+		StateProcessing, fence, fence, secs, s.UserID, s.Key, fp,
 		StateFailedRetryable, StateProcessing, fence, fence).Scan(&rec)
 	if res.Error != nil {
 		return Claim{}, fmt.Errorf("take over idempotency record: %w", res.Error)

@@ -504,3 +504,22 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 	assert.EqualValues(t, 1, mock.creates(t))
 }
+
+// The lease is set on the database's clock: locked_until is the database's now() plus PAY_LEASE, so
+// an application clock that runs ahead or behind cannot move it (the claim also compares it with now()).
+func TestPayLeaseIsOnTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.Chaos.CreateTimeoutRate = 1
+		c.CreateTimeoutDelay = 50 * time.Millisecond
+	})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 4*time.Second)})
+	id, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-clock").Status)
+	var left float64
+	require.NoError(t, env.DB.Raw(`SELECT EXTRACT(EPOCH FROM locked_until - now()) FROM idempotency_keys
+		WHERE idempotency_key = 'pay-clock'`).Scan(&left).Error)
+	assert.Greater(t, left, 2.0)
+	assert.LessOrEqual(t, left, 4.0)
+}

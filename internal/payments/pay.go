@@ -219,14 +219,15 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 	return p.record(ctx, c, route, *rec, o, payment, rpcErr)
 }
 
-// mayRunAgain: a record with the same fingerprint that failed retryably, or whose holder's lease ran
-// out, is taken over by the retry. Everything else is answered from the record.
+// mayRunAgain: a record with the same fingerprint that failed retryably, or that is PROCESSING, may be
+// taken over by the retry. Whether a PROCESSING holder's lease ran out is the claim's to decide, on the
+// database's clock (a live holder's record is then answered 409 from the record, as here). Everything
+// else is answered from the record.
 func mayRunAgain(rec idempotency.Record, fp string) bool {
 	if rec.Fingerprint != fp {
 		return false
 	}
-	return rec.State == idempotency.StateFailedRetryable ||
-		(rec.State == idempotency.StateProcessing && rec.LockedUntil != nil && rec.LockedUntil.Before(time.Now()))
+	return rec.State == idempotency.StateFailedRetryable || rec.State == idempotency.StateProcessing
 }
 
 // stillHeld reports whether the holder may write: the watchdog saw no loss, and one last renewal right

@@ -49,6 +49,7 @@ func (c RelayConfig) validate() error {
 type relayMetrics struct {
 	pending   prometheus.Gauge
 	published prometheus.Counter
+	returned  prometheus.Counter
 	lag       prometheus.Histogram
 }
 
@@ -62,13 +63,17 @@ func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 			Name: "idemshop_outbox_published_total",
 			Help: "Outbox rows published and confirmed by the broker (a republish after a crash counts again).",
 		}),
+		returned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemshop_outbox_returned_total",
+			Help: "Outbox rows the broker returned as unroutable (no queue bound for their routing key); left pending.",
+		}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "idemshop_outbox_publish_lag_seconds",
 			Help:    "Time from the outbox insert (created_at) to the broker's publisher confirm.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms .. ~65 s
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.pending, m.published, m.lag} {
+	for _, c := range []prometheus.Collector{m.pending, m.published, m.returned, m.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("outbox: register metrics: %w", err)
 		}
@@ -89,6 +94,12 @@ func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 //
 // Delivery is therefore at least once, never at most once: a row is marked only after the broker
 // confirmed it had taken responsibility for the message (persistent, on a durable quorum queue).
+//
+// A confirm alone does not say that: the broker also confirms a message that no queue is bound for,
+// after dropping it. So every message is published mandatory, and one the broker returns (basic.return,
+// which RabbitMQ sends before the basic.ack of the same message on the same channel) is not marked: it
+// stays pending like a nacked one, and the session ends, so that the relay reconnects after its backoff
+// and declares the topology again before the next attempt.
 type Relay struct {
 	db      *gorm.DB
 	cfg     RelayConfig
@@ -158,9 +169,14 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 		return fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	// Mandatory publishes come back as basic.return when no queue is bound for them. A batch has at most
+	// BatchSize returns, and every one arrives before the confirm of its message, so publish drains them
+	// all before the next batch: the buffer is never full, and the client never has to drop one (it
+	// gives up on a full listener after a few seconds).
+	returns := ch.NotifyReturn(make(chan amqp.Return, r.cfg.BatchSize))
 	r.logger.Info("outbox relay connected", "exchange", r.cfg.Topology.Exchange)
 	for {
-		n, err := r.publishBatch(ctx, ch)
+		n, err := r.publishBatch(ctx, ch, returns)
 		if err != nil {
 			return err
 		}
@@ -191,7 +207,7 @@ type pendingRow struct {
 // confirmed ones, all in one transaction. It returns the number of rows it locked. A publish or confirm
 // failure still commits the marks of the rows confirmed before it (and the attempt count of the
 // others), then returns the error so that the session reconnects.
-func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel) (int, error) {
+func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return) (int, error) {
 	// A batch that started is finished even when shutdown begins: its publishes are already on the
 	// wire, and abandoning it would only turn them into duplicates. Every step below is bounded
 	// (ConfirmTimeout, the database statement timeout).
@@ -211,7 +227,7 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel) (int, error)
 		if n == 0 {
 			return nil
 		}
-		confirmed, failed, perr := r.publish(work, ch, rows)
+		confirmed, failed, perr := r.publish(work, ch, returns, rows)
 		publishErr = perr
 		if r.beforeMark != nil {
 			if err := r.beforeMark(); err != nil {
@@ -225,13 +241,11 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel) (int, error)
 			}
 		}
 		if len(failed) > 0 {
-			msg := "not confirmed by the broker"
-			if perr != nil {
-				msg = perr.Error()
-			}
-			if err := tx.Exec(`UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id IN ?`,
-				msg, failed).Error; err != nil {
-				return fmt.Errorf("record outbox publish failure: %w", err)
+			for msg, ids := range failed {
+				if err := tx.Exec(`UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id IN ?`,
+					msg, ids).Error; err != nil {
+					return fmt.Errorf("record outbox publish failure: %w", err)
+				}
 			}
 		}
 		return nil
@@ -242,19 +256,35 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel) (int, error)
 	return n, publishErr
 }
 
-// publish sends rows and waits for their confirms. It returns the ids the broker confirmed and the ids
-// it did not (nacked, unanswered, or never sent), plus the first error.
-func (r *Relay) publish(ctx context.Context, ch *amqp.Channel, rows []pendingRow) (confirmed, failed []int64, err error) {
+// errReturned ends a session after the broker returned a message of its batch as unroutable.
+var errReturned = errors.New("returned by the broker as unroutable")
+
+// publish sends rows and waits for their confirms. It returns the ids the broker confirmed, and the ids
+// it did not (nacked, unanswered, never sent, or returned) grouped by the last_error to record for
+// them, plus the first error.
+func (r *Relay) publish(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, rows []pendingRow) (
+	confirmed []int64, failed map[string][]int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmTimeout)
 	defer cancel()
+	failed = make(map[string][]int64)
+	// fail records why row id stays pending: reason becomes its last_error (rows with the same reason
+	// share one UPDATE), e the batch's error if it is the first.
+	fail := func(id int64, reason string, e error) {
+		if err == nil {
+			err = e
+		}
+		failed[reason] = append(failed[reason], id)
+	}
 	// Publish the whole batch first, then wait: the confirms of a batch arrive together, so the batch
 	// costs about one round trip instead of one per row.
 	dcs := make([]*amqp.DeferredConfirmation, 0, len(rows))
 	for _, row := range rows {
-		dc, perr := ch.PublishWithDeferredConfirmWithContext(ctx, r.cfg.Topology.Exchange, row.RoutingKey, false, false,
+		dc, perr := ch.PublishWithDeferredConfirmWithContext(ctx, r.cfg.Topology.Exchange, row.RoutingKey,
+			true, // mandatory: a message no queue is bound for comes back instead of being dropped
+			false,
 			amqp.Publishing{
 				DeliveryMode: amqp.Persistent,
-				MessageId:    row.EventID, // consumers must not dedup on it; it is here for tracing
+				MessageId:    row.EventID, // matches a basic.return to its row; consumers must not dedup on it
 				ContentType:  "application/json",
 				Timestamp:    row.CreatedAt,
 				Body:         row.Payload,
@@ -265,33 +295,65 @@ func (r *Relay) publish(ctx context.Context, ch *amqp.Channel, rows []pendingRow
 		}
 		dcs = append(dcs, dc)
 	}
+	acked := make([]bool, len(rows))
 	for i, row := range rows {
 		if i >= len(dcs) {
-			failed = append(failed, row.ID)
+			fail(row.ID, "not published: "+err.Error(), err)
 			continue
 		}
 		ok, werr := dcs[i].WaitContext(ctx)
 		switch {
 		case werr != nil:
-			if err == nil {
-				err = fmt.Errorf("wait for confirm of outbox row %d: %w", row.ID, werr)
-			}
-			failed = append(failed, row.ID)
+			fail(row.ID, "no confirm: "+werr.Error(),
+				fmt.Errorf("wait for confirm of outbox row %d: %w", row.ID, werr))
 		case !ok:
 			// A nack, or the channel closed before the confirm: the broker may or may not have the
 			// message, so the row stays pending and is published again.
-			if err == nil {
-				err = fmt.Errorf("outbox row %d not confirmed (nack or channel closed)", row.ID)
-			}
-			failed = append(failed, row.ID)
+			fail(row.ID, "not confirmed by the broker (nack or channel closed)",
+				fmt.Errorf("outbox row %d not confirmed (nack or channel closed)", row.ID))
 		default:
-			confirmed = append(confirmed, row.ID)
-			r.metrics.published.Inc()
-			r.metrics.lag.Observe(time.Since(row.CreatedAt).Seconds())
-			r.logger.Debug("outbox row published", "event_id", row.EventID, "outbox_id", row.ID)
+			acked[i] = true
 		}
 	}
+	// Every return of an acked message is in the buffer by now: the client hands a basic.return to the
+	// listener before it processes the basic.ack that follows it. Match them by message_id.
+	returned := drainReturns(returns)
+	for i, row := range rows {
+		if !acked[i] {
+			continue
+		}
+		if ret, ok := returned[row.EventID]; ok {
+			r.metrics.returned.Inc()
+			r.logger.Warn("outbox row returned by the broker: no queue is bound for its routing key; left pending",
+				"event_id", row.EventID, "outbox_id", row.ID, "exchange", ret.Exchange,
+				"routing_key", ret.RoutingKey, "reply_code", ret.ReplyCode, "reply_text", ret.ReplyText)
+			reason := fmt.Sprintf("%v: %d %s (exchange %q, routing key %q)",
+				errReturned, ret.ReplyCode, ret.ReplyText, ret.Exchange, ret.RoutingKey)
+			fail(row.ID, reason, fmt.Errorf("outbox row %d: %w", row.ID, errReturned))
+			continue
+		}
+		confirmed = append(confirmed, row.ID)
+		r.metrics.published.Inc()
+		r.metrics.lag.Observe(time.Since(row.CreatedAt).Seconds())
+		r.logger.Debug("outbox row published", "event_id", row.EventID, "outbox_id", row.ID)
+	}
 	return confirmed, failed, err
+}
+
+// drainReturns takes every return waiting in returns, by message_id, without blocking.
+func drainReturns(returns <-chan amqp.Return) map[string]amqp.Return {
+	out := make(map[string]amqp.Return)
+	for {
+		select {
+		case ret, ok := <-returns:
+			if !ok {
+				return out
+			}
+			out[ret.MessageId] = ret
+		default:
+			return out
+		}
+	}
 }
 
 // updatePending refreshes the pending gauge; the partial index on pending rows keeps the count cheap.

@@ -133,6 +133,71 @@ func TestTwoRelaysAndTwoConsumersCreditEachOrderOnce(t *testing.T) {
 	assertCreditedOnce(t, env.DB, orders)
 }
 
+// A row whose routing key no queue is bound for is returned by the broker (mandatory publish), which
+// also confirms it. It must stay pending, with attempts and last_error recorded, and be published
+// once a binding exists; the routable rows of the same batch are published meanwhile.
+func TestRelayLeavesAReturnedRowPendingUntilAQueueIsBound(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	const unbound = "order.unbound" // the topology binds order.paid only
+	insertPaid(t, env.DB, 1, 3)
+	unroutable := insertRow(t, env.DB, unbound)
+	insertPaid(t, env.DB, 4, 6) // one batch of 7: the unroutable row sits in the middle
+	relay := startRelay(t, env, env.AMQPURL, top, nil)
+
+	waitFor(t, 10*time.Second, func() bool { return row(t, env.DB, unroutable).Attempts >= 1 }, "first attempt")
+	r := row(t, env.DB, unroutable)
+	require.Nil(t, r.PublishedAt, "a returned message was marked published: it is lost")
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 1 }, "the routable rows published")
+	waitFor(t, 10*time.Second, func() bool { return row(t, env.DB, unroutable).Attempts >= 3 }, "retried")
+	r = row(t, env.DB, unroutable)
+	assert.Nil(t, r.PublishedAt)
+	assert.Contains(t, r.LastError, "NO_ROUTE")
+	assert.Equal(t, 6, gathered(relay, "idemshop_outbox_published_total"), "a returned row is not counted as published")
+	assert.GreaterOrEqual(t, gathered(relay, "idemshop_outbox_returned_total"), 3)
+	assert.EqualValues(t, 6, queueDepth(t, env, top.Queue), "only the six routable rows reached the queue")
+
+	bind(t, env, top.Queue, unbound, top.Exchange) // the operator adds the missing binding
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published once bound")
+	r = row(t, env.DB, unroutable)
+	assert.Empty(t, r.LastError)
+	assert.Equal(t, 7, gathered(relay, "idemshop_outbox_published_total"))
+	waitFor(t, 5*time.Second, func() bool { return queueDepth(t, env, top.Queue) == 7 }, "one copy of each row")
+}
+
+// Someone deletes the queue's binding while the relay runs. The next row is returned, not lost: it
+// stays pending, the relay reconnects after its backoff, declares the topology again (which restores
+// the binding) and publishes the row on its second attempt.
+func TestRelayRepublishesARowReturnedWhileTheBindingWasGone(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	relay := startRelay(t, env, env.AMQPURL, top, nil)
+	insertPaid(t, env.DB, 1, 1)
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "relay connected and published")
+
+	unbind(t, env, top.Queue, top.RoutingKey, top.Exchange)
+	insertPaid(t, env.DB, 2, 2)
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published after the return")
+	var second outboxRow
+	require.NoError(t, env.DB.Raw(`SELECT id, attempts, published_at, COALESCE(last_error, '') AS last_error
+		FROM outbox ORDER BY id DESC LIMIT 1`).Scan(&second).Error)
+	assert.Equal(t, 2, second.Attempts, "returned once, then published after the binding was declared again")
+	assert.Equal(t, 1, gathered(relay, "idemshop_outbox_returned_total"))
+	assert.Equal(t, 2, gathered(relay, "idemshop_outbox_published_total"))
+	waitFor(t, 5*time.Second, func() bool { return queueDepth(t, env, top.Queue) == 2 }, "both rows in the queue once")
+}
+
+func TestRelayExportsTheReturnedCounterAtZero(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	reg := prometheus.NewRegistry()
+	_, err := outbox.NewRelay(env.DB, relayConfig(env.AMQPURL, topology(t, env)), logger(), reg)
+	require.NoError(t, err)
+	assert.Equal(t, 0, gathered(reg, "idemshop_outbox_returned_total"))
+}
+
 // --- helpers ---
 
 func topology(t *testing.T, env *testenv.Env) rabbitmq.Topology {
@@ -217,6 +282,64 @@ func insertPaid(t *testing.T, db *gorm.DB, from, to int64) {
 			return outbox.Insert(context.Background(), tx, ev.EventID, events.RoutingKeyOrderPaid, ev)
 		}))
 	}
+}
+
+type outboxRow struct {
+	ID          int64
+	Attempts    int
+	PublishedAt *time.Time
+	LastError   string
+}
+
+// insertRow writes one outbox row with routingKey and returns its id.
+func insertRow(t *testing.T, db *gorm.DB, routingKey string) int64 {
+	t.Helper()
+	ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: 999, UserID: 1, AmountCents: 1250,
+		Points: events.PointsFor(1250), OccurredAt: time.Now().UTC()}
+	require.NoError(t, db.Transaction(func(tx *gorm.DB) error {
+		return outbox.Insert(context.Background(), tx, ev.EventID, routingKey, ev)
+	}))
+	var id int64
+	require.NoError(t, db.Raw(`SELECT id FROM outbox WHERE event_id = ?`, ev.EventID).Scan(&id).Error)
+	return id
+}
+
+func row(t *testing.T, db *gorm.DB, id int64) outboxRow {
+	t.Helper()
+	var r outboxRow
+	require.NoError(t, db.Raw(`SELECT id, attempts, published_at, COALESCE(last_error, '') AS last_error
+		FROM outbox WHERE id = ?`, id).Scan(&r).Error)
+	return r
+}
+
+// broker runs fn on a fresh channel of its own.
+func broker(t *testing.T, env *testenv.Env, fn func(ch *amqp.Channel) error) {
+	t.Helper()
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, fn(ch))
+}
+
+func bind(t *testing.T, env *testenv.Env, queue, key, exchange string) {
+	broker(t, env, func(ch *amqp.Channel) error { return ch.QueueBind(queue, key, exchange, false, nil) })
+}
+
+func unbind(t *testing.T, env *testenv.Env, queue, key, exchange string) {
+	broker(t, env, func(ch *amqp.Channel) error { return ch.QueueUnbind(queue, key, exchange, nil) })
+}
+
+// queueDepth returns the number of ready messages in queue.
+func queueDepth(t *testing.T, env *testenv.Env, queue string) int {
+	var n int
+	broker(t, env, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	return n
 }
 
 func pending(t *testing.T, db *gorm.DB) int64 {

@@ -182,14 +182,11 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 		return err
 	})
 	if err != nil {
-		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction.
+		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction. A
+		// transient failure (the order or product row stayed locked past DB_LOCK_TIMEOUT in a storm on one
+		// product, a lost connection) becomes 503 with Retry-After: the platform resends, as it would anyway.
 		s.reject(ctx, lg, cb, true, "not applied: "+err.Error())
-		if errors.Is(postgres.TranslateError(err), postgres.ErrLockTimeout) {
-			// The order or product row stayed locked past DB_LOCK_TIMEOUT (a storm on one product under
-			// load). 503 asks the platform to resend, which is what it does anyway.
-			return OutcomeRejected, problem.ErrUnavailable.WithRetryAfter(time.Second).Wrap(err)
-		}
-		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, err)
+		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, postgres.TranslateError(err))
 	}
 	s.audit(ctx, lg, cb, orderID, true, outcome, reason)
 	s.metrics.count(outcome)

@@ -11,10 +11,10 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idemshop_callbacks_total",
-		Help: "Payment callbacks received, by outcome (applied, duplicate, stale, rejected).",
+		Help: "Payment callbacks received, by outcome (applied, duplicate, stale, recorded, rejected).",
 	}, []string{"outcome"})}
 	// Pre-create every label so dashboards show zeros instead of gaps.
-	for _, o := range []Outcome{OutcomeApplied, OutcomeDuplicate, OutcomeStale, OutcomeRejected} {
+	for _, o := range []Outcome{OutcomeApplied, OutcomeDuplicate, OutcomeStale, OutcomeRecorded, OutcomeRejected} {
 		m.callbacks.WithLabelValues(string(o))
 	}
 	reg.MustRegister(m.callbacks)

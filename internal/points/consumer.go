@@ -174,29 +174,46 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 		"batch_size", c.cfg.BatchSize)
 	// Work already received is finished even after shutdown begins; every step of it is bounded.
 	work := context.WithoutCancel(ctx)
+	// Messages whose lease another holder has wait here, unacknowledged, while the session goes on;
+	// wake fires when the earliest of them is due for another claim, even if no delivery arrives.
+	held := &deferredSet{}
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	for {
+		var due <-chan time.Time
+		if at, ok := held.next(); ok {
+			wake.Reset(time.Until(at))
+			due = wake.C
+		}
 		select {
 		case <-ctx.Done():
-			return c.drain(ctx, work, ch, tag, deliveries)
+			return c.drain(ctx, work, ch, tag, deliveries, held)
 		case d, ok := <-deliveries:
 			if !ok {
 				// amqp091 closes the delivery channel when the channel or the connection is lost.
-				// Returning (instead of reading again) is what keeps this from spinning.
+				// Returning (instead of reading again) is what keeps this from spinning. The deferred
+				// messages go back to the queue with the channel.
 				return errors.New("delivery channel closed (connection or channel lost)")
 			}
-			c.handle(ctx, work, ch, c.collect(d, deliveries))
+			c.handle(ctx, work, ch, held, c.collect(d, deliveries))
+		case <-due:
+			c.retryHeld(ctx, work, ch, held)
 		}
 	}
 }
 
 // drain stops new deliveries and handles the ones already in the client's buffer. amqp091 closes the
-// delivery channel after the cancel once that buffer is empty.
-func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery) error {
+// delivery channel after the cancel once that buffer is empty. Deferred messages are given back
+// first (nack, requeue), never acked: their leases are someone else's and the ledger may not have
+// their credit. A held lease met while draining fails the same way at once (claim sees ctx done).
+func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, held *deferredSet) error {
 	if err := ch.Cancel(tag, false); err != nil {
 		return nil // channel already gone: the broker requeues whatever was unacknowledged
 	}
+	c.giveBack(ch, held, "shutting down while another consumer holds the lease")
 	for d := range deliveries {
-		c.handle(ctx, work, ch, c.collect(d, deliveries))
+		c.handle(ctx, work, ch, held, c.collect(d, deliveries))
 	}
 	return nil
 }
@@ -237,25 +254,38 @@ type message struct {
 	// maybeDone: its lease said "done". The ledger still decides; an applied one is worth a warning,
 	// because it means Redis remembered a credit the database did not have.
 	maybeDone bool
-	first     *message // an earlier message of the same batch with the same biz_id
-	outcome   string
-	err       error
+	first     *message   // an earlier message with the same biz_id, whose outcome this one follows
+	dups      []*message // the later messages with this one's biz_id (their first is this one)
+	// waiting: someone else holds its lease, and it waits in the session's deferred set, unsettled,
+	// to be claimed again at retryAt; it fails if the lease is still held at giveUpAt.
+	waiting           bool
+	retryAt, giveUpAt time.Time
+	outcome           string
+	err               error
 }
 
-// handle runs one batch through the two dedup layers and settles every delivery of it:
+// follow makes d a copy of m: it is settled with m's outcome and never applied on its own.
+func (m *message) follow(d *message) {
+	d.first = m
+	m.dups = append(m.dups, d)
+}
+
+// handle runs one batch through the two dedup layers and settles every delivery of it, except the
+// ones whose lease someone else holds: those are set aside in held (see setAside).
 //
 //  1. decode by routing key (order.paid: a credit, order.refunded: a reversal); a message that does
 //     not decode or validate fails (poison: after the delivery limit the broker dead-letters it, and
 //     it is never applied);
 //  2. layer 1: claim a Redis lease per order (SET NX PX); "done" = maybe a duplicate, the ledger
-//     decides (a cache never outvotes the ledger); held by someone else = wait for it to end, never
-//     ack-and-drop;
+//     decides (a cache never outvotes the ledger); held by someone else = set aside, unacknowledged,
+//     and claimed again later, never ack-and-drop;
 //  3. layer 2: ONE transaction inserts the credits' ledger rows (unique biz_id) and updates the
 //     balances; each reversal runs in a transaction of its own (Ledger.Reverse); an existing biz_id
 //     inserts nothing and is a duplicate;
 //  4. mark the leases done (EX DoneTTL), release the ones of failed messages;
-//  5. nack the failures one by one (requeue), then ack every success with one multiple-ack.
-func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp.Delivery) {
+//  5. nack the failures one by one (requeue), then ack every success (one multiple-ack when no
+//     deferred message has a lower delivery tag).
+func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, held *deferredSet, ds []amqp.Delivery) {
 	if c.unsafe != nil { // lab only: this function's broken twin, consumer_unsafe.go
 		c.handleUnsafe(ctx, work, ch, ds)
 		return
@@ -273,15 +303,36 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp
 		// The same event of one order twice in one batch (a republish next to the original): one is
 		// enough. An order's order.paid and order.refunded have different biz_ids and both go on.
 		if f := byBiz[m.bizID()]; f != nil {
-			m.first = f
+			f.follow(m)
 			continue
 		}
 		byBiz[m.bizID()] = m
 		firsts = append(firsts, m)
 	}
+	c.process(ctx, work, ch, held, msgs, firsts)
+}
 
+// retryHeld claims again the deferred messages that are due, at most BatchSize at a time, and takes
+// each group through the same steps as a new batch: the ones still held go back to waiting.
+func (c *Consumer) retryHeld(ctx, work context.Context, ch *amqp.Channel, held *deferredSet) {
+	due := held.takeDue(time.Now())
+	for len(due) > 0 {
+		firsts := due[:min(len(due), c.cfg.BatchSize)]
+		due = due[len(firsts):]
+		var msgs []*message
+		for _, m := range firsts {
+			msgs = append(append(msgs, m), m.dups...)
+		}
+		c.process(ctx, work, ch, held, msgs, firsts)
+	}
+}
+
+// process is steps 2 to 5 of handle for firsts (decoded, one per biz_id); msgs are all the
+// deliveries to settle (firsts, their copies, and poison messages).
+func (c *Consumer) process(ctx, work context.Context, ch *amqp.Channel, held *deferredSet, msgs, firsts []*message) {
 	token := uuid.NewString()
-	toApply := c.claim(ctx, work, firsts, token)
+	toApply, waiting := c.claim(work, firsts, token)
+	c.setAside(ctx, held, waiting)
 	if slices.ContainsFunc(toApply, func(m *message) bool { return m.leased }) {
 		c.fault(FaultAfterClaim)
 	}
@@ -313,7 +364,7 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, ds []amqp
 	if err := c.leases.release(work, releaseIDs, token); err != nil {
 		c.logger.Warn("dedup leases not released; redeliveries wait for them to expire", "err", err)
 	}
-	c.settle(ch, msgs)
+	c.settle(ch, held, msgs)
 }
 
 // decode parses and checks the body. One queue carries both event types, so the delivery's routing key
@@ -370,62 +421,82 @@ func (m *message) bizID() string {
 	return m.credit.BizID
 }
 
-// claim runs layer 1 and returns the messages to take to the database: the ones whose lease we
-// claimed, and the ones whose lease says "done" (taken without a lease: only the ledger can say they
-// are duplicates). A lease held by another consumer is waited for, polling every LeasePoll, until it is
-// done, free again (ours) or older than one LeaseTTL (then the message fails and is redelivered).
-// Acking it while someone else holds the lease would be S11's unsafe twin: if that holder crashed
-// before its commit, nobody would ever credit the order.
-func (c *Consumer) claim(ctx, work context.Context, ms []*message, token string) []*message {
-	var toApply []*message
-	pending := ms
-	deadline := time.Now().Add(c.cfg.LeaseTTL + c.cfg.LeasePoll)
-	for len(pending) > 0 {
-		ids := make([]string, len(pending))
-		for i, m := range pending {
-			ids[i] = m.bizID()
-		}
-		states, err := c.leases.claim(work, ids, token)
-		if err != nil {
-			// Redis is an efficiency layer: without it the ledger's unique index still decides.
-			c.logger.Warn("dedup leases unavailable; relying on the ledger alone", "err", err)
-			return append(toApply, pending...)
-		}
-		var waiting []*message
-		for i, m := range pending {
-			switch states[i] {
-			case claimed:
-				m.leased = true
-				toApply = append(toApply, m)
-			case done:
-				// "done" only means "maybe done": Redis may remember an order the database does not
-				// (a database restored or recreated under a Redis that kept its keys). The ledger's
-				// unique index decides, in the batch's one transaction, without a lease: a row that
-				// exists inserts nothing and the message is a duplicate; a missing one is credited.
-				m.maybeDone = true
-				toApply = append(toApply, m)
-			default:
-				waiting = append(waiting, m)
-			}
-		}
-		pending = waiting
-		if len(pending) == 0 {
-			break
-		}
-		reason := ""
-		if time.Now().After(deadline) {
-			reason = "lease still held after one lease TTL"
-		} else if !sleep(ctx, c.cfg.LeasePoll) {
-			reason = "shutting down while another consumer holds the lease"
-		}
-		if reason != "" {
-			for _, m := range pending {
-				m.outcome, m.err = OutcomeFailed, errors.New(reason)
-			}
-			break
+// claim runs layer 1 once for ms (one pipelined round trip) and sorts them. toApply: the messages
+// whose lease we claimed, and the ones whose lease says "done" (taken without a lease: only the
+// ledger can say they are duplicates). waiting: the ones whose lease someone else holds (setAside).
+func (c *Consumer) claim(work context.Context, ms []*message, token string) (toApply, waiting []*message) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.bizID()
+	}
+	states, err := c.leases.claim(work, ids, token)
+	if err != nil {
+		// Redis is an efficiency layer: without it the ledger's unique index still decides.
+		c.logger.Warn("dedup leases unavailable; relying on the ledger alone", "err", err)
+		return ms, nil
+	}
+	for i, m := range ms {
+		switch states[i] {
+		case claimed:
+			m.leased = true
+			toApply = append(toApply, m)
+		case done:
+			// "done" only means "maybe done": Redis may remember an order the database does not (a
+			// database restored or recreated under a Redis that kept its keys). The ledger's unique
+			// index decides, in the batch's one transaction, without a lease: a row that exists
+			// inserts nothing and the message is a duplicate; a missing one is credited.
+			m.maybeDone = true
+			toApply = append(toApply, m)
+		default:
+			waiting = append(waiting, m)
 		}
 	}
-	return toApply
+	return toApply, waiting
+}
+
+// setAside deals with the messages whose lease someone else holds. Acking one would be S11's unsafe
+// twin: if that holder crashed before its commit, nobody would ever credit the order. Waiting for the
+// lease in place would stall the rest of the batch, and every batch behind it, for up to a lease TTL.
+// So each one waits in held, unacknowledged (the prefetch bounds how many), and is claimed again
+// every LeasePoll (retryHeld) until its lease is ours, done (the ledger decides) or gone; the rest of
+// its batch goes on now. One LeaseTTL plus one LeasePoll after it first found the lease held, it
+// fails like any failure (nack, requeue). While shutting down it fails at once.
+func (c *Consumer) setAside(ctx context.Context, held *deferredSet, ms []*message) {
+	now := time.Now()
+	for _, m := range ms {
+		newlyHeld := m.giveUpAt.IsZero()
+		if newlyHeld {
+			m.giveUpAt = now.Add(c.cfg.LeaseTTL + c.cfg.LeasePoll)
+		}
+		switch {
+		case ctx.Err() != nil:
+			m.outcome, m.err = OutcomeFailed, errors.New("shutting down while another consumer holds the lease")
+		case now.After(m.giveUpAt):
+			m.outcome, m.err = OutcomeFailed, errors.New("lease still held after one lease TTL")
+		default:
+			m.retryAt = now.Add(c.cfg.LeasePoll)
+			held.add(m)
+			if newlyHeld {
+				c.logger.Info("points message set aside: another consumer holds its lease; the rest of the batch goes on",
+					"event_id", m.eventID, "biz_id", m.bizID(), "give_up_at", m.giveUpAt)
+			}
+		}
+	}
+}
+
+// giveBack fails every deferred message with reason and settles it: nacked with requeue, never acked.
+func (c *Consumer) giveBack(ch *amqp.Channel, held *deferredSet, reason string) {
+	var msgs []*message
+	for _, m := range held.takeAll() {
+		m.outcome, m.err = OutcomeFailed, errors.New(reason)
+		msgs = append(append(msgs, m), m.dups...)
+	}
+	if len(msgs) > 0 {
+		c.settle(ch, held, msgs)
+	}
 }
 
 // apply runs layer 2 for ms and records each outcome: the batch's credits in one transaction, then
@@ -523,14 +594,21 @@ func (c *Consumer) retry(ctx context.Context, what string, messages int, fn func
 	}
 }
 
-// settle acks or nacks every delivery of the batch. Failures are nacked first, one by one, with
-// requeue; then a single multiple-ack of the last success acknowledges exactly the successes, because
-// this goroutine is the only one settling on ch and every earlier batch is already settled.
-func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
+// settle acks or nacks every delivery of msgs but the ones waiting in held (and their copies).
+// Failures are nacked first, one by one, with requeue; then the successes are acked. One multiple-ack
+// of the highest success acknowledges every outstanding delivery up to its tag: exactly the
+// successes, because this goroutine is the only one settling on ch and every earlier delivery is
+// settled already, unless it waits in held. So the multiple-ack is used only when no waiting message
+// has a lower tag; otherwise each success is acked on its own.
+func (c *Consumer) settle(ch *amqp.Channel, held *deferredSet, msgs []*message) {
+	var oks []uint64
 	var lastOK uint64
 	nackFailed := false
 	for _, m := range msgs {
-		if m.first != nil { // a same-batch duplicate follows its first copy
+		if m.waiting || (m.first != nil && m.first.waiting) {
+			continue // set aside: settled when its lease is decided
+		}
+		if m.first != nil { // a copy follows its first
 			switch m.first.outcome {
 			case OutcomeFailed:
 				m.outcome, m.err = OutcomeFailed, m.first.err
@@ -541,7 +619,8 @@ func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
 		log := c.logger.With("event_id", m.eventID, "biz_id", m.bizID(), "routing_key", m.d.RoutingKey,
 			"message_id", m.d.MessageId)
 		if m.outcome != OutcomeFailed {
-			lastOK = m.d.DeliveryTag
+			oks = append(oks, m.d.DeliveryTag)
+			lastOK = max(lastOK, m.d.DeliveryTag)
 			c.messages.WithLabelValues(m.outcome).Inc()
 			log.Debug("points message handled", "outcome", m.outcome)
 			continue
@@ -562,12 +641,21 @@ func (c *Consumer) settle(ch *amqp.Channel, msgs []*message) {
 		log.Warn("points message failed", "outcome", outcome, "err", m.err,
 			"delivery_count", rabbitmq.DeliveryCount(m.d))
 	}
-	if lastOK == 0 || nackFailed {
+	if len(oks) == 0 || nackFailed {
 		return
 	}
 	// An ack lost here (channel gone) means a redelivery, which the ledger answers as a duplicate.
-	if err := ch.Ack(lastOK, len(msgs) > 1); err != nil {
-		c.logger.Warn("ack failed; the redelivery will be a duplicate", "err", err)
+	if len(oks) == 1 || !held.hasTagBelow(lastOK) {
+		if err := ch.Ack(lastOK, len(oks) > 1); err != nil {
+			c.logger.Warn("ack failed; the redelivery will be a duplicate", "err", err)
+		}
+		return
+	}
+	for _, tag := range oks {
+		if err := ch.Ack(tag, false); err != nil {
+			c.logger.Warn("ack failed; the redeliveries will be duplicates", "err", err)
+			return
+		}
 	}
 }
 

@@ -92,7 +92,7 @@ func (c *Consumer) handleUnsafe(ctx, work context.Context, ch *amqp.Channel, ds 
 		c.apply(ctx, work, toApply)
 		// No release on failure either: the naive version never undoes its "done".
 	}
-	c.settle(ch, msgs)
+	c.settle(ch, nil, msgs) // nothing is ever set aside here
 }
 
 // notSeen is S6's dedup, and both of its mistakes. It remembers broker message ids, not order ids (a

@@ -27,6 +27,15 @@
 // The argument is Martin Kleppmann's, in "How to do distributed locking" (2016):
 // https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html
 //
+// # Bounded keys
+//
+// The fence counter of a name expires [DefaultFenceTTL] (or [FenceTTL]) after the name's last fenced
+// acquisition: a counter that expired starts again at 1, below the tokens the database has stored, and
+// the database's fence check then refuses the new holders until the counter catches up again (slower,
+// never wrong). Pick the TTL so that every row a counter fenced is deleted before the counter can
+// expire, and that never happens. A lock that guards no fenced write needs no counter at all:
+// [Locker.AcquireUnfenced] takes the same lease without one.
+//
 // # Redis is an efficiency layer
 //
 // The lease keeps two workers from doing the same work at the same time in the common case; the database
@@ -63,26 +72,60 @@ type Lease struct {
 	Owner string
 	// Fence is the fencing token: larger than the token of every earlier acquisition of Name. Send it
 	// with every write the lease guards, and let the database reject a write whose token is lower than
-	// the one it has stored.
+	// the one it has stored. It is 0 for a lease taken with AcquireUnfenced, which has no token.
 	Fence int64
 }
 
 // Locker hands out leases on names. It is safe for concurrent use.
 type Locker struct {
-	rdb    *redis.Client
-	prefix string
+	rdb     *redis.Client
+	prefix  string
+	fenceMs int64 // the fence counter's TTL in milliseconds
+}
+
+// DefaultFenceTTL is the fence counter's TTL when New is given no FenceTTL: longer than the 24 h for
+// which idempotency records are kept (IDEMPOTENCY_RETENTION), plus an hour for the reaper to delete them.
+const DefaultFenceTTL = 25 * time.Hour
+
+// Option tunes a Locker.
+type Option func(*Locker) error
+
+// FenceTTL sets how long a name's fence counter lives after the name's last fenced acquisition (every
+// Acquire sets it again, in the same script as the INCR). Whole milliseconds, at least 1 ms.
+//
+// The rule: ttl must be at least as long as the database keeps the rows the counter fenced (for the
+// pay lock, IDEMPOTENCY_RETENTION plus the reaper's delay). A counter that expires while such a row
+// exists starts again at 1, below the row's stored fence; the row's `fence < token` check then refuses
+// every takeover with a Redis-issued token until the counter has caught up. That is slower, never
+// wrong, and with a long enough ttl it cannot happen, because the row is gone first.
+func FenceTTL(ttl time.Duration) Option {
+	return func(l *Locker) error {
+		ms, err := ttlMillis(ttl)
+		if err != nil {
+			return fmt.Errorf("lock: fence %w", err)
+		}
+		l.fenceMs = ms
+		return nil
+	}
 }
 
 // New returns a Locker whose keys start with prefix (it may be empty). rdb must not be nil. prefix must
-// not contain '{' or '}', because the keys' hash tag has to be the name (see LockKey).
-func New(rdb *redis.Client, prefix string) (*Locker, error) {
+// not contain '{' or '}', because the keys' hash tag has to be the name (see LockKey). Without options
+// the fence counters expire DefaultFenceTTL after their name's last fenced acquisition.
+func New(rdb *redis.Client, prefix string, opts ...Option) (*Locker, error) {
 	if rdb == nil {
 		return nil, errors.New("lock: nil redis client")
 	}
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("lock: prefix %q contains a brace, which would move the keys' hash tag", prefix)
 	}
-	return &Locker{rdb: rdb, prefix: prefix}, nil
+	l := &Locker{rdb: rdb, prefix: prefix, fenceMs: DefaultFenceTTL.Milliseconds()}
+	for _, o := range opts {
+		if err := o(l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // LockKey is the Redis key that holds the lease on name: "<prefix>lock:{<name>}". Its value is the
@@ -91,21 +134,26 @@ func New(rdb *redis.Client, prefix string) (*Locker, error) {
 // touching several of them requires.
 func (l *Locker) LockKey(name string) string { return l.prefix + "lock:{" + name + "}" }
 
-// FenceKey is the Redis key of name's fencing counter: "<prefix>fence:{<name>}".
+// FenceKey is the Redis key of name's fencing counter: "<prefix>fence:{<name>}". Only Acquire writes it;
+// it expires FenceTTL after the last one.
 func (l *Locker) FenceKey(name string) string { return l.prefix + "fence:{" + name + "}" }
 
-// acquireScript takes the lease and, only if it did, draws the next fencing token. Both steps sit in one
-// script because Redis runs a script without interleaving other commands: two acquisitions can never
-// see the same counter value, and a failed SET NX never burns a token.
+// acquireScript takes the lease and, only if it did, draws the next fencing token and sets the counter's
+// TTL again. The steps sit in one script because Redis runs a script without interleaving other
+// commands: two acquisitions can never see the same counter value, a failed SET NX never burns a token,
+// and the counter never exists without its TTL.
 //
-// The fence key has no TTL, on purpose. The database keeps the highest token that wrote each row; a
-// counter that expired and started again at 1 would hand out tokens lower than ones already stored, and
-// every new holder's writes would be rejected until the counter caught up again.
+// The TTL is long (FenceTTL): the database keeps the highest token that wrote each row, and a counter
+// that expired and started again at 1 would hand out tokens lower than ones already stored, so every
+// new holder's writes would be rejected until the counter caught up again. Refreshed at every
+// acquisition, it only runs out once the name has not been locked for the whole TTL.
 //
 // In Lua, a SET NX that did not set returns false; fences start at 1, so 0 can mean "busy".
 var acquireScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return fence
 end
 return 0`)
 
@@ -149,7 +197,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	}
 	// 128 random bits: no two acquisitions, in any process, pick the same owner.
 	owner := rand.Text()
-	fence, err := acquireScript.Run(ctx, l.rdb, []string{l.LockKey(name), l.FenceKey(name)}, owner, ms).Int64()
+	fence, err := acquireScript.Run(ctx, l.rdb, []string{l.LockKey(name), l.FenceKey(name)}, owner, ms, l.fenceMs).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: acquire: %w", name, err)
 	}
@@ -157,6 +205,33 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 		return nil, fmt.Errorf("lock %q: %w", name, ErrNotAcquired)
 	}
 	return &Lease{Name: name, Owner: owner, Fence: fence}, nil
+}
+
+// AcquireUnfenced makes one attempt to take a plain lease on name for ttl: the same lock key, owner,
+// Release, Renew and KeepAlive as Acquire, but no fencing token (Lease.Fence is 0) and no fence counter
+// in Redis. It is for efficiency locks, whose writes the database guards without a token (a conditional
+// UPDATE, a unique key): they gain nothing from a counter, and a counter per name would be one more key.
+// Do not mix it with Acquire on one name: an unfenced holder's writes carry no token to check.
+//
+// Errors are those of Acquire.
+func (l *Locker) AcquireUnfenced(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
+	if name == "" {
+		return nil, errors.New("lock: empty name")
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return nil, err
+	}
+	owner := rand.Text()
+	err = l.rdb.SetArgs(ctx, l.LockKey(name), owner,
+		redis.SetArgs{Mode: "NX", TTL: time.Duration(ms) * time.Millisecond}).Err()
+	switch {
+	case errors.Is(err, redis.Nil): // NX did not set: somebody holds it
+		return nil, fmt.Errorf("lock %q: %w", name, ErrNotAcquired)
+	case err != nil:
+		return nil, fmt.Errorf("lock %q: acquire: %w", name, err)
+	}
+	return &Lease{Name: name, Owner: owner}, nil
 }
 
 // Backoff between AcquireWait attempts: short, because leases guard short steps and a waiter should
@@ -173,12 +248,22 @@ const (
 // (wrapped) when ctx ended first, and a Redis error at once: retrying a Redis that is down would only
 // delay the caller's database fallback.
 func (l *Locker) AcquireWait(ctx context.Context, name string, ttl, wait time.Duration) (*Lease, error) {
+	return acquireWait(ctx, name, wait, func() (*Lease, error) { return l.Acquire(ctx, name, ttl) })
+}
+
+// AcquireUnfencedWait is AcquireUnfenced retried like AcquireWait.
+func (l *Locker) AcquireUnfencedWait(ctx context.Context, name string, ttl, wait time.Duration) (*Lease, error) {
+	return acquireWait(ctx, name, wait, func() (*Lease, error) { return l.AcquireUnfenced(ctx, name, ttl) })
+}
+
+// acquireWait retries attempt while it answers ErrNotAcquired, as AcquireWait describes.
+func acquireWait(ctx context.Context, name string, wait time.Duration, attempt func() (*Lease, error)) (*Lease, error) {
 	deadline := time.Now().Add(wait)
 	sleep := firstBackoff
 	// Bounded by the deadline: each pass sleeps 5 ms or more (or exactly until the deadline), and the
 	// pass that finds the deadline reached returns.
 	for {
-		lease, err := l.Acquire(ctx, name, ttl)
+		lease, err := attempt()
 		if !errors.Is(err, ErrNotAcquired) {
 			return lease, err // acquired, or a Redis/context error
 		}

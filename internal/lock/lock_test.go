@@ -115,6 +115,116 @@ func TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease(t *
 	assert.NoError(t, l.Release(ctx, b))
 }
 
+// The fence counter is bounded: every acquisition sets its TTL again (in the acquire script), so it
+// only expires once the name has not been locked for FenceTTL. A busy attempt does not touch it.
+func TestFence_HasATTLRefreshedOnEveryAcquisition(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	l, err := lock.New(env.Redis, env.Prefix, lock.FenceTTL(time.Hour))
+	require.NoError(t, err)
+	ctx := context.Background()
+	fenceTTL := func() time.Duration {
+		t.Helper()
+		d, err := env.Redis.PTTL(ctx, l.FenceKey("rec")).Result()
+		require.NoError(t, err)
+		return d
+	}
+
+	first, err := l.Acquire(ctx, "rec", time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, fenceTTL(), 59*time.Minute)
+	assert.LessOrEqual(t, fenceTTL(), time.Hour)
+
+	// Age the counter, as if the name had been left alone for most of the hour.
+	require.NoError(t, env.Redis.PExpire(ctx, l.FenceKey("rec"), time.Minute).Err())
+	_, err = l.Acquire(ctx, "rec", time.Second)
+	require.ErrorIs(t, err, lock.ErrNotAcquired)
+	assert.LessOrEqual(t, fenceTTL(), time.Minute, "a busy attempt refreshed the counter")
+
+	require.NoError(t, l.Release(ctx, first))
+	second, err := l.Acquire(ctx, "rec", time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, first.Fence+1, second.Fence)
+	assert.Greater(t, fenceTTL(), 59*time.Minute, "the acquisition did not refresh the counter's TTL")
+}
+
+func TestFence_DefaultTTLOutlivesTheIdempotencyRetention(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+
+	_, err := l.Acquire(ctx, "rec", time.Second)
+	require.NoError(t, err)
+	d, err := env.Redis.PTTL(ctx, l.FenceKey("rec")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, d, 24*time.Hour, "IDEMPOTENCY_RETENTION's default")
+	assert.LessOrEqual(t, d, lock.DefaultFenceTTL)
+}
+
+// An unfenced lease is the same lease without a token: one winner among many, Release and Renew as
+// usual, and no fence counter in Redis at all.
+func TestAcquireUnfenced_IsALeaseWithoutAFenceKey(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+
+	const n = 20
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	leases := make([]*lock.Lease, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			leases[i], errs[i] = l.AcquireUnfenced(ctx, "cb", 10*time.Second)
+		})
+	}
+	close(start)
+	wg.Wait()
+	var winner *lock.Lease
+	for i := range n {
+		if errs[i] == nil {
+			require.Nil(t, winner, "two winners")
+			winner = leases[i]
+			continue
+		}
+		assert.ErrorIs(t, errs[i], lock.ErrNotAcquired)
+	}
+	require.NotNil(t, winner)
+	assert.Zero(t, winner.Fence)
+	assert.Equal(t, winner.Owner, owner(t, env, l, "cb"))
+	pttl, err := env.Redis.PTTL(ctx, l.LockKey("cb")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, time.Duration(0))
+	assert.LessOrEqual(t, pttl, 10*time.Second)
+
+	require.NoError(t, l.Renew(ctx, winner, 20*time.Second))
+	released := make(chan error, 1)
+	time.AfterFunc(50*time.Millisecond, func() { released <- l.Release(ctx, winner) })
+	next, err := l.AcquireUnfencedWait(ctx, "cb", time.Second, 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, <-released)
+	assert.Zero(t, next.Fence)
+	require.NoError(t, l.Release(ctx, next))
+
+	n2, err := env.Redis.Exists(ctx, l.FenceKey("cb")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n2, "an unfenced lease created a fence counter")
+}
+
+func TestAcquireUnfencedWait_GivesUpWithErrNotAcquired(t *testing.T) {
+	t.Parallel()
+	l, _ := newLocker(t)
+	ctx := context.Background()
+
+	_, err := l.AcquireUnfenced(ctx, "cb", 10*time.Second)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = l.AcquireUnfencedWait(ctx, "cb", time.Second, 100*time.Millisecond)
+	assert.ErrorIs(t, err, lock.ErrNotAcquired)
+	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+}
+
 func TestRenew_ExtendsTheTTL(t *testing.T) {
 	t.Parallel()
 	l, env := newLocker(t)
@@ -266,6 +376,12 @@ func TestRedisDown_FailsFastWithARedisError(t *testing.T) {
 	assert.NotErrorIs(t, err, lock.ErrNotAcquired)
 	assert.Less(t, time.Since(start), time.Second, "AcquireWait must not retry a dead Redis for the whole wait")
 
+	start = time.Now()
+	_, err = l.AcquireUnfencedWait(ctx, "rec", time.Second, 10*time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, lock.ErrNotAcquired, "a dead Redis must not look like a busy lock")
+	assert.Less(t, time.Since(start), time.Second)
+
 	lease := &lock.Lease{Name: "rec", Owner: "someone", Fence: 1}
 	err = l.Renew(ctx, lease, time.Second)
 	require.Error(t, err)
@@ -284,10 +400,16 @@ func TestInvalidArguments(t *testing.T) {
 	assert.Error(t, err, "nil client")
 	_, err = lock.New(&redis.Client{}, "p{x}:")
 	assert.Error(t, err, "brace in prefix")
+	_, err = lock.New(&redis.Client{}, "p:", lock.FenceTTL(0))
+	assert.Error(t, err, "fence TTL 0")
+	_, err = lock.New(&redis.Client{}, "p:", lock.FenceTTL(time.Microsecond))
+	assert.Error(t, err, "fence TTL below 1 ms")
 
 	for name, call := range map[string]func() error{
 		"empty name":        func() error { _, err := l.Acquire(ctx, "", time.Second); return err },
 		"ttl below 1 ms":    func() error { _, err := l.Acquire(ctx, "x", time.Microsecond); return err },
+		"unfenced no name":  func() error { _, err := l.AcquireUnfenced(ctx, "", time.Second); return err },
+		"unfenced ttl 1 µs": func() error { _, err := l.AcquireUnfenced(ctx, "x", time.Microsecond); return err },
 		"release nil":       func() error { return l.Release(ctx, nil) },
 		"renew nil":         func() error { return l.Renew(ctx, nil, time.Second) },
 		"renew ttl 0":       func() error { return l.Renew(ctx, &lock.Lease{Name: "x", Owner: "o"}, 0) },

@@ -25,10 +25,11 @@ func NewRedisOrderLock(l *lock.Locker, ttl, wait time.Duration) (*RedisOrderLock
 	return &RedisOrderLock{locker: l, ttl: ttl, wait: wait}, nil
 }
 
-// Lock takes callback:order:<id>. The fencing token is not needed here: the conditional UPDATE in the
-// database is the guard, the lock only spares it a queue of identical callbacks.
+// Lock takes callback:order:<id>, unfenced. A fencing token is not needed here: the conditional UPDATE
+// in the database is the guard, the lock only spares it a queue of identical callbacks. So the lease
+// draws none, and leaves no fence counter in Redis: its only key is the lock key, which expires.
 func (r *RedisOrderLock) Lock(ctx context.Context, orderID int64) (func(), error) {
-	lease, err := r.locker.AcquireWait(ctx, "callback:order:"+strconv.FormatInt(orderID, 10), r.ttl, r.wait)
+	lease, err := r.locker.AcquireUnfencedWait(ctx, "callback:order:"+strconv.FormatInt(orderID, 10), r.ttl, r.wait)
 	if err != nil {
 		return nil, err
 	}

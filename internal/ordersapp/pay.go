@@ -1,6 +1,8 @@
 package ordersapp
 
 import (
+	"time"
+
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/idempotency"
@@ -18,7 +20,8 @@ func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	locker, err := lock.New(d.Redis, cfg.Redis.KeyPrefix)
+	// A fence counter may expire (bounded Redis) only after every record it fenced has been reaped.
+	locker, err := lock.New(d.Redis, cfg.Redis.KeyPrefix, lock.FenceTTL(cfg.IdempotencyRetention+cfg.ReaperInterval+time.Hour))
 	if err != nil {
 		return nil, nil, err
 	}

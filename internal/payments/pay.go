@@ -109,8 +109,9 @@ type payResponse struct {
 // detachedWorkLimit bounds the pay work after the claim, once it no longer follows the client.
 const detachedWorkLimit = time.Minute
 
-// LockName is the Redis lock of an order's payment. It is per order, not per key: the set of names stays
-// bounded (each keeps a fence counter in Redis), and two keys for one order also queue behind each other.
+// LockName is the Redis lock of an order's payment. It is per order, not per key: two keys for one order
+// queue behind each other, and each order has one fence counter in Redis, which expires once its
+// records are reaped (lock.FenceTTL).
 func LockName(orderID int64) string { return "pay:order:" + strconv.FormatInt(orderID, 10) }
 
 // Pay answers one pay request for userID's order orderID with Idempotency-Key key and fingerprint fp.

@@ -1,0 +1,172 @@
+package idempotency_test
+
+// The pay record's guards, contested on the database alone: no Redis lock and no Go pre-check stand in
+// front of Store.Claim and Store.Finish here, so each predicate of their WHERE clauses is the only
+// thing that can refuse. Every test is the interleaving that needs one predicate. Leases are run out by
+// an UPDATE, never by waiting on the clock.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/idempotency"
+	"idemshop/internal/testenv"
+)
+
+const (
+	payPath = "/v1/orders/1/pay"
+	payFP   = "fingerprint-of-the-pay-request"
+	// lease is long enough that no lease runs out on its own during a test: expire does it.
+	lease = time.Minute
+)
+
+func newStore(t *testing.T) (*idempotency.Store, *testenv.Env) {
+	t.Helper()
+	env := testenv.New(t)
+	st, err := idempotency.NewStore(env.DB, idempotency.NewMetrics(prometheus.NewRegistry()))
+	require.NoError(t, err)
+	return st, env
+}
+
+func claim(t *testing.T, st *idempotency.Store, key string, fence int64) idempotency.Claim {
+	t.Helper()
+	c, err := st.Claim(context.Background(), idempotency.Scope{UserID: 1, Key: key}, "POST", payPath, payFP, fence, lease)
+	require.NoError(t, err)
+	return c
+}
+
+// expire runs the record's lease out, as if its holder had been paused (GC, swap, a slow call) past it.
+func expire(t *testing.T, env *testenv.Env, id int64) {
+	t.Helper()
+	require.NoError(t, env.DB.Exec(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE id = ?`, id).Error)
+}
+
+func stored(t *testing.T, env *testenv.Env, key string) idempotency.Record {
+	t.Helper()
+	rec, err := idempotency.Find(context.Background(), env.DB, idempotency.Scope{UserID: 1, Key: key})
+	require.NoError(t, err)
+	require.NotNil(t, rec)
+	return *rec
+}
+
+// A claim never takes over a record whose lease is live, whatever token it carries: a newer one from
+// the Redis lock (which can be wrong: a failover, an expired lock) or none at all (Redis down).
+func TestClaimLeavesALiveLeaseAlone(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	a := claim(t, st, "live", 1)
+	require.True(t, a.Claimed)
+	require.EqualValues(t, 1, a.Record.Fence)
+
+	for _, fence := range []int64{2, 0} {
+		c := claim(t, st, "live", fence)
+		assert.False(t, c.Claimed, "a claim with token %d took over a live lease", fence)
+		assert.EqualValues(t, 1, c.Record.Fence, "the record answered is A's")
+	}
+	rec := stored(t, env, "live")
+	assert.Equal(t, idempotency.StateProcessing, rec.State)
+	assert.EqualValues(t, 1, rec.Fence)
+	assert.Zero(t, rec.Attempts, "no takeover happened")
+
+	expire(t, env, a.Record.ID)
+	b := claim(t, st, "live", 2)
+	assert.True(t, b.Claimed, "once the lease ran out, the newer token takes over")
+	assert.EqualValues(t, 2, b.Record.Fence)
+	assert.Equal(t, 1, b.Record.Attempts)
+}
+
+// A takeover needs a token newer than the stored one: a token that went backwards (a Redis counter
+// restored from an old snapshot) or repeats the stored one is not a new holder.
+func TestClaimNeedsANewerFence(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	a := claim(t, st, "fenced", 5)
+	require.True(t, a.Claimed)
+	expire(t, env, a.Record.ID)
+
+	for _, fence := range []int64{4, 5} {
+		c := claim(t, st, "fenced", fence)
+		assert.False(t, c.Claimed, "token %d took over a record fenced at 5", fence)
+	}
+	assert.EqualValues(t, 5, stored(t, env, "fenced").Fence, "tokens never go back in the row")
+
+	c := claim(t, st, "fenced", 6)
+	assert.True(t, c.Claimed)
+	assert.EqualValues(t, 6, c.Record.Fence)
+}
+
+// Without Redis the database issues the token (the stored fence + 1), so a holder that lost its lease
+// to a database-issued takeover is fenced out like any other stale holder.
+func TestClaimWithoutRedisIssuesANewerFence(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	a := claim(t, st, "no-redis", 0)
+	require.True(t, a.Claimed)
+	require.EqualValues(t, 1, a.Record.Fence)
+	expire(t, env, a.Record.ID)
+
+	b := claim(t, st, "no-redis", 0)
+	require.True(t, b.Claimed)
+	assert.EqualValues(t, 2, b.Record.Fence, "the takeover's token is newer than A's")
+
+	err := st.Finish(context.Background(), env.DB, a.Record.ID, a.Record.Fence, idempotency.StateCompleted, 201, []byte(`{"by":"A"}`))
+	assert.ErrorIs(t, err, idempotency.ErrFenced)
+	rec := stored(t, env, "no-redis")
+	assert.Equal(t, idempotency.StateProcessing, rec.State)
+	assert.Nil(t, rec.ResponseStatus)
+}
+
+// The case the fence exists for: A claims (token 1), is paused past its lease, B takes over (token 2)
+// and is still working (PROCESSING). A wakes up and writes its result: it must change nothing. Here
+// `state = 'PROCESSING'` does not help (the record is PROCESSING, B's); only `fence <= token` refuses.
+func TestFinishByAStaleHolderChangesNothing(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	ctx := context.Background()
+	a := claim(t, st, "stale", 1)
+	require.True(t, a.Claimed)
+	expire(t, env, a.Record.ID)
+	b := claim(t, st, "stale", 2)
+	require.True(t, b.Claimed)
+	require.Equal(t, a.Record.ID, b.Record.ID)
+
+	err := st.Finish(ctx, env.DB, a.Record.ID, 1, idempotency.StateCompleted, 201, []byte(`{"by":"A"}`))
+	require.ErrorIs(t, err, idempotency.ErrFenced)
+	rec := stored(t, env, "stale")
+	assert.Equal(t, idempotency.StateProcessing, rec.State, "B is still working")
+	assert.EqualValues(t, 2, rec.Fence)
+	assert.Nil(t, rec.ResponseStatus)
+	assert.Nil(t, rec.ResponseBody)
+	require.NotNil(t, rec.LockedUntil, "B's lease is untouched")
+
+	require.NoError(t, st.Finish(ctx, env.DB, b.Record.ID, 2, idempotency.StateCompleted, 201, []byte(`{"by":"B"}`)))
+	rec = stored(t, env, "stale")
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+	assert.JSONEq(t, `{"by":"B"}`, string(rec.ResponseBody))
+}
+
+// A final record is never written again, not even with the token that finished it (a retried Finish,
+// a token repeated after a Redis failover) or a higher one: `state = 'PROCESSING'` refuses.
+func TestFinishNeverRewritesAFinalRecord(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	ctx := context.Background()
+	a := claim(t, st, "final", 3)
+	require.True(t, a.Claimed)
+	require.NoError(t, st.Finish(ctx, env.DB, a.Record.ID, 3, idempotency.StateCompleted, 201, []byte(`{"first":true}`)))
+
+	for _, fence := range []int64{3, 4} {
+		err := st.Finish(ctx, env.DB, a.Record.ID, fence, idempotency.StateFailedRetryable, 503, []byte(`{"second":true}`))
+		assert.ErrorIs(t, err, idempotency.ErrFenced, "token %d", fence)
+	}
+	rec := stored(t, env, "final")
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+	require.NotNil(t, rec.ResponseStatus)
+	assert.Equal(t, 201, *rec.ResponseStatus)
+	assert.JSONEq(t, `{"first":true}`, string(rec.ResponseBody))
+}

@@ -1,0 +1,156 @@
+package ordersapp_test
+
+// The sweeper's bounds, counted where they matter: at the payment platform. The platform's own
+// idempotency hides a second refund or a tenth question from every row in the shop's database, so
+// these tests count the requests the platform received.
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/payclient"
+	"idemshop/internal/payments"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/testenv"
+)
+
+// silentPlatform is a payment platform that never gives a usable answer: a create gets 500 (outcome
+// unknown: the pay record stays PROCESSING), a query gets 503. It counts the requests by method and path.
+type silentPlatform struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func newSilentPlatform(t *testing.T) *silentPlatform {
+	p := &silentPlatform{calls: map[string]int{}}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.calls[r.Method+" "+r.URL.Path]++
+		p.mu.Unlock()
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *silentPlatform) count(call string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[call]
+}
+
+// platformCalls counts the requests payments-mock received on route (its route pattern) with method.
+func platformCalls(t testing.TB, m *mockPlatform, method, route string) uint64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	require.NoError(t, err)
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "idemshop_http_request_duration_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["route"] == route && labels["method"] == method {
+				n += mt.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+// expireLease runs a pay record's lease out by hand, so that the next sweep finds it stuck at once.
+func expireLease(t testing.TB, env *testenv.Env, key string) {
+	t.Helper()
+	require.NoError(t, env.DB.Exec(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second'
+		WHERE idempotency_key = ?`, key).Error)
+}
+
+// SWEEP_MAX_ATTEMPTS bounds the sweeper's unanswered questions about one record: five sweeps of a
+// record the platform never answers for ask it exactly twice (the bound), then leave the record
+// PROCESSING, with no stored answer, to the reconciler.
+func TestSweeperAsksAtMostMaxAttemptsTimes(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	platform := newSilentPlatform(t)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		c.PaymentsURL = platform.srv.URL
+		c.PayLease = 10 * time.Second
+		c.PaymentsTimeout = 2 * time.Second
+		c.SweepMaxAttempts = 2
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	r := rp.pay(alice, id, "pay-unanswered")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	require.Equal(t, "payment_outcome_unknown", r.problem(t).Code)
+	require.Equal(t, "PROCESSING", recordOf(t, env, "pay-unanswered").State)
+
+	results := map[string]int{}
+	for range 5 {
+		expireLease(t, env, "pay-unanswered")
+		done, err := rp.app.Sweeper.RunOnce(context.Background())
+		require.NoError(t, err)
+		for k, v := range done {
+			results[k] += v
+		}
+	}
+	assert.Equal(t, 2, platform.count("GET /v1/payments"), "the platform was asked SWEEP_MAX_ATTEMPTS times, no more")
+	assert.Equal(t, map[string]int{payments.RepairUnreachable: 1, payments.RepairGaveUp: 1}, results)
+	rec := recordOf(t, env, "pay-unanswered")
+	assert.Equal(t, "PROCESSING", rec.State, "giving up stores no answer")
+	assert.Nil(t, rec.ResponseStatus)
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "idempotency_key = 'pay-unanswered' AND sweeps = 2"),
+		"two unanswered questions counted")
+}
+
+// A refund is sent to the platform once: the sweep that sends it marks it REQUESTED, and the next
+// sweep leaves it alone. The platform is idempotent on refund_no, so only its request count can tell.
+// The platform's REFUNDED callback goes nowhere here, so the request is still open at the second sweep.
+func TestSweeperSendsEachRefundOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 10*time.Second)})
+	id, amount := rp.newOrder(bob, 2, 1)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+
+	nowhere := "http://" + testenv.FreeAddr(t) + "/v1/payments/callback"
+	pay, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
+		MerchantOrderNo: strconv.FormatInt(id, 10), AmountCents: amount, Currency: "EUR", NotifyURL: nowhere})
+	require.NoError(t, err)
+	_, err = mock.client.Approve(ctx, pay.ID)
+	require.NoError(t, err)
+	cb := callback(id, payments.StatusSuccess, amount, "evt-paid-out-of-stock")
+	cb.PaymentID = pay.ID
+	assertAcked(t, []response{rp.postCallback(cb)})
+	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
+	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'PENDING'", id))
+
+	for range 2 {
+		_, err := rp.app.Sweeper.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, 1, platformCalls(t, mock, http.MethodPost, "/v1/refunds"), "two sweeps sent one refund")
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'REQUESTED'", id))
+	p, err := mock.client.GetPayment(ctx, pay.ID)
+	require.NoError(t, err)
+	assert.Equal(t, amount, p.RefundedCents, "refunded once, in full")
+	assert.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id), "its callback never came")
+}

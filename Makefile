@@ -38,6 +38,12 @@ staticcheck:
 bench: ## Go benchmarks of the guarded paths against their baselines (same run)
 	$(GO) test -run '^$$' -bench . -benchtime 3s -count 1 ./internal/ordersapp/
 
+# Guard mutants (docs/testing.md): each breaks one guard in a scratch copy of the tree, and the tests
+# named for it must fail. Needs the services of `make test`; not part of it (yet).
+.PHONY: mutants
+mutants: ## break each guard on purpose; its tests must fail (ONLY=<id>,<id>; the list: internal/mutants)
+	$(GO) run ./cmd/mutants $(if $(ONLY),-only $(ONLY))
+
 .PHONY: soak
 soak: ## soak the shop: chaos + kill -9 on a fresh database, then check convergence (SOAK_SEED, SOAK_DURATION, SOAK_FAULTS)
 	BIN=$(BIN) ./scripts/soak.sh

@@ -1,0 +1,307 @@
+package mutants
+
+// List is the curated set of guard mutants, in ladder order. Each one breaks one guard by one exact
+// snippet; Pkgs and Run name the tests that must fail without it (keep them narrow: each mutant
+// compiles and runs only these). docs/testing.md says how to add one.
+//
+// Snippets are Go strings: a tab is \t, a newline \n, and SQL inside backticks is quoted as is.
+var List = []Mutant{
+	// ── Step 1: Idempotency-Key + unique index + one transaction (internal/idempotency) ──
+	// With Redis up, the in-flight marker (left to expire after a commit) answers a retry from the
+	// committed row before the claim is reached: the claim's guards are proven by the Redis-down tests.
+	{
+		ID: "key-claim-on-conflict", Guard: "key claim: ON CONFLICT",
+		File:        "internal/idempotency/guard.go",
+		Original:    "\t\tON CONFLICT (user_id, idempotency_key) DO NOTHING\n\t\tRETURNING id`",
+		Replacement: "\t\tRETURNING id`",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightWithoutRedisIs409FromTheDatabase$",
+	},
+	{
+		ID: "key-claim-replays", Guard: "key claim: replay",
+		File:        "internal/idempotency/guard.go",
+		Original:    "if id == 0 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightWithoutRedisIs409FromTheDatabase$",
+	},
+	{
+		ID: "fingerprint-compare", Guard: "fingerprint: 422",
+		File:        "internal/idempotency/guard.go",
+		Original:    "if rec.Fingerprint != fp {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSameKeyDifferentRequestIs422$",
+	},
+	{
+		ID: "inflight-422-first", Guard: "in flight: 422 first",
+		File:        "internal/idempotency/guard.go",
+		Original:    "if heldFP != fp {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightIs409AndMismatchComesFirst$",
+	},
+	{
+		ID: "inflight-db-409", Guard: "in flight: 409 (DB)",
+		File:        "internal/idempotency/guard.go",
+		Original:    "case errors.Is(err, postgres.ErrLockTimeout):",
+		Replacement: "case false:",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightWithoutRedisIs409FromTheDatabase$",
+	},
+	{
+		ID: "marker-release-failure", Guard: "marker released",
+		File:        "internal/idempotency/guard.go",
+		Original:    "if settled {",
+		Replacement: "if settled || true {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestFailureAfterKeyRowRollsBackBothAndRetrySucceeds$",
+	},
+	{
+		ID: "marker-lost-reply", Guard: "marker: lost SET reply",
+		File:        "internal/idempotency/guard.go",
+		Original:    "if settled {",
+		Replacement: "if settled || err != nil {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestMarkerSetWhoseReplyWasLostIsReleased$",
+	},
+	{
+		ID: "transient-503", Guard: "transient error: 503",
+		File:        "internal/platform/postgres/postgres.go",
+		Original:    `return fmt.Errorf("%w: %w: %w", ErrLockTimeout, ErrTransient, err)`,
+		Replacement: `return fmt.Errorf("%w: %w", ErrLockTimeout, err)`,
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCreateOrderOnALockedProductIs503$",
+	},
+
+	// ── The order state machine and the callback (internal/orders, internal/payments) ──
+	{
+		ID: "transition-where", Guard: "transition: priors",
+		File:        "internal/orders/repository.go",
+		Original:    "WHERE id = ? AND status IN ?`, to, paymentID, id, from)",
+		Replacement: "WHERE id = ?`, to, paymentID, id)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOutOfOrderCallbacks$",
+	},
+	{
+		ID: "transition-table", Guard: "transition table",
+		File:        "internal/orders/status.go",
+		Original:    "StatusFailed:         {StatusPending, StatusPaying},",
+		Replacement: "StatusFailed:         {StatusPending, StatusPaying, StatusPaid},",
+		Pkgs:        []string{"./internal/orders", "./internal/ordersapp"}, Run: "^(TestTransitionTable|TestOutOfOrderCallbacks)$",
+	},
+	{
+		ID: "stock-conditional", Guard: "stock >= qty",
+		File:        "internal/orders/repository.go",
+		Original:    "WHERE id = ? AND stock >= ?`,\n\t\tquantity, productID, quantity)",
+		Replacement: "WHERE id = ?`,\n\t\tquantity, productID)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestLastUnitIsSoldOnce|TestQuantityAboveStockAtPaymentRequiresRefund)$",
+	},
+	{
+		ID: "refund-only-from-paid", Guard: "refund: PAID->REFUNDED",
+		File:        "internal/orders/repository.go",
+		Original:    "WHERE id = ? AND status = ?`,\n\t\tto, id, from)",
+		Replacement: "WHERE id = ?`,\n\t\tto, id)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnOutOfStockOrderGivesNothingBack$",
+	},
+	{
+		ID: "refund-event-conflict", Guard: "refund event: once",
+		File:        "internal/orders/repository.go",
+		Original:    "VALUES (?, ?, ?) ON CONFLICT (event_id) DO NOTHING`",
+		Replacement: "VALUES (?, ?, ?)`",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPartialRefundResentCountsOnce$",
+	},
+	{
+		ID: "refund-event-counted", Guard: "refund event: once",
+		File:        "internal/orders/repository.go",
+		Original:    "\tif res.RowsAffected == 0 {\n\t\treturn false, nil\n\t}\n\tif err := r.addRefunded(",
+		Replacement: "\tif err := r.addRefunded(",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPartialRefundResentCountsOnce$",
+	},
+	{
+		ID: "refund-request-once", Guard: "refund request: once",
+		File:        "internal/payments/callback.go",
+		Original:    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`",
+		Replacement: "VALUES (?, ?, ?, ?, ?)`",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOutOfOrderCallbacks$",
+	},
+	{
+		ID: "callback-amount", Guard: "callback: amount",
+		File:        "internal/payments/callback.go",
+		Original:    "return cb.AmountCents == o.AmountCents",
+		Replacement: "return true",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
+	},
+	{
+		ID: "callback-text-cleaned", Guard: "callback text: pgtext",
+		File:        "internal/payments/callback.go",
+		Original:    "\tcb = cb.cleaned()\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackNULReachingBusinessTablesIsCleaned$",
+	},
+
+	// ── Signatures (internal/paysig) ──
+	{
+		ID: "sig-mismatch", Guard: "signature: MAC",
+		File:        "internal/paysig/paysig.go",
+		Original:    "if !matched {",
+		Replacement: "if !matched && false {",
+		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerify$",
+	},
+	{
+		ID: "sig-constant-time", Guard: "signature: const time",
+		File:        "internal/paysig/paysig.go",
+		Original:    "if hmac.Equal(sig, want) {",
+		Replacement: "if string(sig) == string(want) {",
+		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerifyComparesInConstantTime$",
+	},
+	{
+		ID: "sig-tolerance", Guard: "signature: tolerance",
+		File:        "internal/paysig/paysig.go",
+		Original:    "if skew > int64(tol/time.Second) {",
+		Replacement: "if skew > int64(tol/time.Second) && false {",
+		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerify$",
+	},
+	{
+		ID: "sig-raw-bytes", Guard: "signature: raw bytes",
+		File:        "internal/paysig/paysig.go",
+		Original:    "\th.Write(body)\n",
+		Replacement: "\th.Write([]byte(strings.TrimSpace(string(body))))\n",
+		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerify$",
+	},
+
+	// ── Steps 2-4: the pay record, its fenced lease, the sweeper (internal/idempotency, internal/payments) ──
+	{
+		ID: "pay-claim-on-conflict", Guard: "pay claim: ON CONFLICT",
+		File:        "internal/idempotency/store.go",
+		Original:    "\t\tON CONFLICT (user_id, idempotency_key) DO NOTHING\n\t\tRETURNING *`",
+		Replacement: "\t\tRETURNING *`",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestClaim",
+	},
+	{
+		ID: "pay-claim-live-lease", Guard: "pay claim: lease over",
+		File:        "internal/idempotency/store.go",
+		Original:    "AND (state = ? OR (state = ? AND locked_until < now()))\n\t\t  AND (? = 0 OR fence < ?)",
+		Replacement: "AND (state = ? OR (state = ? AND TRUE))\n\t\t  AND (? = 0 OR fence < ?)",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestClaimLeavesALiveLeaseAlone$",
+	},
+	{
+		ID: "pay-claim-fence", Guard: "pay claim: fence < ?",
+		File:        "internal/idempotency/store.go",
+		Original:    "AND (? = 0 OR fence < ?)",
+		Replacement: "AND (? = 0 OR fence < ? OR TRUE)",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestClaimNeedsANewerFence$",
+	},
+	{
+		ID: "pay-claim-db-token", Guard: "pay claim: fence + 1",
+		File:        "internal/idempotency/store.go",
+		Original:    "CASE WHEN ? = 0 THEN fence + 1 ELSE ? END",
+		Replacement: "CASE WHEN ? = 0 THEN fence ELSE ? END",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestClaimWithoutRedisIssuesANewerFence$",
+	},
+	{
+		ID: "pay-finish-fence", Guard: "pay finish: fence <= ?",
+		File:        "internal/idempotency/store.go",
+		Original:    "WHERE id = ? AND state = ? AND fence <= ?`",
+		Replacement: "WHERE id = ? AND state = ? AND (fence <= ? OR TRUE)`",
+		Pkgs:        []string{"./internal/idempotency", "./internal/ordersapp"},
+		Run:         "^(TestFinishByAStaleHolderChangesNothing|TestPayStaleHolderFencedWhileNewerWorks)$",
+	},
+	{
+		ID: "pay-finish-processing", Guard: "pay finish: PROCESSING",
+		File:        "internal/idempotency/store.go",
+		Original:    "WHERE id = ? AND state = ? AND fence <= ?`",
+		Replacement: "WHERE id = ? AND (state = ? OR TRUE) AND fence <= ?`",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestFinishNeverRewritesAFinalRecord$",
+	},
+	{
+		ID: "pay-lease-loss", Guard: "lease loss: no write",
+		File:        "internal/payments/pay.go",
+		Original:    "if err := p.stillHeld(ctx, lease, lost); err != nil {",
+		Replacement: "if err := p.stillHeld(ctx, lease, lost); err != nil && false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayHolderThatLostItsLeaseDoesNotWrite$",
+	},
+	{
+		ID: "pay-outcome-unknown", Guard: "pay: reset = unknown",
+		File:        "internal/payments/pay.go",
+		Original:    "return errors.Is(err, payclient.ErrNotSent)",
+		Replacement: "return errors.Is(err, payclient.ErrNotSent) || errors.Is(err, payclient.ErrConnection)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestResetAfterCommitIsOutcomeUnknown$",
+	},
+	{
+		ID: "sweeper-bound-query", Guard: "sweeper: sweeps < max",
+		File:        "internal/idempotency/store.go",
+		Original:    `path LIKE ? AND sweeps < ?", StateProcessing`,
+		Replacement: `path LIKE ? AND ? > 0", StateProcessing`,
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperAsksAtMostMaxAttemptsTimes$",
+	},
+	{
+		ID: "sweeper-bound-count", Guard: "sweeper: sweeps < max",
+		File:        "internal/payments/sweeper.go",
+		Original:    "if !bounded {\n\t\t\treturn RepairUnreachable, nil",
+		Replacement: "if !bounded || true {\n\t\t\treturn RepairUnreachable, nil",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperAsksAtMostMaxAttemptsTimes$",
+	},
+	{
+		ID: "sweeper-refund-marked", Guard: "sweeper: REQUESTED",
+		File:        "internal/payments/sweeper.go",
+		Original:    "SET status = 'REQUESTED', updated_at = now()",
+		Replacement: "SET updated_at = now()",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsEachRefundOnce$",
+	},
+	{
+		ID: "reconcile-settle-steps", Guard: "reconciler: settle",
+		File:     "internal/payments/reconcile.go",
+		Original: "case StatusSuccess:\n\t\treturn s.settleSuccess(ctx, tx, o, pay.ID, s.orders.DecrementStock)",
+		// A second code path: the status moves, the stock and the order.paid event do not.
+		Replacement: "case StatusSuccess:\n\t\tpaid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, pay.ID)\n" +
+			"\t\tif err != nil || !paid {\n\t\t\treturn OutcomeDuplicate, \"\", err\n\t\t}\n" +
+			"\t\treturn OutcomeApplied, \"paid\", nil",
+		Pkgs: []string{"./internal/ordersapp"}, Run: "^TestReconcilerMovesOrdersWhoseCallbacksWereLost$",
+	},
+
+	// ── Redeem: one-time form tokens and the conditional debit (internal/formtoken, internal/rewards) ──
+	{
+		ID: "formtoken-in-flight", Guard: "form token: IN_FLIGHT",
+		File:        "internal/formtoken/formtoken.go",
+		Original:    "if t[3] == 'IN_FLIGHT' then",
+		Replacement: "if false then",
+		Pkgs:        []string{"./internal/formtoken"}, Run: "^TestConcurrentBeginAdmitsOne$",
+	},
+	{
+		ID: "formtoken-consumed", Guard: "form token: CONSUMED",
+		File:        "internal/formtoken/formtoken.go",
+		Original:    "if t[3] == 'CONSUMED' then",
+		Replacement: "if false then",
+		Pkgs:        []string{"./internal/formtoken"}, Run: "^TestStateMachine$",
+	},
+	{
+		ID: "redeem-debit-where", Guard: "redeem: balance >= ?",
+		File:        "internal/rewards/repository.go",
+		Original:    "WHERE user_id = ? AND balance >= ? RETURNING balance`, reward.CostPoints, userID, reward.CostPoints)",
+		Replacement: "WHERE user_id = ? RETURNING balance`, reward.CostPoints, userID)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemInsufficientPointsKeepsTokenUsable$",
+	},
+
+	// ── Guards in packages other engineers are changing: only tests that already exist there ──
+	{
+		ID: "lock-fence-incr", Guard: "lock: fence INCR",
+		File:        "internal/lock/lock.go",
+		Original:    "local fence = redis.call('INCR', KEYS[2])",
+		Replacement: "local fence = 1",
+		Pkgs:        []string{"./internal/lock"}, Run: "^TestFence_IncreasesAcrossReleaseCycles$",
+	},
+	{
+		ID: "points-ledger-unique", Guard: "ledger: ON CONFLICT",
+		File:        "internal/points/ledger.go",
+		Original:    "\t\tON CONFLICT (biz_id) DO NOTHING\n\t\tRETURNING biz_id, user_id, delta`",
+		Replacement: "\t\tRETURNING biz_id, user_id, delta`",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestLedgerApply$",
+	},
+	{
+		ID: "points-done-maybe-done", Guard: "done is maybe done",
+		File:        "internal/points/consumer.go",
+		Original:    "\t\t\tm.maybeDone = true\n\t\t\ttoApply = append(toApply, m)",
+		Replacement: "\t\t\tm.outcome = OutcomeDuplicate",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestDoneLeaseWithoutLedgerRowStillCredits$",
+	},
+	{
+		ID: "points-held-lease", Guard: "consumer: held lease",
+		File: "internal/points/consumer.go",
+		// S11's unsafe twin: a lease someone else holds is acked as a duplicate instead of waited for.
+		Original:    "\t\tdefault:\n\t\t\twaiting = append(waiting, m)",
+		Replacement: "\t\tdefault:\n\t\t\tm.outcome = OutcomeDuplicate",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestHeldLeaseIsWaitedOutThenCredited$",
+	},
+}

@@ -2,11 +2,13 @@
 # make soak: build the binaries, then run `loadtest soak`, which starts payments-mock, orders and
 # points-consumer itself on a fresh database (idemshop_<run id>) with fresh Redis and AMQP prefixes,
 # drives them with seeded clients while it sets payments-mock chaos and kill -9s orders and
-# points-consumer, stops the faults, waits for quiescence and checks that the shop converged to the
-# platform's records. It removes everything it created on exit, Ctrl-C included.
+# points-consumer (SOAK_FAULTS=process), or restarts and disconnects a PostgreSQL, Redis and RabbitMQ of
+# its own (SOAK_FAULTS=infra; all = both), stops the faults, waits for quiescence and checks that the
+# shop converged to the platform's records. It removes everything it created on exit, Ctrl-C included.
 # Exit: 0 converged with no violation, 1 violations, 2 set-up error.
 #
 #   SOAK_SEED=<n> SOAK_DURATION=60s SOAK_FAULTS=process make soak     (docs/reliability.md)
+#   SOAK_SEED=<n> SOAK_DURATION=60s SOAK_FAULTS=infra make soak
 #
 # Server: SOAK_PG_SERVER (postgres://postgres@127.0.0.1:5432); REDIS_URL and AMQP_URL as for the services.
 set -uo pipefail
@@ -21,11 +23,15 @@ export LOG_LEVEL="${LOG_LEVEL:-info}"                       # loadtest's own lin
 echo "== building"
 go build -o "$bin/" ./cmd/... || exit 2
 
-# The soak drops its database itself, on Ctrl-C too; this only catches a soak that was killed outright.
-drop_db() {
+# The soak drops its database and removes its private PostgreSQL/Redis/RabbitMQ (SOAK_FAULTS=infra|all)
+# itself, on Ctrl-C too; this only catches a soak that was killed outright.
+cleanup() {
   psql "$pg_server/postgres?sslmode=disable" -qc "DROP DATABASE IF EXISTS \"idemshop_$SOAK_RUN_ID\" WITH (FORCE)" >/dev/null 2>&1
+  if [ -d "${TMPDIR:-/tmp}/idemshop-soak-infra-$SOAK_RUN_ID" ]; then
+    timeout 60 "$bin/loadtest" soak --cleanup
+  fi
 }
-trap drop_db EXIT
+trap cleanup EXIT
 
 echo "== loadtest soak (run $SOAK_RUN_ID)"
 "$bin/loadtest" soak "$@"

@@ -15,12 +15,15 @@ import (
 )
 
 // runSoak is `loadtest soak [--json]`: the soak starts its own shop from SOAK_BIN, so ORDERS_URL and
-// PAYMENTS_URL are not used. Exit 0 when the shop converged with no violation, 1 on any violation, 2
+// PAYMENTS_URL are not used; with SOAK_FAULTS=infra or all it also starts its own PostgreSQL, Redis
+// and RabbitMQ and points the shop at them. `loadtest soak --cleanup` removes those of SOAK_RUN_ID. Exit 0 when the shop converged with no violation, 1 on any violation, 2
 // on a usage or set-up error (or Ctrl-C). See docs/reliability.md.
 func runSoak(ctx context.Context, cfg config.Loadtest, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadtest soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	cleanup := fs.Bool("cleanup", false, "only stop and remove the private PostgreSQL/Redis/RabbitMQ of run SOAK_RUN_ID "+
+		"(left by a soak that was killed outright), then exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -32,6 +35,23 @@ func runSoak(ctx context.Context, cfg config.Loadtest, args []string, stdout, st
 	if err != nil {
 		fmt.Fprintln(stderr, "loadtest soak:", err)
 		return 2
+	}
+	if *cleanup {
+		if sc.RunID == "" {
+			fmt.Fprintln(stderr, "loadtest soak --cleanup: set SOAK_RUN_ID")
+			return 2
+		}
+		dir := soak.InfraDir(sc.RunID)
+		if _, err := os.Stat(dir); err != nil {
+			return 0 // nothing left
+		}
+		code := 0
+		for _, e := range soak.CleanupInfra(dir) {
+			fmt.Fprintln(stderr, "loadtest soak --cleanup:", e)
+			code = 1
+		}
+		fmt.Fprintln(stderr, "loadtest soak: removed the private infra left in", dir)
+		return code
 	}
 	faults, err := soak.ParseFaults(sc.Faults)
 	if err != nil {
@@ -55,7 +75,8 @@ func runSoak(ctx context.Context, cfg config.Loadtest, args []string, stdout, st
 	fmt.Fprintf(stderr, "soak: seed %d, run %s\n", seed, runID)
 	rep, err := soak.Run(ctx, soak.Options{
 		Seed: seed, Duration: sc.Duration, Grace: sc.Grace, Converge: sc.Converge, Faults: faults, Chaos: sc.Chaos,
-		Bin: sc.Bin, RunID: runID, Logs: sc.Logs, ChildLogLevel: sc.ChildLogLevel,
+		RequireInfra: sc.InfraRequired,
+		Bin:          sc.Bin, RunID: runID, Logs: sc.Logs, ChildLogLevel: sc.ChildLogLevel,
 		PostgresURL: cfg.Postgres.URL, RedisURL: cfg.Redis.URL, AMQPURL: cfg.AMQPURL,
 		Secret: cfg.PaymentWebhookSecret, AdminToken: cfg.AdminToken, HTTPTimeout: cfg.HTTPTimeout,
 		Log: logger, Progress: progressLine(stderr, *asJSON),

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,14 +181,65 @@ func TestCheckFindsEachDivergence(t *testing.T) {
 }
 
 func TestParseFaults(t *testing.T) {
-	for in, ok := range map[string]bool{"process": true, "none": true, " Process ": true, "infra": false, "all": false, "x": false} {
+	for in, ok := range map[string]bool{"process": true, "none": true, " Process ": true, "infra": true, "ALL": true, "x": false} {
 		_, err := ParseFaults(in)
 		if (err == nil) != ok {
 			t.Errorf("ParseFaults(%q) = %v", in, err)
 		}
 	}
-	if _, err := ParseFaults("infra"); err == nil || err.Error() != "SOAK_FAULTS=infra is not implemented yet" {
-		t.Errorf("infra: %v", err)
+}
+
+// The infra plan: every kind once per started minute, within 5%..80% of the run, seeded.
+func TestInfraPlan(t *testing.T) {
+	for _, d := range []time.Duration{30 * time.Second, time.Minute, 150 * time.Second} {
+		plan := (infraFaults{}).Plan(newRNG(7), d)
+		rounds := max(1, int(d/time.Minute))
+		seen := map[string]int{}
+		for i, f := range plan {
+			seen[f.Kind]++
+			if f.At < d/20 || f.At > d*80/100 {
+				t.Errorf("%s: %s at %s, outside 5%%..80%%", d, f.Kind, f.At)
+			}
+			if i > 0 && f.At < plan[i-1].At {
+				t.Errorf("%s: plan not sorted", d)
+			}
+			restart := f.Kind == RabbitRestart || f.Kind == RedisRestart || f.Kind == PostgresRestart
+			if restart && (f.Pause < time.Second || f.Pause > 4*time.Second) || !restart && f.Pause != 0 {
+				t.Errorf("%s: %s pause %s", d, f.Kind, f.Pause)
+			}
+		}
+		for _, k := range InfraKinds {
+			if seen[k] != rounds {
+				t.Errorf("%s: %s %d times, want %d", d, k, seen[k], rounds)
+			}
+		}
+	}
+	a, b := (infraFaults{}).Plan(newRNG(7), time.Minute), (infraFaults{}).Plan(newRNG(7), time.Minute)
+	if !slices.EqualFunc(a, b, func(x, y Fault) bool { return x.Kind == y.Kind && x.At == y.At && x.Pause == y.Pause }) {
+		t.Error("same seed, different infra plans")
+	}
+}
+
+// A client answer counts for the window it falls in; the rest is the baseline.
+func TestAttribute(t *testing.T) {
+	s := time.Second
+	faults := []Fault{{Kind: RedisRestart, Recovery: &Recovery{windowStart: 10 * s, healed: 12 * s, windowEnd: 14 * s}},
+		{Kind: KillOrders, NotInjected: "x"}}
+	tl := []answerAt{
+		{at: 5 * s, route: "create", key: "503 unavailable"},
+		{at: 11 * s, route: "create", key: "201", ok: true},
+		{at: 11 * s, route: "pay", key: "conn"},
+		{at: 13 * s, route: "pay", key: "201", ok: true}, // after the heal: not "served while broken"
+		{at: 15 * s, route: "pay", key: "conn"},
+		{at: 70 * s, route: "pay", key: "conn"}, // after the run
+	}
+	out, outS := attribute(faults, tl, 60*s)
+	r := faults[0].Recovery
+	if r.Errors["conn"] != 1 || len(r.Errors) != 1 || r.Served["create"] != 1 || len(r.Served) != 1 {
+		t.Errorf("window: errors %v served %v", r.Errors, r.Served)
+	}
+	if out["503 unavailable"] != 1 || out["conn"] != 1 || len(out) != 2 || outS != 56 {
+		t.Errorf("outside: %v over %gs", out, outS)
 	}
 }
 
@@ -237,7 +289,14 @@ func TestReportFitsInHundredColumns(t *testing.T) {
 		ClientErrors:   map[string]int{"409": 3, "503": 4, "conn": 5},
 		ErrorsByCode:   map[string]int{"409 idempotency_key_in_use": 3, "503 payment_outcome_unknown": 2, "503 payment_unavailable": 2, "conn": 5},
 		Violations:     []Violation{{Check: "status matches platform", Subject: "order 12345", Detail: strings.Repeat("shop PAID, platform pay_1 REFUNDED ", 5)}},
-		ViolationCount: 1}
+		ViolationCount: 1,
+		Infra: &InfraInfo{Instances: map[string]string{svcPostgres: "127.0.0.1:5 (initdb + pg_ctl start, /tmp/" + strings.Repeat("x", 60) + ")"},
+			StartS: map[string]float64{svcPostgres: 2}, Missing: map[string]string{svcRedis: "redis-server not found on PATH: install it", svcRabbit: "x"}},
+		Injected: []Fault{{Kind: RabbitRestart, AtS: 20, Detail: "rabbitmqctl -n idemshop_soak_1796080417_2765@localhost stop_app (0.9s), 2.8s pause, start_app (1.8s)",
+			Recovery: &Recovery{ReadyS: -1, ProbeOrder: 17, ProbeNote: strings.Repeat("no points ", 10),
+				Errors:      map[string]int{"409 idempotency_key_in_use": 6, "409 insufficient_stock": 4, "503 payment_outcome_unknown": 9, "conn": 1},
+				OrdersReady: map[string]int{"200 degraded[rabbitmq,redis]": 9, "200 ok": 5, "503 unavailable[postgres]": 3}}},
+			{Kind: RedisRestart, NotInjected: strings.Repeat("no private redis ", 8)}}}
 	var b strings.Builder
 	r.Print(&b)
 	for _, l := range strings.Split(b.String(), "\n") {

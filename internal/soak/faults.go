@@ -6,10 +6,12 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 )
 
-// Fault is one injected failure: at At into the run, break Kind, wait Pause, heal.
+// Fault is one injected failure: at At into the run, break Kind, wait Pause, heal. The soak then
+// measures the shop's recovery from it (recovery.go) and fills the fields below Error.
 type Fault struct {
 	At     time.Duration `json:"-"`
 	Pause  time.Duration `json:"-"`
@@ -17,12 +19,23 @@ type Fault struct {
 	Kind   string        `json:"kind"`
 	PauseS float64       `json:"pause_s"`
 	Error  string        `json:"error,omitempty"`
+
+	// Detail is what the injector did (commands, what they answered).
+	Detail string `json:"detail,omitempty"`
+	// NotInjected says why the fault could not be injected (a missing binary, no private instance);
+	// such a fault is listed, never silently skipped.
+	NotInjected string `json:"not_injected,omitempty"`
+
+	Recovery *Recovery `json:"recovery,omitempty"`
 }
+
+// ErrNotInjected wraps the reason a fault could not be injected.
+var ErrNotInjected = errors.New("not injected")
 
 // Injector is one family of faults. The soak draws every injector's plan from the run's RNG before the
 // run starts, fires each fault at its moment (one at a time), and calls Heal when the faults stop.
-// Process faults are the first family; infra faults (PostgreSQL, Redis, RabbitMQ) plug in as another
-// Injector.
+// Process faults (this file) and infra faults (infrafaults.go: PostgreSQL, Redis, RabbitMQ) are the
+// two families.
 type Injector interface {
 	// Name is the family (SOAK_FAULTS value), e.g. "process".
 	Name() string
@@ -30,8 +43,9 @@ type Injector interface {
 	// the same plan.
 	Plan(r *mrand.Rand, d time.Duration) []Fault
 	// Inject breaks, waits f.Pause, and heals. It returns once healed (or with the error that kept it
-	// from healing).
-	Inject(ctx context.Context, f Fault) error
+	// from healing; an error wrapping ErrNotInjected when it could not break anything). It may set
+	// f.Detail.
+	Inject(ctx context.Context, f *Fault) error
 	// Heal makes sure nothing this family breaks is still broken.
 	Heal(ctx context.Context) error
 }
@@ -85,13 +99,15 @@ func (p processFaults) targets(kind string) []*proc {
 	return nil
 }
 
-func (p processFaults) Inject(ctx context.Context, f Fault) error {
+func (p processFaults) Inject(ctx context.Context, f *Fault) error {
 	ts := p.targets(f.Kind)
 	if ts == nil {
 		return fmt.Errorf("unknown process fault %q", f.Kind)
 	}
 	var errs []error
+	var names []string
 	for _, t := range ts {
+		names = append(names, t.name)
 		if err := t.kill(); err != nil {
 			errs = append(errs, err)
 		}
@@ -103,6 +119,8 @@ func (p processFaults) Inject(ctx context.Context, f Fault) error {
 			errs = append(errs, fmt.Errorf("restart after %s: %w", f.Kind, err))
 		}
 	}
+	f.Detail = fmt.Sprintf("kill -9 %s, %.1fs later restarted (same binary, env, address) and /readyz 200",
+		strings.Join(names, " and "), f.Pause.Seconds())
 	return errors.Join(errs...)
 }
 

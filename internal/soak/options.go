@@ -9,7 +9,6 @@ package soak
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -22,22 +21,16 @@ import (
 const (
 	FaultsNone    = "none"    // no process or infra faults (chaos still applies unless SOAK_CHAOS=false)
 	FaultsProcess = "process" // kill -9 and restart orders and points-consumer
-	FaultsInfra   = "infra"   // PostgreSQL, Redis, RabbitMQ faults: not implemented yet
+	FaultsInfra   = "infra"   // restart / disconnect the soak's private PostgreSQL, Redis, RabbitMQ
 	FaultsAll     = "all"     // process + infra
 )
 
-// ErrNotImplemented is returned for a fault family whose injector does not exist yet.
-var ErrNotImplemented = errors.New("not implemented yet")
-
-// ParseFaults validates SOAK_FAULTS. The names of every family parse; a family without an injector
-// yet answers ErrNotImplemented, so that `make soak` exits 2 with a clear message.
+// ParseFaults validates SOAK_FAULTS.
 func ParseFaults(s string) (string, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
 	switch s {
-	case FaultsNone, FaultsProcess:
+	case FaultsNone, FaultsProcess, FaultsInfra, FaultsAll:
 		return s, nil
-	case FaultsInfra, FaultsAll:
-		return s, fmt.Errorf("SOAK_FAULTS=%s is %w", s, ErrNotImplemented)
 	}
 	return s, fmt.Errorf("SOAK_FAULTS must be none, process, infra or all, got %q", s)
 }
@@ -62,8 +55,11 @@ type Options struct {
 	Duration time.Duration // clients create orders and faults fire for this long
 	Grace    time.Duration // a client may go on retrying its current request this long after Duration
 	Converge time.Duration // bound of the wait for quiescence after the faults stop
-	Faults   string        // FaultsNone or FaultsProcess
+	Faults   string        // FaultsNone, FaultsProcess, FaultsInfra or FaultsAll
 	Chaos    bool          // set payments-mock chaos (false: calm all run long)
+	// RequireInfra makes a fault that cannot be injected (no private instance of its service) a
+	// set-up error instead of a line of the report.
+	RequireInfra bool
 
 	Bin           string // directory of the orders, payments-mock and points-consumer binaries
 	RunID         string // names the database (idemshop_<run id>) and the Redis/AMQP prefixes ("<run id>:")
@@ -79,6 +75,10 @@ type Options struct {
 
 	Log      *slog.Logger
 	Progress func(string) // one-line progress; may be nil
+
+	// private: the services the soak started a private instance of (infra faults); the stack's
+	// cleanup leaves those to the instance's removal.
+	private map[string]bool
 }
 
 // pcgStream is the fixed second PCG word of every soak RNG; the seed alone picks the sequence.

@@ -33,8 +33,17 @@ type Report struct {
 	ClientOutcome map[string]int `json:"client_outcomes"`
 
 	ChaosUsed []ChaosChange  `json:"chaos_settings"`
-	Injected  []Fault        `json:"faults_injected"`
-	ByKind    map[string]int `json:"faults_by_kind"`
+	Injected  []Fault        `json:"faults_injected"`            // every fault fired, with its recovery (or why it was not injected)
+	ByKind    map[string]int `json:"faults_by_kind"`             // the faults injected, by kind
+	NotFired  []Fault        `json:"faults_not_fired,omitempty"` // planned, but the run ended first
+	// Infra is the private PostgreSQL, Redis and RabbitMQ of an infra soak.
+	Infra *InfraInfo `json:"infra,omitempty"`
+	// ProbeOrders is the orders the recovery probes created (besides the clients' OrdersCreated).
+	ProbeOrders int `json:"probe_orders,omitempty"`
+	// OutsideErrors is the clients' non-2xx answers outside every fault window during the run (chaos
+	// alone), over OutsideS seconds: the baseline to compare a fault window's errors with.
+	OutsideErrors map[string]int `json:"client_errors_outside_faults,omitempty"`
+	OutsideS      float64        `json:"outside_faults_s,omitempty"`
 
 	ClientErrors map[string]int `json:"client_errors"`         // by status code ("conn": no answer)
 	ErrorsByCode map[string]int `json:"client_errors_by_code"` // by status and problem code
@@ -66,11 +75,13 @@ func (r *Report) JSON(w io.Writer) error {
 func (r *Report) Print(w io.Writer) {
 	const width = 100
 	line := func(label, text string) {
-		for i, l := range wrap(text, width-14) {
+		// A text that starts with spaces is a sub-line: its continuation lines keep that indent.
+		indent := len(text) - len(strings.TrimLeft(text, " "))
+		for i, l := range wrap(strings.TrimLeft(text, " "), width-14-indent) {
 			if i > 0 {
 				label = ""
 			}
-			fmt.Fprintf(w, "%-13s %s\n", label, l)
+			fmt.Fprintf(w, "%-13s %s%s\n", label, strings.Repeat(" ", indent), l)
 		}
 	}
 	seed := fmt.Sprint(r.Seed)
@@ -109,12 +120,24 @@ func (r *Report) Print(w io.Writer) {
 		}
 		line(label, s)
 	}
+	if in := r.Infra; in != nil {
+		for _, svc := range []string{svcPostgres, svcRedis, svcRabbit} {
+			if d, ok := in.Instances[svc]; ok {
+				line("infra", fmt.Sprintf("private %s %s, started in %.1fs", svc, d, in.StartS[svc]))
+			} else {
+				line("infra", fmt.Sprintf("NO private %s (%s): its faults are NOT injected; the shop used the shared %s",
+					svc, in.Missing[svc], redact(in.Shared[svc])))
+			}
+		}
+	}
 	faults := "none"
 	if len(r.Injected) > 0 {
 		var at []string
 		for _, f := range r.Injected {
 			s := fmt.Sprintf("%s@%.1fs+%.1fs", f.Kind, f.AtS, f.PauseS)
-			if f.Error != "" {
+			if f.NotInjected != "" {
+				s += " NOT INJECTED"
+			} else if f.Error != "" {
 				s += " ERROR"
 			}
 			at = append(at, s)
@@ -122,11 +145,24 @@ func (r *Report) Print(w io.Writer) {
 		faults = counts(r.ByKind) + ": " + strings.Join(at, ", ")
 	}
 	line("faults", faults)
+	for _, f := range r.Injected {
+		r.printFault(line, f)
+	}
+	if len(r.NotFired) > 0 {
+		var nf []string
+		for _, f := range r.NotFired {
+			nf = append(nf, fmt.Sprintf("%s@%.1fs", f.Kind, f.AtS))
+		}
+		line("not fired", "the run ended before: "+strings.Join(nf, ", "))
+	}
 	errs := "none"
 	if len(r.ClientErrors) > 0 {
 		errs = counts(r.ClientErrors) + " (" + counts(r.ErrorsByCode) + ")"
 	}
 	line("client errors", errs)
+	if r.OutsideS > 0 {
+		line("", fmt.Sprintf("outside the fault windows (%.0fs of the run): %s", r.OutsideS, counts(r.OutsideErrors)))
+	}
 	if r.Interrupted {
 		line("converged", "interrupted")
 	} else if r.Converged {
@@ -154,6 +190,59 @@ func (r *Report) Print(w io.Writer) {
 	if r.Logs != "" {
 		line("logs", r.Logs)
 	}
+}
+
+// printFault writes one fault's lines: what was done, and how the shop came through it.
+func (r *Report) printFault(line func(label, text string), f Fault) {
+	head := fmt.Sprintf("%s@%.1fs: ", f.Kind, f.AtS)
+	if f.NotInjected != "" {
+		line("fault", head+"NOT INJECTED: "+f.NotInjected)
+		return
+	}
+	detail := f.Detail
+	if f.Error != "" {
+		detail += " ERROR " + f.Error
+	}
+	line("fault", head+detail)
+	rec := f.Recovery
+	if rec == nil {
+		return
+	}
+	secs := func(v float64) string {
+		if v < 0 {
+			return "not within its bound"
+		}
+		return fmt.Sprintf("%.1fs", v)
+	}
+	probe := "no probe order"
+	if rec.ProbeOrder != 0 {
+		probe = fmt.Sprintf("probe order %d paid %s, its points %s", rec.ProbeOrder, secs(rec.ProbeS), secs(rec.PointsS))
+	}
+	s := fmt.Sprintf("  recovered: healed %s, ready %s, %s", secs(rec.HealedS), secs(rec.ReadyS), probe)
+	if rec.ProbeNote != "" {
+		s += " (" + rec.ProbeNote + ")"
+	}
+	line("", s)
+	if len(rec.Restarted) > 0 {
+		line("", "  EXITED BY ITSELF, restarted by the soak: "+strings.Join(rec.Restarted, ", "))
+	}
+	while := fmt.Sprintf("  while broken: clients served %s", counts(rec.Served))
+	if rec.Paid >= 0 {
+		while += fmt.Sprintf("; orders paid %d, points rows %d", rec.Paid, rec.Credited)
+	}
+	line("", while)
+	line("", "  /readyz orders: "+counts(rec.OrdersReady)+"; points-consumer: "+counts(rec.PointsReady))
+	line("", fmt.Sprintf("  clients saw in the %.1fs window: %s", rec.WindowS, counts(rec.Errors)))
+}
+
+// redact drops the password of a URL for the report.
+func redact(u string) string {
+	if i, j := strings.Index(u, "://"), strings.LastIndex(u, "@"); i >= 0 && j > i {
+		if k := strings.Index(u[i+3:j], ":"); k >= 0 {
+			return u[:i+3+k] + ":***" + u[j:]
+		}
+	}
+	return u
 }
 
 // counts renders a map as "k1 n1, k2 n2" in key order.

@@ -65,6 +65,52 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		clientRNG[i] = derive(rng)
 	}
 
+	// Infra faults break private instances the soak starts itself (infra.go), never the machine's
+	// shared PostgreSQL, Redis and RabbitMQ: the shop is pointed at them.
+	var infra *privateInfra
+	if o.Faults == FaultsInfra || o.Faults == FaultsAll {
+		progress("starting a private PostgreSQL, Redis and RabbitMQ")
+		infra, err = startInfra(ctx, o.RunID, log)
+		// Registered before the stack's cleanup, so it runs after it: the services stop first.
+		defer func() {
+			for _, e := range infra.down() {
+				rep.Notes = append(rep.Notes, "cleanup: "+e.Error())
+			}
+		}()
+		if err != nil {
+			return rep, setupOr(ctx, err)
+		}
+		rep.Infra = &infra.info
+		shared := map[string]string{svcPostgres: o.PostgresURL, svcRedis: o.RedisURL, svcRabbit: o.AMQPURL}
+		o.private = map[string]bool{}
+		for svc, url := range map[string]*string{svcPostgres: &o.PostgresURL, svcRedis: &o.RedisURL, svcRabbit: &o.AMQPURL} {
+			if u := infra.url(svc); u != "" {
+				*url = u
+				o.private[svc] = true
+			} else {
+				if infra.info.Shared == nil {
+					infra.info.Shared = map[string]string{}
+				}
+				infra.info.Shared[svc] = shared[svc]
+			}
+		}
+		if len(infra.info.Missing) > 0 {
+			var why []string
+			for _, svc := range []string{svcPostgres, svcRedis, svcRabbit} {
+				if m := infra.info.Missing[svc]; m != "" {
+					why = append(why, svc+": "+m)
+				}
+			}
+			msg := "these infra faults cannot be injected (no private instance; the shared one is never broken): " +
+				strings.Join(why, "; ")
+			if o.RequireInfra {
+				return rep, SetupError{errors.New(msg + " (SOAK_INFRA_REQUIRED=true)")}
+			}
+			rep.Notes = append(rep.Notes, msg)
+		}
+		log.Info("soak: private infra", "dir", infra.dir, "instances", infra.info.Instances, "start_s", infra.info.StartS)
+	}
+
 	st, err := newStack(o)
 	if err != nil {
 		return rep, SetupError{err}
@@ -72,6 +118,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	var injectors []Injector
 	if o.Faults == FaultsProcess || o.Faults == FaultsAll {
 		injectors = append(injectors, processFaults{orders: st.orders, points: st.points})
+	}
+	if infra != nil {
+		injectors = append(injectors, infraFaults{in: infra, dbName: st.dbName})
 	}
 	var plan []scheduled
 	for _, inj := range injectors {
@@ -122,6 +171,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	end := t0.Add(o.Duration)
 	hardEnd := end.Add(o.Grace)
 	w := newWorkload(st.ordersURL(), plat, o.HTTPTimeout, users, products)
+	w.t0 = t0
+	rc := &recoverer{st: st, t0: t0, probe: newWorkload(st.ordersURL(), plat, o.HTTPTimeout, users, products),
+		user: users[0], product: probeProduct(products)}
 	var clients sync.WaitGroup
 	for i := range rep.Clients {
 		c := &client{id: i + 1, w: w, rng: clientRNG[i], end: end, hardEnd: hardEnd}
@@ -142,20 +194,35 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		}
 	})
 	sched.Go(func() {
-		for _, s := range plan {
+		// One fault at a time: each waits for the recovery measurement of the one before (recovery.go),
+		// so it may fire later than planned. What the run's end leaves unfired is listed as such.
+		for i, s := range plan {
 			if !waitUntil(ctx, stopFaults, t0.Add(s.f.At)) {
+				mu.Lock()
+				for _, r := range plan[i:] {
+					rep.NotFired = append(rep.NotFired, r.f)
+				}
+				mu.Unlock()
 				return
 			}
 			f := s.f
 			f.AtS = round2(time.Since(t0).Seconds())
 			log.Info("soak: fault", "kind", f.Kind, "at", f.AtS, "pause", f.Pause)
-			if err := s.inj.Inject(ctx, f); err != nil {
+			if err := rc.fire(ctx, s.inj, &f); err != nil {
 				f.Error = err.Error()
 				log.Warn("soak: fault did not heal", "kind", f.Kind, "err", err)
 			}
+			if f.NotInjected != "" {
+				log.Warn("soak: fault NOT injected", "kind", f.Kind, "why", f.NotInjected)
+			} else if r := f.Recovery; r != nil {
+				log.Info("soak: fault healed", "kind", f.Kind, "detail", f.Detail, "healed_s", r.HealedS,
+					"ready_s", r.ReadyS, "probe_s", r.ProbeS, "points_s", r.PointsS, "probe_order", r.ProbeOrder, "note", r.ProbeNote)
+			}
 			mu.Lock()
 			rep.Injected = append(rep.Injected, f)
-			rep.ByKind[f.Kind]++
+			if f.NotInjected == "" {
+				rep.ByKind[f.Kind]++
+			}
 			mu.Unlock()
 		}
 	})
@@ -188,7 +255,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	calm := calmChaos
 	calm.Seed = chaosPlan[0].s.Seed
 	rep.ChaosUsed = append(rep.ChaosUsed, cs.set(ctx, calm, false, time.Since(t0)))
-	for _, inj := range injectors {
+	// The infra first: a restarted process needs its database.
+	for _, inj := range slices.Backward(injectors) {
 		if err := inj.Heal(ctx); err != nil {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s faults did not heal: %v", inj.Name(), err))
 		}
@@ -211,7 +279,16 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.BackOffice, rep.RefundRefused = w.refunds, w.refundNote
 	answered := w.created
 	found := append([]Violation{}, w.violations...)
+	rep.OutsideErrors, rep.OutsideS = attribute(rep.Injected, w.timeline, o.Duration)
 	w.mu.Unlock()
+	// The probe orders are orders like the clients': their answers must hold too.
+	rc.probe.mu.Lock()
+	rep.ProbeOrders = len(rc.probe.created)
+	for id, pid := range rc.probe.created {
+		answered[id] = pid
+	}
+	found = append(found, rc.probe.violations...)
+	rc.probe.mu.Unlock()
 	for _, p := range st.procs() {
 		for _, s := range p.surprises() {
 			found = append(found, Violation{Check: "process stays up", Subject: p.name, Detail: s})
@@ -300,8 +377,14 @@ func summarize(rep *Report, s Snapshot) {
 	}
 }
 
-// waitUntil waits for t; false when the faults stopped or ctx ended first.
+// waitUntil waits for t; false when the faults stopped or ctx ended first. A fault that is late
+// (the one before took longer) never fires once the faults have stopped.
 func waitUntil(ctx context.Context, stop <-chan struct{}, t time.Time) bool {
+	select {
+	case <-stop:
+		return false
+	default:
+	}
 	timer := time.NewTimer(time.Until(t))
 	defer timer.Stop()
 	select {

@@ -135,24 +135,31 @@ func (s *stack) down() []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	if conn, err := pgx.Connect(ctx, s.adminURL); err != nil {
-		errs = append(errs, fmt.Errorf("drop database %s: %w", s.dbName, err))
-	} else {
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{s.dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
+	// A private instance goes away whole (privateInfra.down): nothing to drop or delete there.
+	if !s.opts.private[svcPostgres] {
+		if conn, err := pgx.Connect(ctx, s.adminURL); err != nil {
 			errs = append(errs, fmt.Errorf("drop database %s: %w", s.dbName, err))
+		} else {
+			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{s.dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
+				errs = append(errs, fmt.Errorf("drop database %s: %w", s.dbName, err))
+			}
+			_ = conn.Close(ctx)
 		}
-		_ = conn.Close(ctx)
 	}
 
-	if conn, err := rabbitmq.Dial(ctx, s.opts.AMQPURL); err != nil {
-		errs = append(errs, fmt.Errorf("delete AMQP objects %s*: %w", s.prefix, err))
-	} else {
-		rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(s.prefix))
-		_ = conn.Close()
+	if !s.opts.private[svcRabbit] {
+		if conn, err := rabbitmq.Dial(ctx, s.opts.AMQPURL); err != nil {
+			errs = append(errs, fmt.Errorf("delete AMQP objects %s*: %w", s.prefix, err))
+		} else {
+			rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(s.prefix))
+			_ = conn.Close()
+		}
 	}
 
-	if err := deleteRedisKeys(ctx, s.opts.RedisURL, s.prefix); err != nil {
-		errs = append(errs, fmt.Errorf("delete Redis keys %s*: %w", s.prefix, err))
+	if !s.opts.private[svcRedis] {
+		if err := deleteRedisKeys(ctx, s.opts.RedisURL, s.prefix); err != nil {
+			errs = append(errs, fmt.Errorf("delete Redis keys %s*: %w", s.prefix, err))
+		}
 	}
 	return errs
 }

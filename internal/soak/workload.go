@@ -58,23 +58,39 @@ type workload struct {
 	refunds    map[string]int   // back-office refunds by kind: full, split, partial
 	refundNote map[string]int   // refunds the platform refused, by answer
 	violations []invariants.Violation
+	// t0 and timeline: every answer a client got (2xx included) and when, so that the answers within
+	// a fault's window can be counted (recovery.go).
+	t0       time.Time
+	timeline []answerAt
+}
+
+// answerAt is one answer of the timeline: when (since t0), to which route ("create", "pay"), and the
+// status and problem code ("conn" for no answer), as in byCode.
+type answerAt struct {
+	at    time.Duration
+	route string
+	key   string
+	ok    bool
 }
 
 func newWorkload(ordersURL string, plat *platform, timeout time.Duration, users []user, products []product) *workload {
-	return &workload{ordersURL: ordersURL, plat: plat, http: newHTTPClient(timeout), users: users, products: products,
+	return &workload{ordersURL: ordersURL, plat: plat, http: newHTTPClient(timeout), users: users, products: products, t0: time.Now(),
 		created: map[int64]string{}, errors: map[string]int{}, byCode: map[string]int{}, outcomes: map[string]int{},
 		refunds: map[string]int{}, refundNote: map[string]int{}}
 }
 
-func (w *workload) count(a answer) {
-	if a.err == nil && a.status < 300 {
-		return
-	}
+func (w *workload) count(route string, a answer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	at := time.Since(w.t0)
+	if a.err == nil && a.status < 300 {
+		w.timeline = append(w.timeline, answerAt{at: at, route: route, key: strconv.Itoa(a.status), ok: true})
+		return
+	}
 	if a.err != nil {
 		w.errors["conn"]++
 		w.byCode["conn"]++
+		w.timeline = append(w.timeline, answerAt{at: at, route: route, key: "conn"})
 		return
 	}
 	s := strconv.Itoa(a.status)
@@ -83,6 +99,7 @@ func (w *workload) count(a answer) {
 		s += " " + c
 	}
 	w.byCode[s]++
+	w.timeline = append(w.timeline, answerAt{at: at, route: route, key: s})
 }
 
 func (w *workload) outcome(name string) {
@@ -261,7 +278,7 @@ func retryable(a answer) bool {
 func (c *client) create(ctx context.Context, auth, key string, body []byte, bo *mrand.Rand) (int64, string) {
 	for try := 0; ; try++ {
 		a := do(ctx, c.w.http, http.MethodPost, c.w.ordersURL+"/v1/orders", body, "Authorization", auth, "Idempotency-Key", key)
-		c.w.count(a)
+		c.w.count("create", a)
 		switch {
 		case a.err == nil && a.status == http.StatusCreated:
 			var o struct {
@@ -292,7 +309,7 @@ func (c *client) pay(ctx context.Context, auth string, order int64, key string, 
 	subject := fmt.Sprintf("order %d", order)
 	for try := 0; ; try++ {
 		a := do(ctx, c.w.http, http.MethodPost, url, nil, "Authorization", auth, "Idempotency-Key", key)
-		c.w.count(a)
+		c.w.count("pay", a)
 		switch {
 		case a.err == nil && a.status == http.StatusCreated:
 			var r struct {

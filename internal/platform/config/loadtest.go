@@ -47,7 +47,8 @@ type Soak struct {
 	Seed string `env:"SOAK_SEED"`
 	// Duration is how long the clients create orders and the faults are injected.
 	Duration time.Duration `env:"SOAK_DURATION" envDefault:"60s"`
-	// Faults names the fault families: none | process | infra | all (parsed by the soak).
+	// Faults names the fault families: none | process | infra | all (parsed by the soak). infra and
+	// all start a private PostgreSQL, Redis and RabbitMQ and break those, never the shared ones.
 	Faults string `env:"SOAK_FAULTS" envDefault:"process"`
 	// Chaos switches payments-mock's chaos on (false: calm all run long, for a quiet baseline).
 	Chaos bool `env:"SOAK_CHAOS" envDefault:"true"`
@@ -63,6 +64,9 @@ type Soak struct {
 	Logs string `env:"SOAK_LOGS"`
 	// ChildLogLevel is LOG_LEVEL for the services the soak starts.
 	ChildLogLevel string `env:"SOAK_CHILD_LOG_LEVEL" envDefault:"warn"`
+	// InfraRequired makes an infra fault that cannot be injected (no private PostgreSQL, Redis or
+	// RabbitMQ could be started, e.g. a missing binary) a set-up error (exit 2) instead of a report line.
+	InfraRequired bool `env:"SOAK_INFRA_REQUIRED" envDefault:"false"`
 }
 
 // LoadSoak reads and validates the soak settings from the environment.

@@ -387,3 +387,24 @@ func TestCallbackTextPostgresRefusesIsCleaned(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND NOT signature_ok", id2),
 		"the forged callback left its audit row")
 }
+
+// An audit row that cannot be written never rolls back the business change: here a trigger (in this
+// test's own database) refuses the audit insert of one event; the SUCCESS is applied all the same, once,
+// and answered 200, so the platform stops resending.
+func TestAuditFailureNeverRollsBackThePayment(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	require.NoError(t, env.DB.Exec(`CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'audit refused'; END $$`).Error)
+	require.NoError(t, env.DB.Exec(`CREATE TRIGGER refuse_audit BEFORE INSERT ON payment_callbacks
+		FOR EACH ROW WHEN (NEW.event_id = 'evt-audit-fails') EXECUTE FUNCTION refuse_audit()`).Error)
+	rp := newReplica(t, env, replicaOpts{})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 1)
+
+	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-audit-fails"))})
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.Equal(t, before-1, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+	assert.Zero(t, count(t, env.DB, "payment_callbacks", "order_id = ?", id))
+}

@@ -172,14 +172,20 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 	}
 
 	// 5. ONE transaction: the conditional UPDATE decides, and the side effects follow only if it changed
-	// the row. The audit row is written after the commit, on its own: it is a log, and a log that cannot
-	// be written must never roll the business change back (and make every resend fail the same way).
+	// the row. The audit row commits with them, but behind a savepoint: it is a log, and a log that
+	// cannot be written must never roll the business change back (nor make every resend fail the same
+	// way). If it could not be written there, it is written again after the commit.
 	var outcome Outcome
 	var reason string
+	auditLater := false
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		outcome, reason, err = apply(ctx, tx, cb, o)
-		return err
+		if err != nil {
+			return err
+		}
+		auditLater = !auditInTx(ctx, tx, lg, cb, orderID, outcome, reason)
+		return nil
 	})
 	if err != nil {
 		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction. A
@@ -188,10 +194,31 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 		s.reject(ctx, lg, cb, true, "not applied: "+err.Error())
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, postgres.TranslateError(err))
 	}
-	s.audit(ctx, lg, cb, orderID, true, outcome, reason)
+	if auditLater {
+		s.audit(ctx, lg, cb, orderID, true, outcome, reason)
+	}
 	s.metrics.count(outcome)
 	lg.Info("payment callback", "outcome", outcome, "reason", reason)
 	return outcome, nil
+}
+
+// auditInTx writes the audit row of a verified callback inside its transaction, behind a savepoint, and
+// reports whether it did. On a failure the savepoint is rolled back, so the transaction (and the business
+// change in it) stays good.
+func auditInTx(ctx context.Context, tx *gorm.DB, lg *slog.Logger, cb Callback, orderID int64, outcome Outcome, reason string) bool {
+	if err := tx.SavePoint("audit").Error; err != nil {
+		lg.Warn("audit savepoint failed; the audit row is written after the commit", "err", err)
+		return false
+	}
+	if err := record(ctx, tx, cb, orderID, true, outcome, reason); err != nil {
+		lg.Warn("audit row not written in the transaction; written after the commit", "err", err)
+		if rerr := tx.RollbackTo("audit").Error; rerr != nil {
+			// The transaction is unusable now: its commit fails, and the reject path audits the callback.
+			lg.Warn("rollback to the audit savepoint failed", "err", rerr)
+		}
+		return false
+	}
+	return true
 }
 
 // apply runs inside the callback transaction. It returns the outcome and a reason for the audit row.

@@ -16,9 +16,9 @@ import (
 	"idemshop/internal/testenv"
 )
 
-// hold pauses one call of a pay-flow hook (the nth) until released; the other calls pass. It is
-// released at the end of the test at the latest, so that a failed assertion never leaves a request
-// hanging (the test server waits for its requests when it closes).
+// hold pauses one call of a pay-flow hook (the nth) until released; the other calls pass. Register its
+// release with t.Cleanup after the replica is built: cleanups run last-in first-out, so a failed
+// assertion then never leaves a request hanging while the test server waits for it to close.
 type hold struct {
 	n       int32
 	calls   atomic.Int32
@@ -27,10 +27,8 @@ type hold struct {
 	once    sync.Once
 }
 
-func holdCall(t *testing.T, n int32) *hold {
-	h := &hold{n: n, reached: make(chan struct{}), open: make(chan struct{})}
-	t.Cleanup(h.release)
-	return h
+func holdCall(n int32) *hold {
+	return &hold{n: n, reached: make(chan struct{}), open: make(chan struct{})}
 }
 
 func (h *hold) hook(context.Context) {
@@ -62,11 +60,12 @@ func TestPayStaleHolderFencedWhileNewerWorks(t *testing.T) {
 	env := testenv.New(t)
 	ctx := context.Background()
 	mock := newMock(t, nil)
-	aWrites := holdCall(t, 1)  // A's BeforeWrite
-	bClaimed := holdCall(t, 2) // B's AfterClaim (A's is the first)
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 10*time.Second),
+	aWrites := holdCall(1)  // A's BeforeWrite
+	bClaimed := holdCall(2) // B's AfterClaim (A's is the first)
+	// A lease far longer than the test: B, held after its claim, must still hold its own when released.
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 30*time.Second),
 		faults: payments.Faults{BeforeWrite: aWrites.hook, AfterClaim: bClaimed.hook}})
-	t.Cleanup(aWrites.release) // registered after the server: runs before it closes
+	t.Cleanup(aWrites.release) // after the replica's: runs before its server closes
 	t.Cleanup(bClaimed.release)
 	id, _ := rp.newOrder(alice, 1, 1)
 	locker, err := lock.New(env.Redis, env.Prefix)

@@ -6,7 +6,7 @@ PKGS    ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 8m
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test test-short lint fmt vet staticcheck bench bench-quick migrate run-orders
+.PHONY: help demo build test test-short lint fmt vet staticcheck mutants-check bench bench-quick migrate run-orders
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -24,7 +24,10 @@ test: lint ## the whole suite (what CI runs): lint, every test with -race on rea
 test-short: ## unit tests only; tests needing PostgreSQL, Redis or RabbitMQ skip
 	$(GO) test -short -count=1 $(PKGS)
 
-lint: fmt vet staticcheck ## gofmt, go vet and staticcheck
+lint: fmt vet staticcheck mutants-check ## gofmt, go vet, staticcheck, and every mutant still applies
+
+mutants-check: ## every curated mutant's snippet still occurs exactly once (no services, a second)
+	$(GO) run ./cmd/mutants -check
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -236,24 +236,7 @@ func newMock(t testing.TB, mutate func(*paymock.Config)) *mockPlatform {
 // creates counts POST /v1/payments requests the platform has received.
 func (m *mockPlatform) creates(t testing.TB) uint64 {
 	t.Helper()
-	mfs, err := m.reg.Gather()
-	require.NoError(t, err)
-	var n uint64
-	for _, mf := range mfs {
-		if mf.GetName() != "idemshop_http_request_duration_seconds" {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range mt.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			if labels["route"] == "/v1/payments" && labels["method"] == "POST" {
-				n += mt.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return n
+	return platformCalls(t, m, http.MethodPost, "/v1/payments")
 }
 
 // setChaos changes the platform's chaos through its admin API.

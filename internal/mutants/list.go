@@ -274,6 +274,32 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemInsufficientPointsKeepsTokenUsable$",
 	},
 
+	// ── The outbox relay: a row is marked published only on the broker's ack (internal/outbox) ──
+	{
+		ID: "relay-confirm-wait", Guard: "relay: awaits confirm",
+		File: "internal/outbox/relay.go",
+		// Marks the batch right after publishing it, as if every confirm were an ack.
+		Original:    "ok, werr := dcs[i].WaitContext(ctx)",
+		Replacement: "ok, werr := true, error(nil)",
+		Pkgs:        []string{"./internal/outbox"},
+		Run:         "^(TestRelayLeavesNackedRowsPending|TestRelayLeavesRowsWhoseConfirmNeverCamePending)$",
+	},
+	{
+		ID: "relay-no-confirm-ack", Guard: "relay: no confirm",
+		File: "internal/outbox/relay.go",
+		// A confirm that did not come within ConfirmTimeout counts as an ack.
+		Original:    "ok, werr := dcs[i].WaitContext(ctx)",
+		Replacement: "ok, werr := dcs[i].WaitContext(ctx)\n\t\tok, werr = ok || werr != nil, nil",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayLeavesRowsWhoseConfirmNeverCamePending$",
+	},
+	{
+		ID: "relay-nack-pending", Guard: "relay: nack stays",
+		File:        "internal/outbox/relay.go",
+		Original:    "case !ok:",
+		Replacement: "case !ok && false:",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayLeavesNackedRowsPending$",
+	},
+
 	// ── Guards in packages other engineers are changing: only tests that already exist there ──
 	{
 		ID: "lock-fence-incr", Guard: "lock: fence INCR",

@@ -182,21 +182,28 @@ func ttlMillis(ttl time.Duration) (int64, error) {
 	return ms, nil
 }
 
+// attempt checks the arguments of one acquisition and draws its owner value: 128 random bits, so no two
+// acquisitions, in any process, pick the same owner. ms is ttl in whole milliseconds.
+func attempt(name string, ttl time.Duration) (owner string, ms int64, err error) {
+	if name == "" {
+		return "", 0, errors.New("lock: empty name")
+	}
+	if ms, err = ttlMillis(ttl); err != nil {
+		return "", 0, err
+	}
+	return rand.Text(), ms, nil
+}
+
 // Acquire makes one attempt to take the lease on name for ttl (whole milliseconds, at least 1 ms).
 //
 // It returns the lease with a fencing token larger than any earlier one for name; an error wrapping
 // ErrNotAcquired when another owner holds the lease; or a wrapped Redis or context error, which callers
 // must not mistake for "busy".
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	if name == "" {
-		return nil, errors.New("lock: empty name")
-	}
-	ms, err := ttlMillis(ttl)
+	owner, ms, err := attempt(name, ttl)
 	if err != nil {
 		return nil, err
 	}
-	// 128 random bits: no two acquisitions, in any process, pick the same owner.
-	owner := rand.Text()
 	fence, err := acquireScript.Run(ctx, l.rdb, []string{l.LockKey(name), l.FenceKey(name)}, owner, ms, l.fenceMs).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: acquire: %w", name, err)
@@ -215,14 +222,10 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 //
 // Errors are those of Acquire.
 func (l *Locker) AcquireUnfenced(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	if name == "" {
-		return nil, errors.New("lock: empty name")
-	}
-	ms, err := ttlMillis(ttl)
+	owner, ms, err := attempt(name, ttl)
 	if err != nil {
 		return nil, err
 	}
-	owner := rand.Text()
 	err = l.rdb.SetArgs(ctx, l.LockKey(name), owner,
 		redis.SetArgs{Mode: "NX", TTL: time.Duration(ms) * time.Millisecond}).Err()
 	switch {

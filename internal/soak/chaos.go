@@ -11,9 +11,7 @@ import (
 	"time"
 )
 
-// ChaosSettings is one setting of payments-mock's chaos (PUT /admin/chaos). ResetRate and
-// DelaySuccessMS are the newer fields; an older payments-mock refuses them, and the soak then sends
-// the rest without them (and says so in the report).
+// ChaosSettings is one setting of payments-mock's chaos (PUT /admin/chaos).
 type ChaosSettings struct {
 	Duplicates        int     `json:"duplicates"`
 	Parallel          bool    `json:"parallel"`
@@ -30,13 +28,12 @@ type ChaosSettings struct {
 // calmChaos is "no chaos": one copy of each callback, nothing lost, nothing failed. The seed is kept.
 var calmChaos = ChaosSettings{Duplicates: 1, Parallel: true}
 
-func (c ChaosSettings) body(newer, withSeed bool) map[string]any {
+// body is the PUT /admin/chaos body. Without withSeed the platform keeps its RNG where it is.
+func (c ChaosSettings) body(withSeed bool) map[string]any {
 	m := map[string]any{
 		"duplicates": c.Duplicates, "parallel": c.Parallel, "jitter_ms": c.JitterMS, "reorder": c.Reorder,
 		"ack_loss_rate": c.AckLossRate, "create_timeout_rate": c.CreateTimeoutRate, "error_rate": c.ErrorRate,
-	}
-	if newer {
-		m["reset_rate"], m["delay_success_ms"] = c.ResetRate, c.DelaySuccessMS
+		"reset_rate": c.ResetRate, "delay_success_ms": c.DelaySuccessMS,
 	}
 	if withSeed {
 		m["seed"] = c.Seed
@@ -78,9 +75,7 @@ func (c ChaosSettings) String() string {
 type ChaosChange struct {
 	AtSeconds float64       `json:"at_s"`
 	Settings  ChaosSettings `json:"settings"`
-	// Dropped lists fields payments-mock refused (an older build): the setting went without them.
-	Dropped []string `json:"dropped,omitempty"`
-	Error   string   `json:"error,omitempty"`
+	Error     string        `json:"error,omitempty"`
 }
 
 type chaosStep struct {
@@ -118,29 +113,14 @@ func planChaos(r *mrand.Rand, d time.Duration) []chaosStep {
 	return steps
 }
 
-// chaosSetter applies settings, falling back (once, for good) to the fields an older payments-mock knows.
+// chaosSetter applies chaos settings to the platform.
 type chaosSetter struct {
-	p        *platform
-	oldMock  bool // payments-mock refused reset_rate/delay_success_ms
-	fellBack string
+	p *platform
 }
 
 func (cs *chaosSetter) set(ctx context.Context, s ChaosSettings, withSeed bool, at time.Duration) ChaosChange {
 	ch := ChaosChange{AtSeconds: round2(at.Seconds()), Settings: s}
-	if !cs.oldMock {
-		a := cs.p.putChaos(ctx, s.body(true, withSeed))
-		if a.err == nil && a.status == http.StatusOK {
-			return ch
-		}
-		if a.err != nil || a.status != http.StatusBadRequest {
-			ch.Error = "PUT /admin/chaos: " + a.brief()
-			return ch
-		}
-		cs.oldMock = true
-		cs.fellBack = fmt.Sprintf("payments-mock answered %d to reset_rate/delay_success_ms (%s): chaos sent without them", a.status, a.code())
-	}
-	ch.Dropped = []string{"reset_rate", "delay_success_ms"}
-	if a := cs.p.putChaos(ctx, s.body(false, withSeed)); a.err != nil || a.status != http.StatusOK {
+	if a := cs.p.putChaos(ctx, s.body(withSeed)); a.err != nil || a.status != http.StatusOK {
 		ch.Error = "PUT /admin/chaos: " + a.brief()
 	}
 	return ch

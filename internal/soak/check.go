@@ -377,9 +377,6 @@ type snapshotter struct {
 	topology     rabbitmq.Topology
 	initialStock map[int64]int64
 	answered     map[int64]string
-	// perOrder is set once the platform turned out to have no GET /admin/payments: the payments are
-	// then read one order at a time through the query API (no refund list).
-	perOrder bool
 }
 
 func (sn *snapshotter) take(ctx context.Context) (Snapshot, error) {
@@ -392,29 +389,14 @@ func (sn *snapshotter) take(ctx context.Context) (Snapshot, error) {
 
 	// The platform first: a shop row newer than the platform's record can only be ahead of it, which
 	// the next poll sees settle.
-	if !sn.perOrder {
-		s.Payments, s.Refunds, err = sn.plat.records(ctx)
-		if err == errNoAdminList {
-			sn.perOrder = true
-		} else if err != nil {
-			return s, err
-		}
+	if s.Payments, s.Refunds, err = sn.plat.records(ctx); err != nil {
+		return s, err
 	}
 
 	rows, _ := conn.Query(ctx, `SELECT id, user_id, product_id, quantity, amount_cents, status FROM orders ORDER BY id`)
 	s.Orders, err = pgx.CollectRows(rows, pgx.RowToStructByPos[OrderRow])
 	if err != nil {
 		return s, fmt.Errorf("read orders: %w", err)
-	}
-	if sn.perOrder {
-		s.Payments = nil
-		for _, o := range s.Orders {
-			ps, err := sn.plat.byOrder(ctx, strconv.FormatInt(o.ID, 10))
-			if err != nil {
-				return s, fmt.Errorf("query payment of order %d: %w", o.ID, err)
-			}
-			s.Payments = append(s.Payments, ps...)
-		}
 	}
 	rows, _ = conn.Query(ctx, `SELECT order_id, refund_no, reason, status FROM refund_requests ORDER BY id`)
 	if s.RefundRequests, err = pgx.CollectRows(rows, pgx.RowToStructByPos[RefundRequestRow]); err != nil {

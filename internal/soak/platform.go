@@ -3,7 +3,6 @@ package soak
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -41,17 +40,11 @@ type Refund struct {
 	AmountCents int64  `json:"amount_cents"`
 }
 
-// errNoAdminList means payments-mock has no GET /admin/payments (yet).
-var errNoAdminList = errors.New("payments-mock has no GET /admin/payments")
-
 // records is GET /admin/payments: every payment and refund the platform holds.
 func (p *platform) records(ctx context.Context) ([]Payment, []Refund, error) {
 	a := do(ctx, p.http, http.MethodGet, p.base+"/admin/payments", nil, p.admin()...)
 	if a.err != nil {
 		return nil, nil, fmt.Errorf("GET /admin/payments: %w", a.err)
-	}
-	if a.status == http.StatusNotFound || a.status == http.StatusMethodNotAllowed {
-		return nil, nil, errNoAdminList
 	}
 	if a.status != http.StatusOK {
 		return nil, nil, fmt.Errorf("GET /admin/payments: HTTP %d: %.200s", a.status, a.body)
@@ -64,22 +57,6 @@ func (p *platform) records(ctx context.Context) ([]Payment, []Refund, error) {
 		return nil, nil, fmt.Errorf("GET /admin/payments: %w", err)
 	}
 	return out.Payments, out.Refunds, nil
-}
-
-// byOrder is the query API the sweeper uses: GET /v1/payments?merchant_order_no=.
-func (p *platform) byOrder(ctx context.Context, orderNo string) ([]Payment, error) {
-	a := do(ctx, p.http, http.MethodGet, p.base+"/v1/payments?merchant_order_no="+url.QueryEscape(orderNo), nil)
-	if a.err != nil {
-		return nil, a.err
-	}
-	if a.status != http.StatusOK {
-		return nil, fmt.Errorf("GET /v1/payments?merchant_order_no=%s: HTTP %d", orderNo, a.status)
-	}
-	var out struct {
-		Payments []Payment `json:"payments"`
-	}
-	err := json.Unmarshal(a.body, &out)
-	return out.Payments, err
 }
 
 // payment is GET /v1/payments/{id}.
@@ -98,8 +75,7 @@ func (p *platform) refund(ctx context.Context, paymentID, refundNo string, amoun
 	return do(ctx, p.http, http.MethodPost, p.base+"/v1/refunds", body)
 }
 
-// putChaos is PUT /admin/chaos. An unknown field is a 400 from an older payments-mock: the caller then
-// retries without the newer fields.
+// putChaos is PUT /admin/chaos.
 func (p *platform) putChaos(ctx context.Context, settings map[string]any) answer {
 	body, _ := json.Marshal(settings)
 	var a answer

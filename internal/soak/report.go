@@ -112,9 +112,6 @@ func (r *Report) Print(w io.Writer) {
 			label = "chaos"
 		}
 		s := fmt.Sprintf("t=%5.1fs %s", c.AtSeconds, c.Settings)
-		if len(c.Dropped) > 0 {
-			s += " (sent without " + strings.Join(c.Dropped, ", ") + ")"
-		}
 		if c.Error != "" {
 			s += " ERROR " + c.Error
 		}

@@ -261,9 +261,6 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s faults did not heal: %v", inj.Name(), err))
 		}
 	}
-	if cs.fellBack != "" {
-		rep.Notes = append(rep.Notes, cs.fellBack)
-	}
 	faultStop := time.Now()
 
 	// The clients finish their retries (each bounded by hardEnd).
@@ -339,10 +336,6 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			break
 		}
 		sleep(ctx, wait)
-	}
-	if sn.perOrder {
-		rep.Notes = append(rep.Notes, "payments-mock has no GET /admin/payments: payments read per order "+
-			"through GET /v1/payments?merchant_order_no= (no refund list)")
 	}
 	found = append(found, last...)
 	rep.ViolationCount = len(found)

@@ -18,6 +18,7 @@ import (
 	"idemshop/internal/lab"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/platform/redisx"
 	"idemshop/internal/points"
 )
 
@@ -346,19 +347,7 @@ func counterValue(reg prometheus.Gatherer, name, outcome string) int64 {
 	return 0
 }
 
-// deleteRedisPrefix deletes the run's Redis keys (bounded: SCAN in pages, at most 200 pages).
+// deleteRedisPrefix deletes the run's Redis keys, best effort.
 func deleteRedisPrefix(ctx context.Context, r *runner, prefix string) {
-	var cursor uint64
-	for range 200 {
-		keys, next, err := r.env.Redis.Scan(ctx, cursor, prefix+"*", 1000).Result()
-		if err != nil {
-			return
-		}
-		if len(keys) > 0 {
-			r.env.Redis.Del(ctx, keys...)
-		}
-		if cursor = next; cursor == 0 {
-			return
-		}
-	}
+	_ = redisx.DeletePrefix(ctx, r.env.Redis, prefix)
 }

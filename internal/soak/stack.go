@@ -2,7 +2,6 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -164,29 +163,14 @@ func (s *stack) down() []error {
 	return errs
 }
 
-// deleteRedisKeys SCANs for prefix* and DELetes what it finds, in bounded rounds.
+// deleteRedisKeys deletes the run's keys (prefix*).
 func deleteRedisKeys(ctx context.Context, redisURL, prefix string) error {
 	rdb, err := redisx.Open(redisURL, 2*time.Second)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	var cursor uint64
-	for range 100_000 {
-		keys, next, err := rdb.Scan(ctx, cursor, prefix+"*", 1000).Result()
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			if err := rdb.Del(ctx, keys...).Err(); err != nil {
-				return err
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return nil
-		}
-	}
-	return errors.New("SCAN did not finish")
+	return redisx.DeletePrefix(ctx, rdb, prefix)
 }
 
 // freeAddr returns a loopback address nothing listens on right now.

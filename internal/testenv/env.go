@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/redisx"
 	"idemshop/migrations"
 )
 
@@ -119,14 +120,7 @@ func (e *Env) Queue(base string) string {
 func (e *Env) cleanRedis() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := e.Redis.Scan(ctx, 0, e.Prefix+"*", 500).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-	}
-	if len(batch) > 0 {
-		_ = e.Redis.Del(ctx, batch...).Err()
-	}
+	_ = redisx.DeletePrefix(ctx, e.Redis, e.Prefix)
 }
 
 // deleteQueues deletes every queue and exchange named through Queue. A broker error closes the channel,

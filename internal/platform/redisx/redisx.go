@@ -39,3 +39,27 @@ func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
 
 // UseLogger routes go-redis's package-wide logger to l. Call it once from main.
 func UseLogger(l *slog.Logger) { redis.SetLogger(slogAdapter{l: l}) }
+
+// DeletePrefix deletes every key that starts with prefix (a run's or a test's namespace): SCAN in pages
+// of 1000, DEL each page. It is bounded by ctx, and returns the first error.
+func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var page []string
+	for iter.Next(ctx) {
+		if page = append(page, iter.Val()); len(page) == 1000 {
+			if err := rdb.Del(ctx, page...).Err(); err != nil {
+				return fmt.Errorf("delete keys %s*: %w", prefix, err)
+			}
+			page = page[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("scan keys %s*: %w", prefix, err)
+	}
+	if len(page) > 0 {
+		if err := rdb.Del(ctx, page...).Err(); err != nil {
+			return fmt.Errorf("delete keys %s*: %w", prefix, err)
+		}
+	}
+	return nil
+}

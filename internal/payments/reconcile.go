@@ -202,10 +202,13 @@ func recordResult(repair string) string {
 // candidates are the orders that may still differ from the platform: not CANCELLED or REFUNDED (those
 // are final), untouched for Grace (callbacks and the sweeper go first), younger than Lookback, and not
 // compared in the last Recheck. Oldest comparison first, so a large backlog is worked through in turn.
+// PENDING orders are left out: a payment exists only after a pay record was claimed, and an unfinished
+// record is settled in the first step (which moves its order too), so asking about every unpaid cart
+// would only cost the platform queries.
 func (r *Reconciler) candidates(ctx context.Context) ([]orders.Order, error) {
 	var list []orders.Order
 	err := r.svc.db.WithContext(ctx).Raw(`SELECT * FROM orders
-		WHERE status NOT IN ('CANCELLED', 'REFUNDED')
+		WHERE status NOT IN ('PENDING', 'CANCELLED', 'REFUNDED')
 		  AND updated_at < now() - make_interval(secs => ?)
 		  AND created_at > now() - make_interval(secs => ?)
 		  AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))

@@ -325,8 +325,6 @@ func (c *client) pay(ctx context.Context, auth string, order int64, key string, 
 			return "", "refused"
 		case a.err == nil && a.status == http.StatusConflict && a.code() == "order_not_payable":
 			return "", "not payable"
-		case a.err == nil && a.status == http.StatusInternalServerError && a.code() == "payment_unresolved":
-			return "", "unresolved"
 		case retryable(a):
 			if !c.wait(ctx, try, a, bo) {
 				return "", "gave up"

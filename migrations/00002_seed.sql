@@ -5,7 +5,7 @@ INSERT INTO users (name, token_hash) VALUES
     ('bob',   encode(sha256('bob-token'::bytea), 'hex')),
     ('carol', encode(sha256('carol-token'::bytea), 'hex'));
 
--- Product 1 has stock 100 and product 2 is the flash-sale item with stock 10 (DESIGN.md). No price ends
+-- Product 1 has stock 100 and product 2 is the flash-sale item with stock 10 (docs/design.md). No price ends
 -- in 13 cents: payments-mock declines such amounts on purpose.
 INSERT INTO products (id, sku, name, price_cents, currency, stock) VALUES
     (1, 'MUG-001',     'Idempotent Mug',          1250, 'EUR', 100),

@@ -97,7 +97,7 @@ type Stats struct {
 	ErrorMsg []string       `json:"error_samples,omitempty"`
 }
 
-// Result is one line of the report. The first eight fields are DESIGN.md's shape; the rest are extra.
+// Result is one line of the report. The first eight fields are the contract's shape (docs/design.md); the rest are extra.
 type Result struct {
 	Name        string  `json:"name"`
 	RPS         float64 `json:"rps"`

@@ -1,5 +1,5 @@
 // Package events defines the messages the shop publishes and the RabbitMQ names they travel under
-// (DESIGN.md, "Events"). Both the outbox (producer side) and points-consumer use these definitions.
+// (docs/design.md, "Events"). Both the outbox (producer side) and points-consumer use these definitions.
 package events
 
 import "time"
@@ -29,7 +29,7 @@ type OrderPaid struct {
 
 // OrderRefunded is published once per order whose payment came back in full after the order was PAID
 // (at least once on the wire). The consumer reverses the order's credit once, under the ledger business
-// key "order-refunded:<order id>" (DESIGN.md, "Events"). Points is the credit to reverse, PointsFor of
+// key "order-refunded:<order id>" (docs/design.md, "Events"). Points is the credit to reverse, PointsFor of
 // the order's AmountCents (int64 cents), the same number order.paid carried.
 type OrderRefunded struct {
 	EventID     string    `json:"event_id"`

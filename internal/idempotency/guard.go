@@ -41,7 +41,7 @@ type GuardOptions struct {
 }
 
 // Guard is ladder step 1: request key + unique index + one transaction. It implements the whole
-// Idempotency-Key semantics table of DESIGN.md for routes whose effect fits in one local transaction.
+// Idempotency-Key semantics table of docs/design.md for routes whose effect fits in one local transaction.
 type Guard struct {
 	db         *gorm.DB
 	marker     *inflight

@@ -5,7 +5,7 @@
 // The record is a small state machine (PROCESSING, COMPLETED, FAILED_RETRYABLE, FAILED_PERMANENT) with a
 // fencing column, so that routes whose effect crosses a network boundary can reuse it. Routes whose
 // effect fits in one local transaction use Guard (guard.go): the key row and the business change are
-// committed together, or not at all (DESIGN.md, "The ladder", step 1).
+// committed together, or not at all (docs/design.md, "The ladder", step 1).
 package idempotency
 
 import (
@@ -25,7 +25,7 @@ const ReplayedHeader = "Idempotent-Replayed"
 // MaxKeyLen is the longest accepted key, in bytes.
 const MaxKeyLen = 255
 
-// Errors of the key semantics table in DESIGN.md; the codes are stable.
+// Errors of the Idempotency-Key semantics table in docs/design.md; the codes are stable.
 var (
 	ErrKeyMissing = problem.New(problem.KindInvalid, "idempotency_key_missing",
 		"this route requires an Idempotency-Key header")

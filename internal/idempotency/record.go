@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 )
 
-// State is the idempotency record's state (DESIGN.md, "The ladder", step 2).
+// State is the idempotency record's state (docs/design.md, "The ladder", step 2).
 type State string
 
 // The record states. A one-transaction route commits COMPLETED directly, so the others are only seen by
@@ -39,7 +39,7 @@ type Record struct {
 	ResponseStatus *int
 	ResponseBody   []byte
 	// Fence is the highest fencing token that has written this row; a write carrying a lower token is
-	// rejected by the WHERE clause of the UPDATE (DESIGN.md, "The ladder", step 4).
+	// rejected by the WHERE clause of the UPDATE (docs/design.md, "The ladder", step 4).
 	Fence int64
 	// LockedUntil is the PROCESSING lease: until then the holder is presumed alive.
 	LockedUntil *time.Time

@@ -10,7 +10,7 @@ import (
 	"idemshop/internal/platform/problem"
 )
 
-// Status is an order's status (DESIGN.md, orders HTTP API).
+// Status is an order's status (docs/design.md, "API and status codes"; transitions in status.go).
 type Status string
 
 // The order statuses.

@@ -21,7 +21,7 @@ type labParts struct {
 	callbacks   *payments.Handler
 }
 
-// mountLab mounts the deliberately unsafe variants of DESIGN.md's lab table. Only with ORDERS_LAB=true;
+// mountLab mounts the deliberately unsafe variants of the lab table (docs/design.md). Only with ORDERS_LAB=true;
 // never by default. Unsafe routes live under /lab/unsafe.
 func mountLab(p labParts) error {
 	p.d.Logger.Warn("LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production")

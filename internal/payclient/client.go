@@ -1,5 +1,5 @@
 // Package payclient is the Go client of the payment platform API (payments-mock, or anything that speaks
-// its contract in DESIGN.md). orders uses it to create payments and refunds, and its sweeper uses the
+// its contract in docs/design.md and docs/payments-mock.md). orders uses it to create payments and refunds, and its sweeper uses the
 // query API to learn what happened to a request whose answer was lost.
 //
 // Every call is bounded by the client's timeout and the context. Errors are classified (see ErrRefused,

@@ -27,7 +27,7 @@ import (
 	"idemshop/internal/platform/problem"
 )
 
-// Callback is the body the payment platform POSTs to the callback route (DESIGN.md). AmountCents is in
+// Callback is the body the payment platform POSTs to the callback route (docs/design.md, "API and status codes"). AmountCents is in
 // minor units of Currency; for REFUNDED it is the refunded amount.
 type Callback struct {
 	EventID         string    `json:"event_id"`

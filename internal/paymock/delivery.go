@@ -214,7 +214,7 @@ func (p *Platform) attempt(d delivery, n int) Attempt {
 			a.Outcome, a.Error = OutcomeRetry, `2xx without {"result":"success"}`
 		}
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusTooManyRequests:
-		// DESIGN.md: the shop answers 404 for an order it does not know yet "so the platform retries";
+		// The shop answers 404 for an order it does not know yet, so that the platform retries (docs/design.md);
 		// 429 asks for a retry by definition. Every other 4xx is a definite refusal.
 		a.Outcome = OutcomeRetry
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:

@@ -50,7 +50,7 @@ type Refund struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
-// Event is a callback body, exactly the fields DESIGN.md fixes (the orders route decodes it strictly).
+// Event is a callback body, exactly the fields docs/design.md fixes (the orders route decodes it strictly).
 // For REFUNDED, AmountCents is the refund's amount, not the payment's.
 type Event struct {
 	EventID         string    `json:"event_id"`

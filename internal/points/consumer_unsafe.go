@@ -1,7 +1,7 @@
 package points
 
-// LAB ONLY — the deliberately broken twins of Consumer.handle (consumer.go), for DESIGN.md's
-// lab rows S6 and S11. Each one keeps handle's steps and calls and breaks only the dedup:
+// LAB ONLY — the deliberately broken twins of Consumer.handle (consumer.go), for the lab
+// rows S6 and S11 (docs/design.md, "The lab"). Each one keeps handle's steps and calls and breaks only the dedup:
 //
 //   - s6-no-dedup shows "points twice". It de-duplicates on the broker's message_id, remembered in
 //     this process's memory, and keys the ledger row by the delivery instead of the order. A crash

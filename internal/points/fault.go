@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// FaultPoint names a crash window of the consumer, for the lab (DESIGN.md S6 and S11).
+// FaultPoint names a crash window of the consumer, for the lab (lab S6 and S11, docs/design.md).
 type FaultPoint string
 
 const (

@@ -2,7 +2,7 @@
 // database and broker/Redis names of its own, drives it with seeded virtual clients while it injects
 // faults (payments-mock chaos, kill -9 of orders and points-consumer), stops the faults, waits for
 // quiescence and then checks that the shop converged to the payment platform's own records
-// (DESIGN.md, "Convergence"; docs/reliability.md). Every random choice descends from one seeded PCG,
+// (docs/design.md, "Convergence"; docs/reliability.md). Every random choice descends from one seeded PCG,
 // and the seed is printed, so a failing run can be replayed with SOAK_SEED.
 package soak
 

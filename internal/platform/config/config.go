@@ -57,7 +57,7 @@ type Redis struct {
 	KeyPrefix string        `env:"REDIS_KEY_PREFIX" envDefault:"idemshop:"`
 }
 
-// Orders is the configuration of cmd/orders. Names and defaults follow DESIGN.md's environment table.
+// Orders is the configuration of cmd/orders. Names and defaults are in the README's configuration table.
 type Orders struct {
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080"`
 	Log

@@ -9,8 +9,8 @@ import (
 	"github.com/caarlos0/env/v11"
 )
 
-// PaymentsMock is the configuration of cmd/payments-mock. The first names and defaults follow
-// DESIGN.md's environment table; the rest are documented in docs/payments-mock.md.
+// PaymentsMock is the configuration of cmd/payments-mock. Names and defaults are documented in
+// docs/payments-mock.md ("Environment").
 type PaymentsMock struct {
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8081"`
 	Log

@@ -24,13 +24,13 @@ func (r Reconnect) check(c *checks) {
 }
 
 // AMQPNames namespaces the broker objects: the prefix goes in front of the exchange, queue, DLX and
-// DLQ names (default: none, the names of DESIGN.md). The relay and the consumer must agree on it.
+// DLQ names (default: none, the names of docs/design.md, "Events"). The relay and the consumer must agree on it.
 type AMQPNames struct {
 	NamePrefix string `env:"AMQP_NAME_PREFIX"`
 }
 
-// PointsConsumer is the configuration of cmd/points-consumer. The first names and defaults follow
-// DESIGN.md's environment table; the POINTS_* knobs are documented in docs/points.md.
+// PointsConsumer is the configuration of cmd/points-consumer. Names and defaults are documented in
+// docs/points.md ("Environment").
 type PointsConsumer struct {
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8082"`
 	Log

@@ -28,7 +28,7 @@ type Topology struct {
 	DeliveryLimit int
 }
 
-// OrderPaidTopology is the production topology of points-consumer's queue (DESIGN.md, "Events"): the
+// OrderPaidTopology is the production topology of points-consumer's queue (docs/design.md, "Events"): the
 // queue points.order-paid receives order.paid and, through a second binding, order.refunded. The
 // names stay those of order.paid, so an existing queue keeps its messages.
 func OrderPaidTopology() Topology {

@@ -27,8 +27,8 @@ import (
 	"idemshop/internal/platform/problem"
 )
 
-// Callback is the body the payment platform POSTs to the callback route (docs/design.md, "API and status codes"). AmountCents is in
-// minor units of Currency; for REFUNDED it is the refunded amount.
+// Callback is the body the payment platform POSTs to the callback route (docs/design.md, "API and
+// status codes"). AmountCents is in minor units of Currency; for REFUNDED it is the refunded amount.
 type Callback struct {
 	EventID         string    `json:"event_id"`
 	PaymentID       string    `json:"payment_id"`

@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"idemshop/internal/platform/config"
+	"idemshop/internal/testenv"
 )
 
 // Paths are relative to this package's directory, where go test runs.
@@ -391,6 +392,23 @@ func TestImagesPinMajorVersions(t *testing.T) {
 			continue // FROM an earlier stage
 		}
 		assert.True(t, pinsMajor(st.from), "Dockerfile: FROM %s does not pin a major version", st.from)
+	}
+}
+
+// The stateful services run an exact release (major.minor[.patch]), the same one testcontainers starts
+// in internal/testenv: a test that passed on a container then passed on what the demo runs, and a new
+// minor release (RabbitMQ 4 changes how redeliveries are counted) is a change someone made on purpose.
+func TestStatefulImagesAreExactAndMatchTheTestImages(t *testing.T) {
+	t.Parallel()
+	p := loadCompose(t, "*")
+	exact := regexp.MustCompile(`:[0-9]+\.[0-9]+(\.[0-9]+)?(-[a-z]+)?$`)
+	for name, want := range map[string]string{
+		"postgres": testenv.PostgresImage, "redis": testenv.RedisImage, "rabbitmq": testenv.RabbitMQImage,
+	} {
+		s, ok := p.Services[name]
+		require.True(t, ok, "compose has no %s service", name)
+		assert.Equal(t, want, s.Image, "%s: compose and internal/testenv run different images", name)
+		assert.Regexp(t, exact, s.Image, "%s: pin the exact release, not only the major version", name)
 	}
 }
 

@@ -134,8 +134,16 @@ func dockerHealthy() (err error) {
 	return p.Health(ctx)
 }
 
+// The images testcontainers starts: exactly the ones docker-compose.yml runs (deploy/compose_test.go
+// checks), so that a test passing on containers passes against the demo stack too.
+const (
+	PostgresImage = "postgres:16.10"
+	RedisImage    = "redis:7.4.2"
+	RabbitMQImage = "rabbitmq:3.13.7-management"
+)
+
 func startPostgres(ctx context.Context) (string, error) {
-	c, err := tcpostgres.Run(ctx, "postgres:16-alpine",
+	c, err := tcpostgres.Run(ctx, PostgresImage,
 		tcpostgres.WithDatabase("postgres"), tcpostgres.WithUsername("postgres"),
 		tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
 	if err != nil {
@@ -145,7 +153,7 @@ func startPostgres(ctx context.Context) (string, error) {
 }
 
 func startRedis(ctx context.Context) (string, error) {
-	c, err := tcredis.Run(ctx, "redis:7-alpine")
+	c, err := tcredis.Run(ctx, RedisImage)
 	if err != nil {
 		return "", fmt.Errorf("start redis container: %w", err)
 	}
@@ -157,7 +165,7 @@ func startRedis(ctx context.Context) (string, error) {
 func startRabbitMQ(ctx context.Context) (string, error) {
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
-			Image:        "rabbitmq:3-management-alpine",
+			Image:        RabbitMQImage,
 			ExposedPorts: []string{"5672/tcp"},
 			WaitingFor:   wait.ForListeningPort("5672/tcp").WithStartupTimeout(2 * time.Minute),
 		},

@@ -17,8 +17,9 @@ demo: ## build, start the three binaries in lab mode on a fresh database, run lo
 build: ## build every binary into ./bin
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-test: lint ## the whole suite (what CI runs): lint, every test with -race on real services, then soak-ci
+test: lint ## the whole suite (what CI runs): lint, every test with -race on real services, mutants, soak-ci
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(MAKE) mutants
 	$(MAKE) soak-ci
 
 test-short: ## unit tests only; tests needing PostgreSQL, Redis or RabbitMQ skip
@@ -42,11 +43,18 @@ staticcheck:
 bench: ## Go benchmarks of the guarded paths against their baselines (same run)
 	$(GO) test -run '^$$' -bench . -benchtime 3s -count 1 ./internal/ordersapp/
 
-# Guard mutants (docs/testing.md): each breaks one guard in a scratch copy of the tree, and the tests
-# named for it must fail. Needs the services of `make test`; not part of it (yet).
+# Guard mutants (docs/testing.md): each breaks one guard (the mutated file is swapped in with
+# `go test -overlay`; the tree is never written), and the tests named for it must fail. Part of
+# `make test`, after the suite: they run with -race too, so they reuse its build cache.
 .PHONY: mutants
 mutants: ## break each guard on purpose; its tests must fail (ONLY=<id>,<id>; the list: internal/mutants)
 	$(GO) run ./cmd/mutants $(if $(ONLY),-only $(ONLY))
+
+# The advisory report: gremlins flips every operator it finds in covered code (GREMLINS_PKGS; reports
+# in bin/gremlins). Not part of `make test`, and never red: a LIVED mutant is a question to look at.
+.PHONY: mutants-advisory
+mutants-advisory: ## gremlins over the pattern packages, an advisory report beside `make mutants` (slow)
+	./scripts/gremlins.sh
 
 .PHONY: soak
 soak: ## soak the shop: chaos + kill -9 on a fresh database, then check convergence (SOAK_SEED, SOAK_DURATION, SOAK_FAULTS)

@@ -1,7 +1,13 @@
-// Command mutants runs the curated guard mutants (internal/mutants): for each one it copies the working
-// tree to a scratch directory, applies the mutant there, runs the tests named for it and requires one
-// of them to fail. The real tree is never touched. It prints a table (mutant, guard, the test that
-// killed it, or why it was not killed) and exits 1 if any mutant survived, timed out or was invalid.
+// Command mutants runs the curated guard mutants (internal/mutants): for each one it writes the mutated
+// file to a scratch directory, runs the tests named for it with `go test -overlay` (the go command
+// reads the mutated copy in place of the real file) and requires one of them to fail. The real tree is
+// never written. It prints a table (mutant, guard, the test that killed it, or why it was not killed)
+// and exits 1 if any mutant survived, timed out or was invalid.
+//
+// The tests run in the module directory with the suite's own flags (-race), so they share the build
+// cache of `go test -race ./...`: after the suite, a mutant recompiles only its own package and the
+// ones above it. Do not edit the tree during a run: the mutated file is read once, the others live.
+// A mutant whose test reads its file from disk (ReadsSource) runs in a copy of the tree instead.
 //
 //	go run ./cmd/mutants                       # every mutant, two at a time
 //	go run ./cmd/mutants -only pay-finish-fence,sweeper-refund-requested
@@ -16,15 +22,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +50,7 @@ type options struct {
 	check     bool
 	list      bool
 	keep      bool
+	race      bool
 	verbose   bool
 	moduleDir string
 }
@@ -58,7 +64,8 @@ func run() int {
 	flag.BoolVar(&o.baseline, "baseline", false, "run each mutant's tests on the unchanged tree instead; they must pass")
 	flag.BoolVar(&o.check, "check", false, "only check the list against the tree (every original occurs exactly once)")
 	flag.BoolVar(&o.list, "list", false, "print the mutants and exit")
-	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (tree copies and logs)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (mutated files, overlays and logs)")
+	flag.BoolVar(&o.race, "race", true, "run the tests with -race, as the suite does (shares its build cache)")
 	flag.BoolVar(&o.verbose, "v", false, "print each mutant's go test output as it finishes")
 	flag.Parse()
 	if o.jobs < 1 || o.jobs > 2 {
@@ -138,22 +145,10 @@ func runAll(o options, list []mutants.Mutant) int {
 		}
 	}()
 
-	// One snapshot of the working tree for the whole run, so that edits made meanwhile do not mix in.
-	base := filepath.Join(scratch, "base")
-	files, err := snapshot(o.moduleDir, base)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mutants: copy the tree:", err)
-		return 2
-	}
-	fmt.Printf("mutants: %d files copied to %s; %d mutants, %d at a time\n", len(files), scratch, len(list), o.jobs)
+	fmt.Printf("mutants: %d mutants, %d at a time; scratch %s\n", len(list), o.jobs, scratch)
 
-	// The unchanged tree must compile with every test package the list names. -trimpath keeps build
-	// cache keys independent of the directory, so this also warms the cache for every copy below.
-	if out, err := goTest(context.Background(), base, o.timeout, "^$", pkgsOf(list)); err != nil {
-		fmt.Fprintf(os.Stderr, "mutants: the unchanged tree does not build its tests; no mutant can prove anything:\n%s", out)
-		return 2
-	}
-	fmt.Printf("mutants: the unchanged tree builds (%s)\n", time.Since(start).Round(time.Second))
+	// No build of the unchanged tree first: it would link every test binary once more, and a tree that
+	// does not compile shows anyway, as every mutant INVALID ("does not compile").
 
 	logs := filepath.Join(scratch, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
@@ -171,8 +166,7 @@ func runAll(o options, list []mutants.Mutant) int {
 		slot := <-slots
 		wg.Go(func() {
 			defer func() { slots <- slot }()
-			dir := filepath.Join(scratch, fmt.Sprintf("w%d", slot))
-			r, out := runOne(o, m, base, files, dir)
+			r, out := runOne(o, m, filepath.Join(scratch, m.ID))
 			results[i] = r
 			logFile := filepath.Join(logs, m.ID+".log")
 			_ = os.WriteFile(logFile, out, 0o644)
@@ -211,21 +205,16 @@ func runAll(o options, list []mutants.Mutant) int {
 	return 0
 }
 
-// runOne copies base into dir, applies m (unless -baseline) and runs m's tests there.
-func runOne(o options, m mutants.Mutant, base string, files []string, dir string) (mutants.Result, []byte) {
+// runOne applies m to its file (unless -baseline), writes the result and an overlay naming it to dir,
+// and runs m's tests with that overlay.
+func runOne(o options, m mutants.Mutant, dir string) (mutants.Result, []byte) {
 	start := time.Now()
 	res := mutants.Result{Mutant: m}
 	fail := func(v mutants.Verdict, detail string, out []byte) (mutants.Result, []byte) {
 		res.Verdict, res.Detail, res.Elapsed = v, detail, time.Since(start)
 		return res, out
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
-	}
-	if err := copyFiles(base, dir, files); err != nil {
-		return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
-	}
-	path := filepath.Join(dir, m.File)
+	path := filepath.Join(o.moduleDir, m.File)
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return fail(mutants.Invalid, "no such file", nil)
@@ -234,15 +223,28 @@ func runOne(o options, m mutants.Mutant, base string, files []string, dir string
 	if err != nil {
 		return fail(mutants.Invalid, "refused: "+err.Error(), nil)
 	}
-	if !o.baseline {
-		if err := os.WriteFile(path, mutated, 0o644); err != nil {
+	overlay, workDir := "", o.moduleDir
+	switch {
+	case o.baseline:
+	case m.ReadsSource:
+		// Its test reads the file from disk: a copy of the tree, with the mutant written into it. The
+		// copy's own packages compile afresh; only the standard library and modules come from the cache.
+		workDir = filepath.Join(dir, "tree")
+		if err := copyTree(o.moduleDir, workDir); err != nil {
+			return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
+		}
+		if err := os.WriteFile(filepath.Join(workDir, m.File), mutated, 0o644); err != nil {
+			return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
+		}
+	default:
+		if overlay, err = writeOverlay(dir, path, mutated); err != nil {
 			return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
 		}
 	}
 	// The outer deadline only catches a go command that ignores -timeout (a wedged build).
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+2*time.Minute)
 	defer cancel()
-	out, err := goTest(ctx, dir, o.timeout, m.Run, m.Pkgs)
+	out, err := goTest(ctx, o, workDir, overlay, m.Run, m.Pkgs)
 	if ctx.Err() != nil {
 		return fail(mutants.Timeout, "go test did not end", out)
 	}
@@ -255,30 +257,42 @@ func runOne(o options, m mutants.Mutant, base string, files []string, dir string
 	return res, out
 }
 
-// goTest runs `go test -count=1 -failfast -trimpath -timeout T -run R pkgs` in dir and returns its
-// combined output.
-func goTest(ctx context.Context, dir string, timeout time.Duration, runRE string, pkgs []string) ([]byte, error) {
-	args := append([]string{"test", "-count=1", "-failfast", "-trimpath", "-timeout", timeout.String(), "-run", runRE}, pkgs...)
-	cmd := exec.CommandContext(ctx, "go", args...)
+// writeOverlay writes mutated to dir and a `go build -overlay` file that puts it in place of path; it
+// returns the overlay file's path.
+func writeOverlay(dir, path string, mutated []byte) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	file := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(file, mutated, 0o644); err != nil {
+		return "", err
+	}
+	js, err := json.Marshal(map[string]map[string]string{"Replace": {path: file}})
+	if err != nil {
+		return "", err
+	}
+	overlay := filepath.Join(dir, "overlay.json")
+	return overlay, os.WriteFile(overlay, js, 0o644)
+}
+
+// goTest runs `go test -count=1 -failfast [-race] [-overlay F] -timeout T -run R pkgs` in dir (the
+// module directory, or a copy of it) and returns its combined output. -ldflags=-s -w only shortens the link: a test binary is
+// linked anew for every mutant, and its symbol table is never read.
+func goTest(ctx context.Context, o options, dir, overlay, runRE string, pkgs []string) ([]byte, error) {
+	args := []string{"test", "-count=1", "-failfast", "-ldflags=-s -w", "-timeout", o.timeout.String(), "-run", runRE}
+	if o.race {
+		args = append(args, "-race")
+	}
+	if overlay != "" {
+		args = append(args, "-overlay", overlay)
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = dir
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	cmd.WaitDelay = 10 * time.Second
 	err := cmd.Run()
 	return buf.Bytes(), err
-}
-
-// pkgsOf lists the packages named by list, each once.
-func pkgsOf(list []mutants.Mutant) []string {
-	var out []string
-	for _, m := range list {
-		for _, p := range m.Pkgs {
-			if !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
 }
 
 // moduleRoot is the directory of the main module's go.mod.
@@ -294,58 +308,30 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// snapshot copies the working tree as git sees it (tracked and untracked files, minus ignored ones:
-// no .git, no bin/, no built binaries) from root to dst and returns the copied paths.
-func snapshot(root, dst string) ([]string, error) {
+// copyTree copies the module as git sees it (tracked and untracked files, minus ignored ones: no .git,
+// no bin/, no built binaries) from root to dst.
+func copyTree(root, dst string) error {
 	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("git ls-files: %w", err)
+		return fmt.Errorf("git ls-files: %w", err)
 	}
-	var files []string
 	for f := range strings.SplitSeq(strings.TrimRight(string(out), "\x00"), "\x00") {
-		if f == "" {
-			continue
-		}
 		st, err := os.Lstat(filepath.Join(root, f))
-		if err != nil || !st.Mode().IsRegular() {
+		if f == "" || err != nil || !st.Mode().IsRegular() {
 			continue // deleted in the working tree, or a symlink or submodule
 		}
-		files = append(files, f)
-	}
-	return files, copyFiles(root, dst, files)
-}
-
-func copyFiles(from, to string, files []string) error {
-	for _, f := range files {
-		if err := copyFile(filepath.Join(from, f), filepath.Join(to, f)); err != nil {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, f)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, st.Mode().Perm()); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, st.Mode().Perm())
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

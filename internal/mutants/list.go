@@ -145,6 +145,7 @@ var List = []Mutant{
 		Original:    "if hmac.Equal(sig, want) {",
 		Replacement: "if string(sig) == string(want) {",
 		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerifyComparesInConstantTime$",
+		ReadsSource: true,
 	},
 	{
 		ID: "sig-tolerance", Guard: "signature: tolerance",
@@ -250,6 +251,20 @@ var List = []Mutant{
 			"\t\treturn OutcomeApplied, \"paid\", nil",
 		Pkgs: []string{"./internal/ordersapp"}, Run: "^TestReconcilerMovesOrdersWhoseCallbacksWereLost$",
 	},
+	{
+		ID: "reconcile-grace", Guard: "reconciler: grace",
+		File:        "internal/payments/reconcile.go",
+		Original:    "\t\t  AND updated_at < now() - make_interval(secs => ?)\n",
+		Replacement: "\t\t  AND (updated_at < now() - make_interval(secs => ?) OR TRUE)\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",
+	},
+	{
+		ID: "reconcile-recheck", Guard: "reconciler: recheck",
+		File:        "internal/payments/reconcile.go",
+		Original:    "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))",
+		Replacement: "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?) OR TRUE)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",
+	},
 
 	// ── Redeem: one-time form tokens and the conditional debit (internal/formtoken, internal/rewards) ──
 	{
@@ -299,6 +314,20 @@ var List = []Mutant{
 		Replacement: "case !ok && false:",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayLeavesNackedRowsPending$",
 	},
+	{
+		ID: "relay-mandatory", Guard: "relay: mandatory",
+		File:        "internal/outbox/relay.go",
+		Original:    "true, // mandatory",
+		Replacement: "false, // mandatory",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayLeavesAReturnedRowPendingUntilAQueueIsBound$",
+	},
+	{
+		ID: "relay-returned-pending", Guard: "relay: returned stays",
+		File:        "internal/outbox/relay.go",
+		Original:    "if ret, ok := returned[row.EventID]; ok {",
+		Replacement: "if ret, ok := returned[row.EventID]; ok && false {",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayLeavesAReturnedRowPendingUntilAQueueIsBound$",
+	},
 
 	// ── Guards in packages other engineers are changing: only tests that already exist there ──
 	{
@@ -307,6 +336,20 @@ var List = []Mutant{
 		Original:    "local fence = redis.call('INCR', KEYS[2])",
 		Replacement: "local fence = 1",
 		Pkgs:        []string{"./internal/lock"}, Run: "^TestFence_IncreasesAcrossReleaseCycles$",
+	},
+	{
+		ID: "lock-release-owner", Guard: "lock: release if owner",
+		File:        "internal/lock/lock.go",
+		Original:    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('DEL', KEYS[1])",
+		Replacement: "if true then\n  return redis.call('DEL', KEYS[1])",
+		Pkgs:        []string{"./internal/lock"}, Run: "^TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease$",
+	},
+	{
+		ID: "lock-renew-owner", Guard: "lock: renew if owner",
+		File:        "internal/lock/lock.go",
+		Original:    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])",
+		Replacement: "if true then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])",
+		Pkgs:        []string{"./internal/lock"}, Run: "^TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease$",
 	},
 	{
 		ID: "points-ledger-unique", Guard: "ledger: ON CONFLICT",

@@ -31,6 +31,10 @@ type Mutant struct {
 	// -run regexp that selects those tests.
 	Pkgs []string
 	Run  string
+	// ReadsSource says the killing test reads File from disk (a static check, such as the
+	// constant-time compare's): `go test -overlay` changes what is compiled, not what is on disk, so
+	// such a mutant runs in a copy of the tree with the mutated file written into it.
+	ReadsSource bool
 }
 
 // Apply returns src with m's Original replaced by its Replacement. It refuses a mutant whose Original

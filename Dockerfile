@@ -14,7 +14,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -ldflags="-s -w" -o /out/ \
-      ./cmd/orders ./cmd/payments-mock ./cmd/points-consumer ./cmd/loadtest ./cmd/healthcheck
+      ./cmd/orders ./cmd/payments-mock ./cmd/points-consumer ./loadtest ./cmd/healthcheck
 
 # --- runtime: distroless static, no shell, runs as the unprivileged user "nonroot" (65532) ----------
 FROM gcr.io/distroless/static-debian12:nonroot AS runtime

@@ -14,8 +14,8 @@ help: ## list the targets
 demo: ## build, start the three binaries in lab mode on a fresh database, run loadtest incident + lab all
 	BIN=$(BIN) ./scripts/demo.sh
 
-build: ## build every binary into ./bin
-	$(GO) build -o $(BIN)/ ./cmd/...
+build: ## build every binary (cmd/* and loadtest) into ./bin
+	$(GO) build -o $(BIN)/ ./cmd/... ./loadtest
 
 test: lint ## the whole suite (what CI runs): lint, every test with -race on real services, mutants, soak-ci
 	$(GO) test $(TESTFLAGS) $(PKGS)

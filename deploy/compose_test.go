@@ -35,14 +35,15 @@ const (
 
 // app is a compose service that runs one of our binaries from the image the Dockerfile builds.
 type app struct {
-	binary  string       // the cmd/ directory, run as binDir+binary
+	binary  string       // the command's directory (cmd/<binary>, or loadtest/), run as binDir+binary
 	config  reflect.Type // its config struct: env names and defaults come from the struct tags
 	oneShot bool         // runs to completion (no healthcheck, no port)
 	profile string       // "" = started by a plain `docker compose up`
 }
 
-// The services the code expects. Every cmd/ binary except healthcheck (the containers' probe) runs in
-// at least one of them: TestDockerfileBuildsEveryBinary checks that no binary is forgotten.
+// The services the code expects. Every binary (cmd/*, and the top-level loadtest) except healthcheck
+// (the containers' probe) runs in at least one of them: TestDockerfileBuildsEveryBinary checks that no
+// binary is forgotten.
 var apps = map[string]app{
 	"migrate":         {binary: "orders", config: reflect.TypeFor[config.Orders](), oneShot: true},
 	"orders":          {binary: "orders", config: reflect.TypeFor[config.Orders]()},
@@ -462,6 +463,9 @@ func TestDockerfileBuildsEveryBinary(t *testing.T) {
 			assert.Contains(t, text, "./cmd/"+e.Name(), "the Dockerfile does not build cmd/%s", e.Name())
 		}
 	}
+	// loadtest is the one command outside cmd/: it lives at the top of the repo (go run ./loadtest).
+	binaries = append(binaries, "loadtest")
+	assert.Regexp(t, `\./loadtest(\s|$)`, text, "the Dockerfile does not build ./loadtest")
 	// Every binary but the probe runs in some service; a new binary needs a service or a reason here.
 	for _, b := range binaries {
 		if b == "healthcheck" {
@@ -504,7 +508,8 @@ func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 		if pattern == "" || strings.HasPrefix(pattern, "#") || strings.HasPrefix(pattern, "!") {
 			continue
 		}
-		for _, need := range []string{"go.mod", "go.sum", "cmd", "internal", "migrations", "cmd/orders/main.go"} {
+		for _, need := range []string{"go.mod", "go.sum", "cmd", "internal", "migrations", "cmd/orders/main.go",
+			"loadtest", "loadtest/main.go"} {
 			matched, err := filepath.Match(pattern, need)
 			require.NoError(t, err, pattern)
 			assert.False(t, matched, ".dockerignore pattern %q drops %s, which the build needs", pattern, need)

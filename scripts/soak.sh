@@ -21,7 +21,7 @@ export DATABASE_URL="$pg_server/postgres?sslmode=disable" # the server; the soak
 export LOG_LEVEL="${LOG_LEVEL:-info}"                       # loadtest's own lines; services: SOAK_CHILD_LOG_LEVEL
 
 echo "== building"
-go build -o "$bin/" ./cmd/... || exit 2
+go build -o "$bin/" ./cmd/... ./loadtest || exit 2
 
 # The soak drops its database and removes its private PostgreSQL/Redis/RabbitMQ (SOAK_FAULTS=infra|all)
 # itself, on Ctrl-C too; this only catches a soak that was killed outright.

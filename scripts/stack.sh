@@ -25,7 +25,7 @@ export CALLBACK_URL="http://127.0.0.1:$orders_port/v1/payments/callback"
 export LOG_LEVEL="${LOG_LEVEL:-warn}"
 
 echo "== building"
-go build -o "$bin/" ./cmd/... || exit 2
+go build -o "$bin/" ./cmd/... ./loadtest || exit 2
 
 pids=()
 stop_stack() {

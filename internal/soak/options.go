@@ -49,7 +49,7 @@ func ParseSeed(s string) (seed uint64, random bool, err error) {
 	return seed, false, nil
 }
 
-// Options is one soak run, resolved from the environment by cmd/loadtest.
+// Options is one soak run, resolved from the environment by loadtest (loadtest/soak.go).
 type Options struct {
 	Seed     uint64
 	Duration time.Duration // clients create orders and faults fire for this long

@@ -59,7 +59,7 @@ func newStack(opts Options) (*stack, error) {
 	}
 	for _, name := range []string{"payments-mock", "orders", "points-consumer"} {
 		if _, err := os.Stat(filepath.Join(opts.Bin, name)); err != nil {
-			return nil, fmt.Errorf("binary %w (build them with `go build -o %s/ ./cmd/...`, or set SOAK_BIN)", err, opts.Bin)
+			return nil, fmt.Errorf("binary %w (build them with `go build -o %s/ ./cmd/... ./loadtest`, or set SOAK_BIN)", err, opts.Bin)
 		}
 	}
 	s := &stack{opts: opts, dbName: "idemshop_" + opts.RunID, prefix: opts.RunID + ":", logs: opts.Logs}

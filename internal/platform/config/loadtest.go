@@ -7,7 +7,7 @@ import (
 	"github.com/caarlos0/env/v11"
 )
 
-// Loadtest is the configuration of cmd/loadtest: where the running services are, and the stores it
+// Loadtest is the configuration of loadtest (the top-level command): where the running services are, and the stores it
 // reads to check invariants. Defaults match the other binaries' defaults.
 type Loadtest struct {
 	OrdersURL   string `env:"ORDERS_URL" envDefault:"http://127.0.0.1:8080"`

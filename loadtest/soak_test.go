@@ -24,8 +24,8 @@ func TestSoakConvergesShort(t *testing.T) {
 	}
 	svc := testenv.Find(t)
 	var dir string
-	for _, pkg := range []string{"orders", "payments-mock", "points-consumer", "loadtest"} {
-		dir = filepath.Dir(testenv.Build(t, "idemshop/cmd/"+pkg))
+	for _, pkg := range []string{"cmd/orders", "cmd/payments-mock", "cmd/points-consumer", "loadtest"} {
+		dir = filepath.Dir(testenv.Build(t, "idemshop/"+pkg))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)

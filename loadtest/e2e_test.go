@@ -44,8 +44,8 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	svc := testenv.Find(t)
 	var dir string
-	for _, pkg := range []string{"orders", "payments-mock", "points-consumer", "loadtest"} {
-		dir = filepath.Dir(testenv.Build(t, "idemshop/cmd/"+pkg))
+	for _, pkg := range []string{"cmd/orders", "cmd/payments-mock", "cmd/points-consumer", "loadtest"} {
+		dir = filepath.Dir(testenv.Build(t, "idemshop/"+pkg))
 	}
 
 	run := fmt.Sprintf("e2e%d", os.Getpid())

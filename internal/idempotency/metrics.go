@@ -38,6 +38,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// ExpectRoute creates route's series at 0 for every outcome, so that a dashboard shows zeros from the
+// start instead of no series until the first request of each kind.
+func (m *Metrics) ExpectRoute(route string) {
+	for _, o := range []string{OutcomeExecuted, OutcomeReplayed, OutcomeInFlight, OutcomeMismatch, OutcomeInvalid} {
+		m.requests.WithLabelValues(route, o)
+	}
+}
+
 // Count adds one request with outcome on route (the route pattern, e.g. /v1/orders).
 func (m *Metrics) Count(route, outcome string) {
 	m.requests.WithLabelValues(route, outcome).Inc()

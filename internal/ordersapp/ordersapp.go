@@ -109,6 +109,7 @@ func New(d Deps) (*App, error) {
 	callbackRoute.Mount(e) // signed, not bearer-authenticated: outside the /v1 group
 	v1 := e.Group("/v1", authn.Middleware())
 	orderRoutes.Mount(v1)
+	idemMetrics.ExpectRoute("/v1/orders") // POST, behind the Idempotency-Key runner
 	if err := mountRedeem(e, v1, d); err != nil {
 		return nil, err
 	}

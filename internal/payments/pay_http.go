@@ -29,7 +29,7 @@ func NewPayHandler(payer *Payer, m *idempotency.Metrics) (*PayHandler, error) {
 
 // Mount adds the route to g, which must already authenticate.
 func (h *PayHandler) Mount(g *echo.Group) {
-	g.POST("/orders/:id/pay", h.pay)
+	h.metrics.ExpectRoute(g.POST("/orders/:id/pay", h.pay).Path)
 }
 
 func (h *PayHandler) pay(c echo.Context) error {

@@ -43,6 +43,11 @@ const (
 	RepairUnreachable = "unreachable" // the platform did not answer: try again after the lease
 	RepairGaveUp      = "gave_up"     // unanswered maxAttempts times: an alert; the reconciler keeps asking
 	RepairFenced      = "fenced"      // a live retry took the record over meanwhile
+
+	// Refund results, the label values of idemshop_refunds_total.
+	RefundRequested   = "requested"   // the platform accepted the refund (or already had it)
+	RefundUnreachable = "unreachable" // no answer: the row stays PENDING for the next sweep
+	RefundRefused     = "refused"     // the platform said no: an alert, checked by hand
 )
 
 // NewSweeper returns the sweeper. maxAttempts bounds how often the sweeper asks the platform about one
@@ -65,9 +70,23 @@ func NewSweeper(payer *Payer, logger *slog.Logger, reg prometheus.Registerer, ma
 			Help: "Refund requests sent to the payment platform, by result.",
 		}, []string{"result"}),
 	}
+	// Every series exists from the start, at 0.
+	for _, r := range []string{RepairCompleted, RepairRetryable, RepairUnreachable, RepairGaveUp, RepairFenced} {
+		s.repairs.WithLabelValues(r)
+	}
+	for _, st := range recordStates {
+		s.records.WithLabelValues(string(st))
+	}
+	for _, r := range []string{RefundRequested, RefundUnreachable, RefundRefused} {
+		s.refunds.WithLabelValues(r)
+	}
 	reg.MustRegister(s.repairs, s.records, s.refunds)
 	return s, nil
 }
+
+// recordStates are the states idemshop_pay_records reports.
+var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.StateCompleted,
+	idempotency.StateFailedRetryable, idempotency.StateFailedPermanent}
 
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
 // the record gauge. It returns how many records it repaired by result.
@@ -95,8 +114,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return done, err
 	}
-	for _, st := range []idempotency.State{idempotency.StateProcessing, idempotency.StateCompleted,
-		idempotency.StateFailedRetryable, idempotency.StateFailedPermanent} {
+	for _, st := range recordStates {
 		s.records.WithLabelValues(string(st)).Set(float64(counts[st]))
 	}
 	return done, nil
@@ -246,12 +264,12 @@ func (s *Sweeper) executeRefunds(ctx context.Context) error {
 		if err != nil {
 			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {
 				// The platform is down: the rest would wait out the same timeout one by one.
-				s.refunds.WithLabelValues("unreachable").Inc()
+				s.refunds.WithLabelValues(RefundUnreachable).Inc()
 				return nil
 			}
-			result := "unreachable"
+			result := RefundUnreachable
 			if isRefusal(err) {
-				result = "refused"
+				result = RefundRefused
 				s.logger.Error("ALERT: payment platform refused a refund; check it by hand", "alert", "refund_refused",
 					"order_id", r.OrderID, "refund_no", r.RefundNo, "err", err)
 			}
@@ -262,7 +280,7 @@ func (s *Sweeper) executeRefunds(ctx context.Context) error {
 			WHERE id = ? AND status = 'PENDING'`, r.ID).Error; err != nil {
 			return fmt.Errorf("mark refund %s requested: %w", r.RefundNo, err)
 		}
-		s.refunds.WithLabelValues("requested").Inc()
+		s.refunds.WithLabelValues(RefundRequested).Inc()
 	}
 	return nil
 }

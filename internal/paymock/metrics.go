@@ -35,6 +35,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Deliveries started and not yet delivered, rejected, exhausted or abandoned.",
 		}),
 	}
+	// Every series exists from the start, at 0 (the label values are the ones the Help texts list).
+	for _, o := range []string{OutcomeSuccess, OutcomeAckLost, OutcomeRetry, OutcomeRejected, OutcomeError} {
+		m.sent.WithLabelValues(o)
+	}
+	for _, r := range []string{"delivered", "rejected", "exhausted", "abandoned"} {
+		m.deliveries.WithLabelValues(r)
+	}
+	for _, r := range []string{"created", "replayed", "conflict", "chaos_error", "chaos_timeout", "chaos_reset"} {
+		m.creates.WithLabelValues(r)
+	}
 	reg.MustRegister(m.sent, m.deliveries, m.latency, m.creates, m.inFlight)
 	return m
 }

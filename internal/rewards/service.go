@@ -36,6 +36,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "idemshop_rewards_redeem_total",
 		Help: "Submits of the redeem form by outcome (redeemed, replayed, in_flight, invalid, insufficient, unavailable, error).",
 	}, []string{"outcome"})}
+	for _, o := range []string{OutcomeRedeemed, OutcomeReplayed, OutcomeInFlight, OutcomeInvalid,
+		OutcomeInsufficient, OutcomeUnavailable, OutcomeError} {
+		m.redeems.WithLabelValues(o) // every series exists from the start, at 0
+	}
 	reg.MustRegister(m.redeems)
 	return m
 }

@@ -36,6 +36,8 @@ type delivery struct {
 	plan   copyPlan
 	// hold is an extra wait before the first attempt (delay_success_ms); 0 for most deliveries.
 	hold time.Duration
+	// released is when the delivery was let go: one instant for every copy of a parallel dispatch.
+	released time.Time
 }
 
 // dispatch sends ev to pay's notify_url: copies <= 0 means the configured duplicates, parallel nil the
@@ -80,6 +82,7 @@ func (p *Platform) dispatch(pay Payment, ev Event, source string, copies int, pa
 		acked := p.deliverAll(ds, plan.parallel)
 		if stale != nil {
 			if acked {
+				stale.released = p.cfg.Now()
 				p.deliver(*stale)
 			} else {
 				p.logger.Info("stale event not sent: no copy of the SUCCESS was acked",
@@ -102,6 +105,7 @@ func (p *Platform) deliverAll(ds []delivery, parallel bool) bool {
 	var acked atomic.Bool
 	if !parallel {
 		for _, d := range ds {
+			d.released = p.cfg.Now()
 			if p.deliver(d) {
 				acked.Store(true)
 			}
@@ -109,7 +113,9 @@ func (p *Platform) deliverAll(ds []delivery, parallel bool) bool {
 		return acked.Load()
 	}
 	var wg sync.WaitGroup
+	released := p.cfg.Now()
 	for _, d := range ds {
+		d.released = released
 		wg.Go(func() {
 			if p.deliver(d) {
 				acked.Store(true)
@@ -129,11 +135,14 @@ func (p *Platform) deliver(d delivery) bool {
 	maxAttempts := len(p.cfg.RetrySchedule) + 1
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		wait := d.plan.jitter[attempt-1]
+		due := p.cfg.Now()
 		if attempt == 1 {
 			wait += d.hold
+			due = d.released
 		} else {
 			wait += p.cfg.RetrySchedule[attempt-2]
 		}
+		due = due.Add(wait)
 		if !sleep(p.waitCtx, wait) {
 			lg.Info("callback abandoned: shutting down", "attempt", attempt)
 			p.metrics.deliveries.WithLabelValues("abandoned").Inc()
@@ -141,6 +150,7 @@ func (p *Platform) deliver(d delivery) bool {
 			return false
 		}
 		a := p.attempt(d, attempt)
+		a.due = due
 		if a.Outcome == OutcomeSuccess && d.plan.ackLost[attempt-1] {
 			a.Outcome = OutcomeAckLost
 		}
@@ -178,7 +188,7 @@ func (p *Platform) attempt(d delivery, n int) Attempt {
 	a := Attempt{
 		DeliveryID: d.id, EventID: d.event.EventID, PaymentID: d.event.PaymentID, EventStatus: d.event.Status,
 		Source: d.source, Copy: d.copy, Attempt: n, JitterMS: d.plan.jitter[n-1].Milliseconds(),
-		At: p.cfg.Now().UTC(),
+		At: p.cfg.Now().UTC(), body: d.body,
 	}
 	start := time.Now()
 	defer func() {

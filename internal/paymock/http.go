@@ -371,7 +371,15 @@ type deliveryLog struct {
 	Deliveries []Attempt `json:"deliveries"`
 }
 
-// deliveries is GET /admin/deliveries[?payment_id=&event_id=]: the attempt log, oldest first.
+// deliveries is GET /admin/deliveries[?payment_id=&event_id=][&format=json|jsonl]: the attempt log,
+// oldest first, as one JSON document, or (jsonl) as a recording `loadtest replay` sends again.
 func (p *Platform) deliveries(c echo.Context) error {
-	return c.JSON(http.StatusOK, deliveryLog{Deliveries: p.store.attempts(c.QueryParam("payment_id"), c.QueryParam("event_id"))})
+	attempts := p.store.attempts(c.QueryParam("payment_id"), c.QueryParam("event_id"))
+	switch c.QueryParam("format") {
+	case "", "json":
+		return c.JSON(http.StatusOK, deliveryLog{Deliveries: attempts})
+	case "jsonl":
+		return p.exportReplay(c, attempts)
+	}
+	return invalid("format must be json or jsonl")
 }

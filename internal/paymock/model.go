@@ -88,6 +88,12 @@ type Attempt struct {
 	Error       string    `json:"error,omitempty"`
 	At          time.Time `json:"at"`
 	LatencyMS   float64   `json:"latency_ms"`
+
+	// For the replay export (GET /admin/deliveries?format=jsonl): the exact body sent, and when the
+	// attempt was due. Parallel copies of one dispatch with the same wait share their due time, which
+	// the send times (At) never quite do; the export groups them by it.
+	body []byte
+	due  time.Time
 }
 
 // Stable problem codes of the platform API.

@@ -1,0 +1,100 @@
+package replay_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/replay"
+)
+
+func expect(t *testing.T, rec *replay.Recording) map[string][]replay.End {
+	t.Helper()
+	orders, err := rec.Orders()
+	require.NoError(t, err)
+	ends, err := rec.Expect(orders, "EUR")
+	require.NoError(t, err)
+	return ends
+}
+
+func TestExpectTheIncidentPaysOnce(t *testing.T) {
+	ends := expect(t, incident(t))
+	paid := replay.End{Status: "PAID", PaidEvent: true, Applied: 1}
+	assert.Equal(t, map[string][]replay.End{"A": {paid}, "B": {paid}}, ends, "three copies apply once")
+	assert.EqualValues(t, -2, paid.StockDelta(2))
+	assert.EqualValues(t, 12, paid.Points(1250), "floor(amount/100)")
+}
+
+func TestExpectARefundBeforeItsSuccessRefundsTheOrder(t *testing.T) {
+	rec := parse(t,
+		line(0, body("r1", "p", "A", "REFUNDED", 2500)),
+		line(10, body("s1", "p", "A", "SUCCESS", 2500)),
+		line(20, body("s1", "p", "A", "SUCCESS", 2500)), // a resend adds nothing
+		// Two partial refunds that add up, both before the SUCCESS.
+		line(30, body("r2", "q", "B", "REFUNDED", 1000)),
+		line(30, body("r3", "q", "B", "REFUNDED", 1500)),
+		line(60, body("s2", "q", "B", "SUCCESS", 2500)),
+		// One partial refund only: the order stays PAID.
+		line(70, body("s3", "x", "C", "SUCCESS", 2500)),
+		line(80, body("r4", "x", "C", "REFUNDED", 500)))
+	ends := expect(t, rec)
+	refunded := replay.End{Status: "REFUNDED", PaidEvent: true, RefundedEvent: true, RefundedCents: 2500, Applied: 1}
+	assert.Equal(t, []replay.End{refunded}, ends["A"])
+	assert.Equal(t, []replay.End{refunded}, ends["B"], "the two partial refunds race, but add up either way")
+	assert.Equal(t, []replay.End{{Status: "PAID", PaidEvent: true, RefundedCents: 500, Applied: 1}}, ends["C"])
+	assert.EqualValues(t, 0, refunded.StockDelta(2), "a refunded order gave its stock back")
+	assert.EqualValues(t, 0, refunded.Points(2500), "and its points")
+}
+
+func TestExpectARefundAfterPaidAppliesIt(t *testing.T) {
+	ends := expect(t, parse(t,
+		line(0, body("s", "p", "A", "SUCCESS", 2500)),
+		line(5, body("r", "p", "A", "REFUNDED", 2500)),
+		line(5, body("r", "p", "A", "REFUNDED", 2500))))
+	assert.Equal(t, []replay.End{{Status: "REFUNDED", PaidEvent: true, RefundedEvent: true, RefundedCents: 2500, Applied: 2}}, ends["A"])
+}
+
+func TestExpectDeclines(t *testing.T) {
+	rec := parse(t,
+		// A decline three times at once, on an order the pay flow has not even marked PAYING.
+		line(0, body("f1", "p", "A", "FAILED", 1013)),
+		line(0, body("f1", "p", "A", "FAILED", 1013)),
+		line(0, body("f1", "p", "A", "FAILED", 1013)),
+		// A SUCCESS, then the stale FAILED of an earlier attempt (reorder): the order stays PAID.
+		line(10, body("s2", "q", "B", "SUCCESS", 1250)),
+		line(50, body("f2", "q", "B", "FAILED", 1250)),
+		// A FAILED and a SUCCESS of one payment racing: either may land first.
+		line(60, body("f3", "x", "C", "FAILED", 1250)),
+		line(60, body("s3", "x", "C", "SUCCESS", 1250)))
+	ends := expect(t, rec)
+	assert.Equal(t, []replay.End{{Status: "FAILED", Applied: 1}}, ends["A"])
+	assert.Equal(t, []replay.End{{Status: "PAID", PaidEvent: true, Applied: 1}}, ends["B"])
+	assert.ElementsMatch(t, []replay.End{
+		{Status: "PAID", PaidEvent: true, Applied: 1},
+		{Status: "FAILED", Applied: 1, RefundOwed: true}, // the SUCCESS came second: refund requested
+	}, ends["C"], "a race has one end per arrival order")
+	assert.EqualValues(t, 0, ends["A"][0].StockDelta(1))
+}
+
+func TestExpectMoneyThatDoesNotFitIsRejected(t *testing.T) {
+	rec := parse(t,
+		`{"format":"idemshop-replay/1","orders":{"A":{"amount_cents":2500}}}`,
+		line(0, body("s1", "p", "A", "SUCCESS", 2400)),  // not the order's amount
+		line(5, body("r1", "p", "A", "REFUNDED", 2600)), // more than the order
+		line(9, `{"event_id":"s2","payment_id":"p","merchant_order_no":"A","status":"SUCCESS","amount_cents":2500,"currency":"USD"}`))
+	assert.Equal(t, []replay.End{{Status: "PENDING"}}, expect(t, rec)["A"])
+}
+
+func TestExpectBoundsTheRaces(t *testing.T) {
+	var lines []string
+	for i := range 7 {
+		lines = append(lines, line(0, body("e"+string(rune('a'+i)), "p", "A", "REFUNDED", 1)))
+	}
+	lines = append(lines, line(1, body("s", "p", "A", "SUCCESS", 100)))
+	rec := parse(t, lines...)
+	orders, err := rec.Orders()
+	require.NoError(t, err)
+	_, err = rec.Expect(orders, "EUR")
+	assert.ErrorContains(t, err, "7 different events sent at once")
+}

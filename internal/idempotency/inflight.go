@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"idemshop/internal/platform/redisx"
 )
 
 // inflight is the Redis marker "a request with this key is running, with this fingerprint".
@@ -57,16 +59,10 @@ func (m *inflight) acquire(ctx context.Context, s Scope, fingerprint string) (*c
 	return nil, heldFP, nil
 }
 
-// releaseScript deletes the marker only if it is still ours: after our lease expired another request may
-// hold it, and deleting theirs would let a third one in.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0`)
-
+// release deletes the marker only if it is still ours: after our lease expired another request may hold
+// it, and deleting theirs would let a third one in.
 func (m *inflight) release(ctx context.Context, c *claim) error {
-	if err := releaseScript.Run(ctx, m.rdb, []string{c.key}, c.value).Err(); err != nil {
+	if err := redisx.DeleteIfOwner.Run(ctx, m.rdb, []string{c.key}, c.value).Err(); err != nil {
 		return fmt.Errorf("release in-flight marker: %w", err)
 	}
 	return nil

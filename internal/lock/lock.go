@@ -53,6 +53,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"idemshop/internal/platform/redisx"
 )
 
 var (
@@ -154,14 +156,6 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('INCR', KEYS[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return fence
-end
-return 0`)
-
-// releaseScript deletes the lock key only while it still holds our owner value. A plain DEL after our
-// lease expired would delete the next holder's lease and let a third one in.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
 end
 return 0`)
 
@@ -295,7 +289,8 @@ func (l *Locker) Release(ctx context.Context, lease *Lease) error {
 	if lease == nil {
 		return errors.New("lock: release of nil lease")
 	}
-	n, err := releaseScript.Run(ctx, l.rdb, []string{l.LockKey(lease.Name)}, lease.Owner).Int64()
+	// Only while the key still holds our owner value: after our lease expired it may be the next holder's.
+	n, err := redisx.DeleteIfOwner.Run(ctx, l.rdb, []string{l.LockKey(lease.Name)}, lease.Owner).Int64()
 	if err != nil {
 		return fmt.Errorf("lock %q: release: %w", lease.Name, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"idemshop/internal/platform/redisx"
 )
 
 // Layer 1 of the consumer's dedup: a Redis lease per business key, <prefix>points:dedup:<biz_id>.
@@ -39,12 +41,6 @@ const claimScript = `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == 'done' then return 2 end
 return 3`
-
-// releaseScript deletes the lease only if it is still ours: a slow consumer whose lease already ran
-// out must not delete the claim a newer consumer took since.
-const releaseScript = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`
 
 const doneValue = "done"
 
@@ -107,7 +103,9 @@ func (l *leases) release(ctx context.Context, bizIDs []string, token string) err
 	}
 	pipe := l.rdb.Pipeline()
 	for _, id := range bizIDs {
-		pipe.Eval(ctx, releaseScript, []string{l.key(id)}, token)
+		// Only if the lease is still ours: a slow consumer whose lease already ran out must not
+		// delete the claim a newer consumer took since.
+		_ = redisx.DeleteIfOwner.Eval(ctx, pipe, []string{l.key(id)}, token)
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !errors.Is(err, redis.Nil) {

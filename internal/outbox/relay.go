@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
 	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/platform/retry"
 )
 
 // RelayConfig tunes a Relay. Every interval is configurable so that tests can run it fast.
@@ -129,22 +129,7 @@ func NewRelay(db *gorm.DB, cfg RelayConfig, logger *slog.Logger, reg prometheus.
 // Run publishes until ctx is done. A lost broker or database ends the session; Run waits an
 // exponential backoff and reconnects. It returns nil once ctx is done.
 func (r *Relay) Run(ctx context.Context) error {
-	bo := &backoff.ExponentialBackOff{
-		InitialInterval: r.cfg.ReconnectMin, MaxInterval: r.cfg.ReconnectMax,
-		Multiplier: 2, RandomizationFactor: 0.3,
-	}
-	bo.Reset()
-	for ctx.Err() == nil {
-		err := r.session(ctx, bo.Reset)
-		if ctx.Err() != nil {
-			break
-		}
-		wait := bo.NextBackOff()
-		r.logger.Warn("outbox relay session ended; reconnecting", "err", err, "retry_in", wait)
-		if !sleep(ctx, wait) {
-			break
-		}
-	}
+	retry.Sessions(ctx, r.logger, r.cfg.ReconnectMin, r.cfg.ReconnectMax, r.session)
 	r.logger.Info("outbox relay stopped")
 	return nil
 }
@@ -363,16 +348,4 @@ func (r *Relay) updatePending(ctx context.Context) {
 		return // the next poll tries again; a failing database also ends the session there
 	}
 	r.metrics.pending.Set(float64(n))
-}
-
-// sleep waits d or until ctx is done; it reports whether the wait ran to the end.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -2,7 +2,6 @@ package paymock
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"idemshop/internal/paysig"
+	"idemshop/internal/platform/retry"
 )
 
 // maxAckBody bounds how much of a receiver's answer is read: the ack is a few bytes.
@@ -143,7 +143,7 @@ func (p *Platform) deliver(d delivery) bool {
 			wait += p.cfg.RetrySchedule[attempt-2]
 		}
 		due = due.Add(wait)
-		if !sleep(p.waitCtx, wait) {
+		if !retry.Sleep(p.waitCtx, wait) {
 			lg.Info("callback abandoned: shutting down", "attempt", attempt)
 			p.metrics.deliveries.WithLabelValues("abandoned").Inc()
 			p.metrics.inFlight.Dec()
@@ -240,22 +240,4 @@ func isSuccessAck(raw []byte) bool {
 		Result string `json:"result"`
 	}
 	return json.Unmarshal(raw, &ack) == nil && ack.Result == "success"
-}
-
-// sleep waits d or until ctx ends; it reports whether the full wait elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"idemshop/internal/events"
 	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/platform/retry"
 )
 
 // transientAttempts bounds the in-place retries of a batch that failed for a reason that is not the
@@ -121,18 +122,7 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 // exponential backoff and reconnects (never spinning on a closed delivery channel). When ctx is done
 // it stops the flow of new messages, finishes the ones it already received, and returns nil.
 func (c *Consumer) Run(ctx context.Context) error {
-	bo := c.newBackoff()
-	for ctx.Err() == nil {
-		err := c.session(ctx, bo.Reset)
-		if ctx.Err() != nil {
-			break
-		}
-		wait := bo.NextBackOff()
-		c.logger.Warn("consumer session ended; reconnecting", "err", err, "retry_in", wait)
-		if !sleep(ctx, wait) {
-			break
-		}
-	}
+	retry.Sessions(ctx, c.logger, c.cfg.ReconnectMin, c.cfg.ReconnectMax, c.session)
 	c.logger.Info("points consumer stopped")
 	return nil
 }
@@ -588,7 +578,7 @@ func (c *Consumer) retry(ctx context.Context, what string, messages int, fn func
 			return err
 		}
 		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", messages)
-		if attempt >= transientAttempts || !sleep(ctx, bo.NextBackOff()) {
+		if attempt >= transientAttempts || !retry.Sleep(ctx, bo.NextBackOff()) {
 			return err
 		}
 	}
@@ -662,17 +652,5 @@ func (c *Consumer) settle(ch *amqp.Channel, held *deferredSet, msgs []*message) 
 func (c *Consumer) fault(p FaultPoint) {
 	if c.cfg.Fault != nil {
 		c.cfg.Fault(p)
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether the wait ran to the end.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

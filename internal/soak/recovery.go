@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"idemshop/internal/platform/retry"
 )
 
 // Bounds of the recovery measurement after each fault. The next fault waits for it, so that one
@@ -201,7 +203,7 @@ func (rc *recoverer) measure(ctx context.Context, start time.Time, rec *Recovery
 			rec.ReadyS = since()
 			break
 		}
-		sleep(ctx, 100*time.Millisecond)
+		retry.Sleep(ctx, 100*time.Millisecond)
 	}
 
 	rc.mu.Lock()
@@ -243,7 +245,7 @@ func (rc *recoverer) measure(ctx context.Context, start time.Time, rec *Recovery
 			rec.ProbeNote = "probe order ended " + status + ": no points to wait for"
 			return
 		}
-		sleep(ctx, 200*time.Millisecond)
+		retry.Sleep(ctx, 200*time.Millisecond)
 	}
 	rec.ProbeNote = fmt.Sprintf("probe order %d: no points within %s", id, pointsBound)
 }

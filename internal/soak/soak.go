@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/platform/retry"
 )
 
 // Stock of every product but the low-stock one: ample, so that out-of-stock stays rare.
@@ -335,7 +336,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		} else if now.Add(wait).After(deadline) {
 			break
 		}
-		sleep(ctx, wait)
+		retry.Sleep(ctx, wait)
 	}
 	found = append(found, last...)
 	rep.ViolationCount = len(found)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"idemshop/internal/invariants"
+	"idemshop/internal/platform/retry"
 )
 
 // Bounds of the clients' loops.
@@ -126,19 +127,7 @@ type client struct {
 func (c *client) run(ctx context.Context) {
 	for n := 0; n < maxIterations && time.Now().Before(c.end) && ctx.Err() == nil; n++ {
 		c.order(ctx, n)
-		sleep(ctx, time.Duration(c.rng.IntN(thinkTimeMaxMS+1))*time.Millisecond)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+		retry.Sleep(ctx, time.Duration(c.rng.IntN(thinkTimeMaxMS+1))*time.Millisecond)
 	}
 }
 
@@ -188,7 +177,7 @@ func (c *client) order(ctx context.Context, n int) {
 	// A hesitating payer widens the window between the stock check at create and the decrement at
 	// payment: that is how an order of the low-stock product ends up REFUND_REQUIRED.
 	if slowPay {
-		sleep(ctx, payDelay)
+		retry.Sleep(ctx, payDelay)
 	}
 	payKey := fmt.Sprintf("soak-c%d-%d-pay", c.id, n)
 	pays := c.twice(doublePay, func() result {
@@ -263,7 +252,7 @@ func (c *client) wait(ctx context.Context, try int, a answer, bo *mrand.Rand) bo
 	if try+1 >= maxTries || time.Now().Add(d).After(c.hardEnd) || ctx.Err() != nil {
 		return false
 	}
-	sleep(ctx, d)
+	retry.Sleep(ctx, d)
 	return ctx.Err() == nil
 }
 
@@ -352,7 +341,7 @@ func (c *client) backOfficeRefund(ctx context.Context, order int64, paymentID, k
 		if a.err == nil && a.status == http.StatusOK && pay.Status != "PENDING" {
 			break
 		}
-		sleep(ctx, 50*time.Millisecond)
+		retry.Sleep(ctx, 50*time.Millisecond)
 	}
 	if pay.Status != "SUCCESS" || pay.AmountCents < 2 {
 		return
@@ -366,7 +355,7 @@ func (c *client) backOfficeRefund(ctx context.Context, order int64, paymentID, k
 		ok = c.refund(ctx, paymentID, no("full"), pay.AmountCents)
 	case "split":
 		if ok = c.refund(ctx, paymentID, no("a"), part); ok {
-			sleep(ctx, gap)
+			retry.Sleep(ctx, gap)
 			if !c.refund(ctx, paymentID, no("b"), pay.AmountCents-part) {
 				kind = "split, second half refused"
 			}
@@ -394,7 +383,7 @@ func (c *client) refund(ctx context.Context, paymentID, refundNo string, amount 
 			c.w.mu.Unlock()
 			return false
 		}
-		sleep(ctx, time.Duration(100*(try+1))*time.Millisecond)
+		retry.Sleep(ctx, time.Duration(100*(try+1))*time.Millisecond)
 	}
 	return false
 }

@@ -2,6 +2,7 @@ package ordersapp_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"idemshop/internal/payments"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
@@ -169,6 +171,22 @@ func count(t testing.TB, db *gorm.DB, table string, where ...any) int64 {
 	return n
 }
 
+// patience bounds a wait for something that normally takes milliseconds (a request to block, a hook to be
+// reached, a callback to arrive). It is a deadline for a failure, never a duration a test relies on, so it
+// is far longer than any such wait can take on a loaded machine.
+const patience = time.Minute
+
+// patientDB is a pool on the test's database without lock or statement timeouts to speak of: a request
+// the test holds on a row lock (holdProduct) stays blocked until the test releases it, however slowly
+// the test gets there. The env's own pool gives up after DB_LOCK_TIMEOUT and 30 s.
+func patientDB(t testing.TB, env *testenv.Env) *gorm.DB {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), env.DatabaseURL, postgres.Options{LockTimeout: time.Hour, MaxConns: 6})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	return db
+}
+
 // eventually polls cond every 10 ms until it holds or the deadline passes.
 func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -278,13 +296,13 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 	return v
 }
 
-// recv waits for a helper goroutine's response, failing (not hanging) after 30 s.
+// recv waits for a helper goroutine's response, failing (not hanging) after patience.
 func recv(t testing.TB, ch <-chan response) response {
 	t.Helper()
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("a request never returned")
 		return response{}
 	}

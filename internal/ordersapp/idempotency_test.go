@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
 )
@@ -170,15 +171,19 @@ func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
 	return n
 }
 
+// The first request is held inside its transaction by a row lock the test holds, not by a timeout:
+// its pool has no lock or statement timeout to run out (patientDB), and its in-flight marker's lease is
+// far longer than the test, so the duplicates meet the marker however slowly the test gets to them.
 func TestInFlightIs409AndMismatchComesFirst(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{LockTimeout: 30 * time.Second})
-	rp := newReplica(t, env, replicaOpts{})
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env),
+		cfg: func(c *config.Orders) { c.IdempotencyInFlightTTL = time.Hour }})
 	release := holdProduct(t, env.DB, 1)
 
 	firstDone := make(chan response, 1)
 	go func() { firstDone <- rp.createOrder(alice, "busy-1", mugOrder) }()
-	eventually(t, 10*time.Second, "the first request to block inside its transaction", func() bool {
+	eventually(t, patience, "the first request to block inside its transaction", func() bool {
 		return waitersOnLocks(t, env.DB) > 0
 	})
 	marker := env.Prefix + fmt.Sprintf("idem:inflight:%d:busy-1", aliceID)
@@ -206,18 +211,20 @@ func TestInFlightIs409AndMismatchComesFirst(t *testing.T) {
 }
 
 // Without Redis the database alone answers: the duplicate waits on the unique index for at most
-// DB_LOCK_TIMEOUT, then gets 409. Two replicas share the database, as in production.
+// DB_LOCK_TIMEOUT, then gets 409. Two replicas share the database, as in production. The first request
+// is held by the test's row lock on a pool without timeouts (patientDB): only the duplicate's
+// DB_LOCK_TIMEOUT can run out, and it waits on a row that stays locked until the test lets go.
 func TestInFlightWithoutRedisIs409FromTheDatabase(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{LockTimeout: 30 * time.Second})
-	slow := newReplica(t, env, replicaOpts{redis: deadRedis(t)})
+	env := testenv.New(t)
+	slow := newReplica(t, env, replicaOpts{redis: deadRedis(t), db: patientDB(t, env)})
 	impatient := testenv.OpenDB(t, env.DatabaseURL, 300*time.Millisecond)
 	fast := newReplica(t, env, replicaOpts{redis: deadRedis(t), db: impatient})
 	release := holdProduct(t, env.DB, 1)
 
 	firstDone := make(chan response, 1)
 	go func() { firstDone <- slow.createOrder(alice, "busy-db", mugOrder) }()
-	eventually(t, 10*time.Second, "the first request to block inside its transaction", func() bool {
+	eventually(t, patience, "the first request to block inside its transaction", func() bool {
 		return waitersOnLocks(t, env.DB) > 0
 	})
 	dup := fast.createOrder(alice, "busy-db", mugOrder)

@@ -40,7 +40,7 @@ func refundedOutboxRows(t testing.TB, db *gorm.DB, orderID int64) int64 {
 // waitStatus polls until order id has status want.
 func waitStatus(t testing.TB, db *gorm.DB, id int64, want string) {
 	t.Helper()
-	eventually(t, 15*time.Second, fmt.Sprintf("order %d to be %s", id, want), func() bool {
+	eventually(t, patience, fmt.Sprintf("order %d to be %s", id, want), func() bool {
 		return statusOf(t, db, id) == want
 	})
 }
@@ -51,7 +51,7 @@ func TestDeclineThatOvertakesThePayFlowEndsFailed(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = time.Millisecond })
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
 	product := declinedProduct(t, env.DB)
 
 	var ids []int64
@@ -74,7 +74,7 @@ func TestResetAfterCommitIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	mock := newMock(t, func(c *paymock.Config) { c.Chaos.ResetRate = 1 })
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 300*time.Millisecond)})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
 	id, _ := rp.newOrder(alice, 1, 1)
 
 	r := rp.pay(alice, id, "pay-reset")
@@ -89,7 +89,7 @@ func TestResetAfterCommitIsOutcomeUnknown(t *testing.T) {
 	require.NoError(t, err)
 	waitStatus(t, env.DB, id, "FAILED")
 
-	waitLeaseOver(t, env, "pay-reset")
+	expireLease(t, env, "pay-reset")
 	done, err := rp.app.Sweeper.RunOnce(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{payments.RepairCompleted: 1}, done)
@@ -103,7 +103,7 @@ func TestRefusedDialIsRetryable(t *testing.T) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
 		c.PaymentsURL = "http://" + testenv.FreeAddr(t) // nothing listens there
-		c.PayLease = 5 * time.Second
+		c.PayLease = longLease
 		c.PaymentsTimeout = time.Second
 	}})
 	id, _ := rp.newOrder(alice, 1, 1)
@@ -117,6 +117,7 @@ func TestRefusedDialIsRetryable(t *testing.T) {
 // Case 3: every create times out after committing, and the client retries the same key more often than
 // SWEEP_MAX_ATTEMPTS. A client's retries are not the sweeper's attempts: the sweeper still asks the
 // platform, finds the payment and completes the record; no 5xx is ever stored as the final answer.
+// Each retry comes after the previous one's lease, which the test runs out by hand.
 func TestSweeperAsksThePlatformWhateverTheClientRetries(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -126,14 +127,14 @@ func TestSweeperAsksThePlatformWhateverTheClientRetries(t *testing.T) {
 		c.AutoApproveDelay = 10 * time.Millisecond
 	})
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		payTo(mock, 300*time.Millisecond)(c)
+		payTo(mock, longLease)(c)
 		c.SweepMaxAttempts = 2
 	}})
 	id, _ := rp.newOrder(alice, 1, 1)
 	for i := range 4 { // more retries than SWEEP_MAX_ATTEMPTS
 		r := rp.pay(alice, id, "pay-retry-a-lot")
 		require.Equal(t, http.StatusServiceUnavailable, r.Status, "retry %d: %s", i, r.Body)
-		waitLeaseOver(t, env, "pay-retry-a-lot")
+		expireLease(t, env, "pay-retry-a-lot")
 	}
 	done, err := rp.app.Sweeper.RunOnce(context.Background())
 	require.NoError(t, err)
@@ -159,7 +160,7 @@ func TestSweeperBoundIsUnansweredQuestions(t *testing.T) {
 		c.CreateTimeoutDelay = 50 * time.Millisecond
 	})
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		payTo(mock, 300*time.Millisecond)(c)
+		payTo(mock, longLease)(c)
 		c.SweepMaxAttempts = 2
 		c.ReconcileGrace = 0
 	}})
@@ -170,7 +171,7 @@ func TestSweeperBoundIsUnansweredQuestions(t *testing.T) {
 	mock.srv.Close()
 	results := map[string]int{}
 	for range 4 {
-		waitLeaseOver(t, env, "pay-platform-down")
+		expireLease(t, env, "pay-platform-down")
 		done, err := rp.app.Sweeper.RunOnce(context.Background())
 		require.NoError(t, err)
 		for k, v := range done {
@@ -190,7 +191,7 @@ func TestPartialRefundsThatAddUpRefundTheOrder(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = time.Millisecond })
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 5*time.Second)})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 2)
 	pid := paymentID(t, rp.pay(alice, id, "pay-partial"))
@@ -200,7 +201,7 @@ func TestPartialRefundsThatAddUpRefundTheOrder(t *testing.T) {
 	first := amount / 3
 	_, _, err := mock.client.Refund(context.Background(), payclient.RefundRequest{PaymentID: pid, RefundNo: "r-a", AmountCents: first})
 	require.NoError(t, err)
-	eventually(t, 10*time.Second, "the first refund to be recorded", func() bool {
+	eventually(t, patience, "the first refund to be recorded", func() bool {
 		return count(t, env.DB, "order_refund_events", "order_id = ?", id) == 1
 	})
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id), "a partial refund leaves the order PAID")
@@ -290,7 +291,7 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 	env := testenv.New(t)
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		payTo(mock, 5*time.Second)(c)
+		payTo(mock, longLease)(c)
 		c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
 		c.ReconcileGrace = 0
 		c.ReconcileRecheck = time.Millisecond
@@ -335,7 +336,7 @@ func TestReconcilerSettlesRetryableRecords(t *testing.T) {
 	env := testenv.New(t)
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		payTo(mock, 5*time.Second)(c)
+		payTo(mock, longLease)(c)
 		c.ReconcileGrace = 0
 	}})
 	id, amount := rp.newOrder(alice, 1, 1)

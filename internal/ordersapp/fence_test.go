@@ -42,7 +42,7 @@ func (h *hold) wait(t *testing.T) {
 	t.Helper()
 	select {
 	case <-h.reached:
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the pay flow never reached the held call")
 	}
 }
@@ -63,7 +63,7 @@ func TestPayStaleHolderFencedWhileNewerWorks(t *testing.T) {
 	aWrites := holdCall(1)  // A's BeforeWrite
 	bClaimed := holdCall(2) // B's AfterClaim (A's is the first)
 	// A lease far longer than the test: B, held after its claim, must still hold its own when released.
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, 30*time.Second),
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
 		faults: payments.Faults{BeforeWrite: aWrites.hook, AfterClaim: bClaimed.hook}})
 	t.Cleanup(aWrites.release) // after the replica's: runs before its server closes
 	t.Cleanup(bClaimed.release)

@@ -60,7 +60,8 @@ func TestBrowserRedeemDoubleClick(t *testing.T) {
 	credit(t, env.DB, redeemAlice, 100)
 
 	// Count the redeem posts that reach the server, and hold the first one until the second arrives (at
-	// most 5 s): a slow network, so the second click surely lands while the first submit is pending.
+	// most patience, a bound for a failing run only): a slow network, so the second click surely lands
+	// while the first submit is pending, however slowly the browser gets to it.
 	var posts atomic.Int64
 	second := make(chan struct{})
 	var secondOnce sync.Once
@@ -69,7 +70,7 @@ func TestBrowserRedeemDoubleClick(t *testing.T) {
 			if posts.Add(1) == 1 {
 				select {
 				case <-second:
-				case <-time.After(5 * time.Second):
+				case <-time.After(patience):
 				}
 			} else {
 				secondOnce.Do(func() { close(second) })
@@ -126,7 +127,7 @@ func TestBrowserRedeemDoubleClick(t *testing.T) {
 	// the first submit reached the server: two clicks inside one event-loop turn would only replace the
 	// browser's planned navigation, and the server would never see a double submit.
 	require.NoError(t, chromedp.Do(ctx, chromedp.MouseClickXY(x, y)), "first click")
-	eventually(t, 10*time.Second, "the first submit to reach the server", func() bool { return posts.Load() >= 1 })
+	eventually(t, patience, "the first submit to reach the server", func() bool { return posts.Load() >= 1 })
 	err = chromedp.Do(ctx,
 		chromedp.MouseClickXY(x, y, chromedp.ClickCount(2)),
 		chromedp.WaitVisible(chromedp.ID("coupon-code")),
@@ -145,7 +146,7 @@ func TestBrowserRedeemDoubleClick(t *testing.T) {
 	t.Logf("redeem posts received: %d", posts.Load())
 
 	// The invariant on the database: the double submit bought one coupon and debited once.
-	eventually(t, 10*time.Second, "the redeem to settle", func() bool {
+	eventually(t, patience, "the redeem to settle", func() bool {
 		return count(t, env.DB, "points_ledger", "biz_id LIKE 'redeem:%'") >= 1
 	})
 	assertRedeemed(t, env.DB, redeemAlice, 1, 90)

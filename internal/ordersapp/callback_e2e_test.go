@@ -42,7 +42,7 @@ func TestPaymentsMockTripleCallbacksEndToEnd(t *testing.T) {
 		require.True(t, created)
 	}
 
-	eventually(t, 30*time.Second, "every delivery to be acknowledged", func() bool {
+	eventually(t, patience, "every delivery to be acknowledged", func() bool {
 		acked := 0
 		for _, a := range platform.Deliveries() {
 			if a.Final && a.Outcome == "success" {

@@ -17,6 +17,11 @@ import (
 	"idemshop/internal/testenv"
 )
 
+// held is a lease TTL far longer than any test: a lease the test means to hold stays held however
+// slowly the machine runs it. A lease that must run out is run out by hand (a DEL of its key, the same
+// state as a TTL that passed), never by waiting on the clock.
+const held = time.Hour
+
 func newLocker(t *testing.T) (*lock.Locker, *testenv.Env) {
 	t.Helper()
 	env := testenv.New(t)
@@ -79,7 +84,7 @@ func TestFence_IncreasesAcrossReleaseCycles(t *testing.T) {
 
 	var last int64
 	for i := range 20 {
-		lease, err := l.Acquire(ctx, "rec", time.Second)
+		lease, err := l.Acquire(ctx, "rec", held)
 		require.NoError(t, err, "cycle %d", i)
 		assert.Greater(t, lease.Fence, last, "cycle %d", i)
 		last = lease.Fence
@@ -93,24 +98,22 @@ func TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease(t *
 	l, env := newLocker(t)
 	ctx := context.Background()
 
-	a, err := l.Acquire(ctx, "rec", 50*time.Millisecond)
+	a, err := l.Acquire(ctx, "rec", held)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		n, err := env.Redis.Exists(ctx, l.LockKey("rec")).Result()
-		return err == nil && n == 0
-	}, 5*time.Second, 5*time.Millisecond, "A's lease never expired")
+	// A's lease runs out.
+	require.NoError(t, env.Redis.Del(ctx, l.LockKey("rec")).Err())
 
-	b, err := l.Acquire(ctx, "rec", 10*time.Second)
+	b, err := l.Acquire(ctx, "rec", held)
 	require.NoError(t, err)
 	assert.Greater(t, b.Fence, a.Fence)
 
 	assert.ErrorIs(t, l.Release(ctx, a), lock.ErrLost)
 	assert.Equal(t, b.Owner, owner(t, env, l, "rec"), "A's release deleted B's lease")
 
-	assert.ErrorIs(t, l.Renew(ctx, a, time.Hour), lock.ErrLost)
+	assert.ErrorIs(t, l.Renew(ctx, a, 24*held), lock.ErrLost)
 	pttl, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
 	require.NoError(t, err)
-	assert.LessOrEqual(t, pttl, 10*time.Second, "A's renew extended B's lease")
+	assert.LessOrEqual(t, pttl, held, "A's renew extended B's lease")
 
 	assert.NoError(t, l.Release(ctx, b))
 }
@@ -130,19 +133,19 @@ func TestFence_HasATTLRefreshedOnEveryAcquisition(t *testing.T) {
 		return d
 	}
 
-	first, err := l.Acquire(ctx, "rec", time.Second)
+	first, err := l.Acquire(ctx, "rec", held)
 	require.NoError(t, err)
 	assert.Greater(t, fenceTTL(), 59*time.Minute)
 	assert.LessOrEqual(t, fenceTTL(), time.Hour)
 
 	// Age the counter, as if the name had been left alone for most of the hour.
 	require.NoError(t, env.Redis.PExpire(ctx, l.FenceKey("rec"), time.Minute).Err())
-	_, err = l.Acquire(ctx, "rec", time.Second)
+	_, err = l.Acquire(ctx, "rec", held)
 	require.ErrorIs(t, err, lock.ErrNotAcquired)
 	assert.LessOrEqual(t, fenceTTL(), time.Minute, "a busy attempt refreshed the counter")
 
 	require.NoError(t, l.Release(ctx, first))
-	second, err := l.Acquire(ctx, "rec", time.Second)
+	second, err := l.Acquire(ctx, "rec", held)
 	require.NoError(t, err)
 	assert.Equal(t, first.Fence+1, second.Fence)
 	assert.Greater(t, fenceTTL(), 59*time.Minute, "the acquisition did not refresh the counter's TTL")
@@ -176,7 +179,7 @@ func TestAcquireUnfenced_IsALeaseWithoutAFenceKey(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			leases[i], errs[i] = l.AcquireUnfenced(ctx, "cb", 10*time.Second)
+			leases[i], errs[i] = l.AcquireUnfenced(ctx, "cb", held)
 		})
 	}
 	close(start)
@@ -196,12 +199,13 @@ func TestAcquireUnfenced_IsALeaseWithoutAFenceKey(t *testing.T) {
 	pttl, err := env.Redis.PTTL(ctx, l.LockKey("cb")).Result()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, time.Duration(0))
-	assert.LessOrEqual(t, pttl, 10*time.Second)
+	assert.LessOrEqual(t, pttl, held)
 
-	require.NoError(t, l.Renew(ctx, winner, 20*time.Second))
+	require.NoError(t, l.Renew(ctx, winner, 2*held))
 	released := make(chan error, 1)
 	time.AfterFunc(50*time.Millisecond, func() { released <- l.Release(ctx, winner) })
-	next, err := l.AcquireUnfencedWait(ctx, "cb", time.Second, 5*time.Second)
+	// The wait is only a bound for a failing run: the release comes after 50 ms.
+	next, err := l.AcquireUnfencedWait(ctx, "cb", held, time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, <-released)
 	assert.Zero(t, next.Fence)
@@ -217,7 +221,7 @@ func TestAcquireUnfencedWait_GivesUpWithErrNotAcquired(t *testing.T) {
 	l, _ := newLocker(t)
 	ctx := context.Background()
 
-	_, err := l.AcquireUnfenced(ctx, "cb", 10*time.Second)
+	_, err := l.AcquireUnfenced(ctx, "cb", held)
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = l.AcquireUnfencedWait(ctx, "cb", time.Second, 100*time.Millisecond)
@@ -230,39 +234,57 @@ func TestRenew_ExtendsTheTTL(t *testing.T) {
 	l, env := newLocker(t)
 	ctx := context.Background()
 
-	lease, err := l.Acquire(ctx, "rec", 500*time.Millisecond)
+	// Both TTLs are far longer than the test, so the lease is still there to renew however late the
+	// renewal comes; the renewal must set the new TTL.
+	lease, err := l.Acquire(ctx, "rec", held)
 	require.NoError(t, err)
 	before, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
 	require.NoError(t, err)
-	require.LessOrEqual(t, before, 500*time.Millisecond)
+	require.LessOrEqual(t, before, held)
 
-	require.NoError(t, l.Renew(ctx, lease, 30*time.Second))
+	require.NoError(t, l.Renew(ctx, lease, 24*held))
 	after, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
 	require.NoError(t, err)
-	assert.Greater(t, after, 20*time.Second)
+	assert.Greater(t, after, 23*held)
 	assert.Equal(t, lease.Owner, owner(t, env, l, "rec"))
 }
 
+// The watchdog keeps a lease past its TTL. Rather than racing a short TTL against the watchdog's
+// ticks (which a loaded machine may delay past it), the test plays the clock: five times it brings the
+// lease close to its end behind the watchdog's back, and each time the watchdog must renew it to its
+// full TTL. Without the watchdog the lease would run out after the first.
 func TestKeepAlive_HoldsPastSeveralTTLsAndReportsLoss(t *testing.T) {
 	t.Parallel()
 	l, env := newLocker(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	const ttl = 200 * time.Millisecond
-	lease, err := l.Acquire(ctx, "rec", ttl)
+	lease, err := l.Acquire(ctx, "rec", held)
 	require.NoError(t, err)
-	lost := l.KeepAlive(ctx, lease, ttl, ttl/4)
+	lost := l.KeepAlive(ctx, lease, held, 10*time.Millisecond)
 
-	// Watch the key for five TTLs: without the watchdog it would be gone after the first.
-	until := time.Now().Add(5 * ttl)
-	for time.Now().Before(until) {
-		require.Equal(t, lease.Owner, owner(t, env, l, "rec"), "lease expired while kept alive")
-		select {
-		case err := <-lost:
-			t.Fatalf("watchdog stopped early: %v", err)
-		case <-time.After(10 * time.Millisecond):
+	const brink = 10 * time.Minute // what is left of the lease; it cannot run out during the test
+	pttl := func() time.Duration {
+		t.Helper()
+		d, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
+		require.NoError(t, err)
+		return d
+	}
+	for i := range 5 {
+		require.NoError(t, env.Redis.PExpire(ctx, l.LockKey("rec"), brink).Err())
+		deadline := time.Now().Add(time.Minute)
+		for pttl() <= brink {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the watchdog did not renew the lease within a minute", i)
+			}
+			select {
+			case err := <-lost:
+				t.Fatalf("round %d: watchdog stopped early: %v", i, err)
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
+		assert.Greater(t, pttl(), held-time.Minute, "round %d: renewed to its full TTL", i)
+		require.Equal(t, lease.Owner, owner(t, env, l, "rec"), "round %d: the lease changed hands", i)
 	}
 
 	// Delete the key behind the watchdog's back, as an expiry during a long pause would.
@@ -270,13 +292,13 @@ func TestKeepAlive_HoldsPastSeveralTTLsAndReportsLoss(t *testing.T) {
 	select {
 	case err := <-lost:
 		assert.ErrorIs(t, err, lock.ErrLost)
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("watchdog did not report the loss")
 	}
 	select {
 	case _, open := <-lost:
 		assert.False(t, open, "the channel carries one error and is closed")
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("channel not closed after the loss")
 	}
 }
@@ -286,16 +308,16 @@ func TestKeepAlive_EndsQuietlyWhenTheHolderIsDone(t *testing.T) {
 	l, env := newLocker(t)
 	ctx := context.Background()
 
-	lease, err := l.Acquire(ctx, "rec", time.Second)
+	lease, err := l.Acquire(ctx, "rec", held)
 	require.NoError(t, err)
 	kctx, cancel := context.WithCancel(ctx)
-	lost := l.KeepAlive(kctx, lease, time.Second, 10*time.Millisecond)
+	lost := l.KeepAlive(kctx, lease, held, 10*time.Millisecond)
 	cancel()
 	select {
 	case err, open := <-lost:
 		assert.NoError(t, err)
 		assert.False(t, open)
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("channel not closed after cancel")
 	}
 	assert.Equal(t, lease.Owner, owner(t, env, l, "rec"), "cancelling the watchdog must not release the lease")
@@ -307,14 +329,16 @@ func TestAcquireWait(t *testing.T) {
 	l, env := newLocker(t)
 	ctx := context.Background()
 
+	// Holders hold for an hour: only a release or the wait ends a wait, never the holder's TTL. Upper
+	// bounds on a wait's length are a minute: far above what a slow machine adds, far below an hour.
 	t.Run("succeeds once the holder releases", func(t *testing.T) {
-		holder, err := l.Acquire(ctx, "a", 10*time.Second)
+		holder, err := l.Acquire(ctx, "a", held)
 		require.NoError(t, err)
 		released := make(chan error, 1)
 		time.AfterFunc(100*time.Millisecond, func() { released <- l.Release(ctx, holder) })
 
 		start := time.Now()
-		waiter, err := l.AcquireWait(ctx, "a", 10*time.Second, 5*time.Second)
+		waiter, err := l.AcquireWait(ctx, "a", held, time.Minute)
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
 		assert.Greater(t, waiter.Fence, holder.Fence)
@@ -323,7 +347,7 @@ func TestAcquireWait(t *testing.T) {
 	})
 
 	t.Run("gives up with ErrNotAcquired after wait", func(t *testing.T) {
-		holder, err := l.Acquire(ctx, "b", 10*time.Second)
+		holder, err := l.Acquire(ctx, "b", held)
 		require.NoError(t, err)
 
 		start := time.Now()
@@ -331,23 +355,23 @@ func TestAcquireWait(t *testing.T) {
 		elapsed := time.Since(start)
 		assert.ErrorIs(t, err, lock.ErrNotAcquired)
 		assert.GreaterOrEqual(t, elapsed, 150*time.Millisecond)
-		assert.Less(t, elapsed, 2*time.Second)
+		assert.Less(t, elapsed, time.Minute, "it gave up after its wait, not at the holder's TTL")
 		assert.Equal(t, holder.Owner, owner(t, env, l, "b"))
 	})
 
 	t.Run("stops when ctx ends", func(t *testing.T) {
-		_, err := l.Acquire(ctx, "c", 10*time.Second)
+		_, err := l.Acquire(ctx, "c", held)
 		require.NoError(t, err)
 
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err = l.AcquireWait(cctx, "c", time.Second, time.Minute)
+		_, err = l.AcquireWait(cctx, "c", time.Second, held)
 		require.Error(t, err)
 		// Usually ctx's own error; when the deadline lands during a round trip it is the client's
-		// timeout instead. Either way it is not "busy", and the wait did not run its full minute.
+		// timeout instead. Either way it is not "busy", and the wait did not run its full hour.
 		assert.NotErrorIs(t, err, lock.ErrNotAcquired)
-		assert.Less(t, time.Since(start), 2*time.Second)
+		assert.Less(t, time.Since(start), time.Minute)
 	})
 }
 
@@ -363,24 +387,27 @@ func TestRedisDown_FailsFastWithARedisError(t *testing.T) {
 	l, err := lock.New(rdb, "down:")
 	require.NoError(t, err)
 	ctx := context.Background()
+	// A dead Redis answers at once (a refused dial); the bounds leave a slow machine half a minute, and
+	// the waits are longer still, so retrying a dead Redis for a whole wait fails the bound.
+	const fast, wait = 30 * time.Second, 2 * time.Minute
 
 	start := time.Now()
 	_, err = l.Acquire(ctx, "rec", time.Second)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, lock.ErrNotAcquired, "a dead Redis must not look like a busy lock")
-	assert.Less(t, time.Since(start), time.Second)
+	assert.Less(t, time.Since(start), fast)
 
 	start = time.Now()
-	_, err = l.AcquireWait(ctx, "rec", time.Second, 10*time.Second)
+	_, err = l.AcquireWait(ctx, "rec", time.Second, wait)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, lock.ErrNotAcquired)
-	assert.Less(t, time.Since(start), time.Second, "AcquireWait must not retry a dead Redis for the whole wait")
+	assert.Less(t, time.Since(start), fast, "AcquireWait must not retry a dead Redis for the whole wait")
 
 	start = time.Now()
-	_, err = l.AcquireUnfencedWait(ctx, "rec", time.Second, 10*time.Second)
+	_, err = l.AcquireUnfencedWait(ctx, "rec", time.Second, wait)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, lock.ErrNotAcquired, "a dead Redis must not look like a busy lock")
-	assert.Less(t, time.Since(start), time.Second)
+	assert.Less(t, time.Since(start), fast)
 
 	lease := &lock.Lease{Name: "rec", Owner: "someone", Fence: 1}
 	err = l.Renew(ctx, lease, time.Second)

@@ -14,14 +14,15 @@ import (
 )
 
 // The callback lock is an efficiency lock: it draws no fencing token, so it leaves no fence counter,
-// and its lock key expires and is deleted on unlock. The pay lock's counter has a TTL.
+// and its lock key expires and is deleted on unlock. The pay lock's counter has a TTL. Both locks are
+// taken for an hour, so they are still held when the test gets to them, however slowly.
 func TestCallbackLockCreatesNoFenceKey(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	ctx := context.Background()
 	locker, err := lock.New(env.Redis, env.Prefix)
 	require.NoError(t, err)
-	cb, err := payments.NewRedisOrderLock(locker, 2*time.Second, 100*time.Millisecond)
+	cb, err := payments.NewRedisOrderLock(locker, time.Hour, 100*time.Millisecond)
 	require.NoError(t, err)
 
 	unlock, err := cb.Lock(ctx, 42)
@@ -37,7 +38,7 @@ func TestCallbackLockCreatesNoFenceKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, keys, "the callback lock left keys behind")
 
-	lease, err := locker.Acquire(ctx, payments.LockName(42), time.Second)
+	lease, err := locker.Acquire(ctx, payments.LockName(42), time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, locker.Release(ctx, lease))
 	pttl, err = env.Redis.PTTL(ctx, locker.FenceKey(payments.LockName(42))).Result()

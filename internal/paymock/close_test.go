@@ -18,13 +18,14 @@ func TestCloseDropsPendingRetriesAtOnce(t *testing.T) {
 	rcv := newReceiver(t, func(int) (int, string) { return http.StatusServiceUnavailable, "" })
 	p := h.create(t, "order-close", 1000, rcv.url())
 	h.approve(t, p.ID)
-	waitFor(t, 5*time.Second, func() bool { return rcv.count() == 1 }, "first attempt made; the next is an hour away")
+	waitFor(t, patience, func() bool { return rcv.count() == 1 }, "first attempt made; the next is an hour away")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// The next attempt is an hour away, so a Close that waited for it would run into its minute.
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	start := time.Now()
 	require.NoError(t, h.p.Close(ctx))
-	assert.Less(t, time.Since(start), 2*time.Second, "the backoff wait ended with Close")
+	assert.Less(t, time.Since(start), patience/2, "the backoff wait ended with Close")
 
 	// After Close nothing new is sent.
 	status, raw := h.call(t, http.MethodPost, "/admin/payments/"+p.ID+"/replay", `{"times":1}`)
@@ -43,7 +44,7 @@ func TestCloseCancelsAnAttemptPastItsDeadline(t *testing.T) {
 	defer close(release)
 	p := h.create(t, "order-hang", 1000, rcv.url())
 	h.approve(t, p.ID)
-	waitFor(t, 5*time.Second, func() bool { return rcv.count() == 1 }, "the attempt is on the wire")
+	waitFor(t, patience, func() bool { return rcv.count() == 1 }, "the attempt is on the wire")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -24,7 +24,7 @@ func TestDuplicatesParallel(t *testing.T) {
 	p := h.create(t, "order-par", 1999, rcv.url())
 	h.approve(t, p.ID)
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "3 deliveries end")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "3 deliveries end")
 	got := rcv.all()
 	require.Len(t, got, 3)
 	ids := map[string]bool{}
@@ -50,7 +50,7 @@ func TestDuplicatesSequence(t *testing.T) {
 	p := h.create(t, "order-seq", 2500, rcv.url())
 	h.approve(t, p.ID)
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "3 deliveries end")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "3 deliveries end")
 	got := rcv.all()
 	require.Len(t, got, 3)
 	for _, r := range got {
@@ -115,7 +115,7 @@ func TestRetrySchedule(t *testing.T) {
 			p := h.create(t, "order-retry", 1000, rcv.url())
 			h.approve(t, p.ID)
 
-			waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the delivery ends")
+			waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the delivery ends")
 			// The longest wait in the test schedule is 40 ms: 300 ms without a new entry means no more.
 			staysAt(t, 300*time.Millisecond, tc.attempts, func() int { return len(h.deliveries(t, "")) }, "no attempt after the last")
 			assert.Equal(t, tc.attempts, rcv.count(), "the receiver saw every logged attempt")
@@ -143,7 +143,7 @@ func TestUnreachableReceiverIsAnErrorAndRetried(t *testing.T) {
 
 	p := h.create(t, "order-down", 1000, url)
 	h.approve(t, p.ID)
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the delivery ends")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the delivery ends")
 	log := h.deliveries(t, "")
 	require.Len(t, log, 3)
 	for _, a := range log {
@@ -161,7 +161,7 @@ func TestAckLossResends(t *testing.T) {
 	p := h.create(t, "order-ackloss", 1000, rcv.url())
 	h.approve(t, p.ID)
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the delivery ends")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the delivery ends")
 	log := h.deliveries(t, "")
 	require.Len(t, log, 3, "every ack lost: the whole schedule runs")
 	for _, a := range log {
@@ -179,7 +179,7 @@ func TestReorderDeliversAStaleEventAfterSuccess(t *testing.T) {
 	p := h.create(t, "order-reorder", 1000, rcv.url())
 	h.approve(t, p.ID)
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "both deliveries end")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "both deliveries end")
 	got := rcv.all()
 	require.Len(t, got, 2)
 	fresh, stale := got[0].Event, got[1].Event
@@ -204,7 +204,7 @@ func TestReplay(t *testing.T) {
 	rcv := newReceiver(t, nil)
 	p := h.create(t, "order-replay", 1000, rcv.url())
 	h.approve(t, p.ID)
-	waitFor(t, 5*time.Second, func() bool { return rcv.count() == 1 }, "the first callback")
+	waitFor(t, patience, func() bool { return rcv.count() == 1 }, "the first callback")
 
 	var resp struct {
 		PaymentID   string   `json:"payment_id"`
@@ -213,7 +213,7 @@ func TestReplay(t *testing.T) {
 	}
 	h.callJSON(t, http.MethodPost, "/admin/payments/"+p.ID+"/replay", `{"times":3,"parallel":false}`, http.StatusAccepted, &resp)
 	assert.Len(t, resp.DeliveryIDs, 3)
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 4 }, "replays end")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 4 }, "replays end")
 	got := rcv.all()
 	require.Len(t, got, 4)
 	for _, r := range got {
@@ -232,7 +232,7 @@ func TestAutoApprove(t *testing.T) {
 	ok := h.create(t, "order-auto", 1000, rcv.url())
 	declined := h.create(t, "order-auto-13", 1013, rcv.url())
 
-	waitFor(t, 5*time.Second, func() bool { return rcv.count() == 2 }, "both settle by themselves")
+	waitFor(t, patience, func() bool { return rcv.count() == 2 }, "both settle by themselves")
 	status := map[string]paymock.Status{}
 	for _, r := range rcv.all() {
 		status[r.Event.PaymentID] = r.Event.Status
@@ -260,7 +260,7 @@ func TestSettle(t *testing.T) {
 	trig := h.create(t, "order-13", 4213, rcv.url())
 	assert.Equal(t, paymock.StatusFailed, h.approve(t, trig.ID).Status, "the decline trigger applies to API approval too")
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "one callback per settlement")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "one callback per settlement")
 	staysAt(t, 100*time.Millisecond, 3, rcv.count, "the no-op approve sent nothing")
 	got := map[string]paymock.Status{}
 	for _, r := range rcv.all() {
@@ -330,10 +330,10 @@ func chaosRun(t *testing.T, seed uint64) ([]int, []paymock.Attempt) {
 		}
 		return ended, acked
 	}
-	waitFor(t, 10*time.Second, func() bool { n, _ := settleEnded(); return n == settled*2 }, "%d settle deliveries end", settled*2)
+	waitFor(t, patience, func() bool { n, _ := settleEnded(); return n == settled*2 }, "%d settle deliveries end", settled*2)
 	_, acked := settleEnded()
 	want := settled*2 + len(acked)
-	waitFor(t, 10*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == want }, "%d deliveries end", want)
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == want }, "%d deliveries end", want)
 	return statuses, stripVolatile(h.deliveries(t, ""))
 }
 
@@ -407,11 +407,11 @@ func TestReorderNeedsAnAckedSuccess(t *testing.T) {
 			h.setChaos(t, tc.chaos)
 			p := h.create(t, "order-noack", 1000, rcv.url())
 			h.approve(t, p.ID)
-			waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the SUCCESS delivery ends")
+			waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the SUCCESS delivery ends")
 
 			// Close waits for the dispatch goroutine, so whatever it would still do is done or counted
 			// as abandoned: the metrics below are the end state.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			defer cancel()
 			require.NoError(t, h.p.Close(ctx))
 			for _, r := range rcv.all() {
@@ -423,7 +423,8 @@ func TestReorderNeedsAnAckedSuccess(t *testing.T) {
 			_, raw := h.call(t, http.MethodGet, "/metrics", "")
 			var lines []string
 			for line := range strings.Lines(string(raw)) {
-				if strings.HasPrefix(line, "idemshop_paymock_callback_deliveries_total{") {
+				// Every result is exported from the start, at 0: count the ones that moved.
+				if strings.HasPrefix(line, "idemshop_paymock_callback_deliveries_total{") && !strings.HasSuffix(strings.TrimSpace(line), "} 0") {
 					lines = append(lines, strings.TrimSpace(line))
 				}
 			}
@@ -447,7 +448,7 @@ func TestReorderFollowsAnyAckedCopy(t *testing.T) {
 	p := h.create(t, "order-oneack", 1000, rcv.url())
 	h.approve(t, p.ID)
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "2 copies + the stale event end")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "2 copies + the stale event end")
 	got := rcv.all()
 	require.Len(t, got, 5)
 	assert.Equal(t, paymock.StatusFailed, got[4].Event.Status, "one acked copy is enough for the stale event")
@@ -469,7 +470,7 @@ func TestDelaySuccessHoldsSettledSuccess(t *testing.T) {
 	declined := h.create(t, "order-held-decline", 1000, rcv.url())
 	h.callJSON(t, http.MethodPost, "/v1/payments/"+declined.ID+"/decline", "", http.StatusOK, nil)
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "the REFUNDED and the FAILED are delivered")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "the REFUNDED and the FAILED are delivered")
 	got := map[paymock.Status]string{}
 	for _, r := range rcv.all() {
 		got[r.Event.Status] = r.Event.PaymentID
@@ -478,7 +479,7 @@ func TestDelaySuccessHoldsSettledSuccess(t *testing.T) {
 		"the refund overtook the held SUCCESS; FAILED and REFUNDED are not held")
 
 	// Close ends the hold at once (the harness would otherwise wait a minute) and abandons the SUCCESS.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	require.NoError(t, h.p.Close(ctx))
 	_, raw := h.call(t, http.MethodGet, "/metrics", "")
@@ -497,7 +498,7 @@ func TestDelaySuccessThenDelivers(t *testing.T) {
 	p := h.create(t, "order-late", 1000, rcv.url())
 	h.approve(t, p.ID)
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the SUCCESS is delivered after its hold")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "the SUCCESS is delivered after its hold")
 	log := h.deliveries(t, "")
 	require.Len(t, log, 1)
 	assert.Equal(t, paymock.OutcomeSuccess, log[0].Outcome)

@@ -36,13 +36,20 @@ type harness struct {
 	http *http.Client
 }
 
-// testConfig has short schedules so that the whole retry ladder takes well under a second.
+// patience bounds the waits of these tests: for a delivery to end, a request to be answered, the platform
+// to close. It is a deadline for a failing run, never a duration a test relies on, so it is far longer
+// than any of these takes on a loaded machine.
+const patience = time.Minute
+
+// testConfig has short schedules so that the whole retry ladder takes well under a second. A callback
+// attempt is given patience: the receivers answer at once, and an attempt cut short by a slow machine
+// would change the outcomes the tests count.
 func testConfig() paymock.Config {
 	return paymock.Config{
 		Secret:             testSecret,
 		AutoApproveDelay:   0,
 		RetrySchedule:      []time.Duration{20 * time.Millisecond, 40 * time.Millisecond},
-		CallbackTimeout:    2 * time.Second,
+		CallbackTimeout:    patience,
 		CreateTimeoutDelay: 2 * time.Second,
 		DeliveryLogLimit:   1000,
 		Chaos:              paymock.Chaos{Duplicates: 1, Parallel: true, Seed: 1},
@@ -64,12 +71,12 @@ func newHarness(t *testing.T, mutate func(*paymock.Config)) *harness {
 	p.Register(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		require.NoError(t, p.Close(ctx))
 	})
 	t.Cleanup(srv.Close) // runs first: no request is in flight when the platform closes
-	return &harness{p: p, e: e, srv: srv, http: &http.Client{Timeout: 5 * time.Second}}
+	return &harness{p: p, e: e, srv: srv, http: &http.Client{Timeout: patience}}
 }
 
 // call sends a request with a raw body (empty = none) and returns the status and body.
@@ -162,8 +169,8 @@ type receiver struct {
 	srv      *httptest.Server
 	verifier paysig.Verifier
 	respond  func(n int) (int, string)
-	// barrier, when > 0, holds each request until that many are in flight together (or 3 s pass):
-	// only parallel senders can get past it quickly.
+	// barrier, when > 0, holds each request until that many are in flight together (or barrierWait
+	// passes): only parallel senders can get past it quickly.
 	barrier int
 
 	mu          sync.Mutex
@@ -175,6 +182,11 @@ type receiver struct {
 }
 
 const ack = `{"result":"success"}`
+
+// barrierWait is how long a receiver's barrier holds a request at most: long enough that parallel copies
+// meet there however slowly they are sent, short of the callback timeout (patience), so that a sender
+// that sends one copy at a time ends its attempt on the barrier, not on the timeout.
+const barrierWait = 30 * time.Second
 
 func newReceiver(t *testing.T, respond func(n int) (int, string)) *receiver {
 	t.Helper()
@@ -214,7 +226,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if r.barrier > 0 {
 		select {
 		case <-r.allIn:
-		case <-time.After(3 * time.Second):
+		case <-time.After(barrierWait):
 		}
 	}
 	status, body := r.respond(n)

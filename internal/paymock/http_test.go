@@ -84,7 +84,7 @@ func TestRefunds(t *testing.T) {
 	status, raw = h.call(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-3", 1))
 	requireProblem(t, status, raw, http.StatusBadRequest, "refund_exceeds_payment")
 
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "SUCCESS + 2 REFUNDED")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 3 }, "SUCCESS + 2 REFUNDED")
 	var refunded []int64
 	for _, r := range rcv.all() {
 		assert.NoError(t, r.SigErr)
@@ -158,7 +158,7 @@ func TestBadInputIsA4xxProblemAndChangesNothing(t *testing.T) {
 	paid := h.create(t, "order-fixture", 1000, rcv.url())
 	h.approve(t, paid.ID)
 	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(paid.ID, "r-fixture", 100), http.StatusCreated, nil)
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "fixture callbacks end")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "fixture callbacks end")
 
 	url := rcv.url()
 	pay := func(fields string) string { return `{` + fields + `}` }
@@ -310,7 +310,7 @@ func TestMetricsCountCallbacksByOutcome(t *testing.T) {
 	})
 	p := h.create(t, "order-metrics", 1000, rcv.url())
 	h.approve(t, p.ID)
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "delivered")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 1 }, "delivered")
 	_, raw := h.call(t, http.MethodGet, "/metrics", "")
 	m := string(raw)
 	assert.Contains(t, m, `idemshop_paymock_callbacks_sent_total{outcome="retry"} 1`)
@@ -446,5 +446,5 @@ func TestAdminPaymentsListsEveryRecord(t *testing.T) {
 		assert.False(t, r.CreatedAt.IsZero())
 	}
 	assert.Equal(t, []brief{{"rf-a", ids[9], 9}, {"rf-b", ids[1], 600}, {"rf-c", ids[1], 401}}, refs, "in creation order")
-	waitFor(t, 5*time.Second, func() bool { return finalCount(h.deliveries(t, "")) == 6 }, "callbacks end before the harness closes")
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 6 }, "callbacks end before the harness closes")
 }

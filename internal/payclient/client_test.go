@@ -41,6 +41,10 @@ func platform(t *testing.T, chaos paymock.Chaos, createTimeoutDelay time.Duratio
 	return srv.URL
 }
 
+// patient is the client timeout of calls that must be answered: far longer than a loaded machine takes
+// to answer on loopback, so that no such call ends as a timeout instead.
+const patient = time.Minute
+
 func newClient(t *testing.T, url string, timeout time.Duration) *payclient.Client {
 	t.Helper()
 	c, err := payclient.New(url, timeout)
@@ -53,7 +57,7 @@ var calm = paymock.Chaos{Duplicates: 1, Seed: 1}
 func TestClientAgainstThePlatform(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := newClient(t, platform(t, calm, time.Second), 5*time.Second)
+	c := newClient(t, platform(t, calm, time.Second), patient)
 	req := payclient.CreatePaymentRequest{MerchantOrderNo: "42", AmountCents: 1999, Currency: "EUR", NotifyURL: "http://127.0.0.1:9/cb"}
 
 	p, created, err := c.CreatePayment(ctx, req)
@@ -115,11 +119,14 @@ func TestClientAgainstThePlatform(t *testing.T) {
 	assert.Equal(t, "FAILED", declined.Status)
 }
 
+// The platform commits, then holds its answer until the caller hangs up: the client's own timeout ends
+// the call. That timeout (2 s) is long enough for the platform to have read and committed the request
+// on a loaded machine, which takes milliseconds; a 200 ms one could end the call before that.
 func TestClientCreateTimeoutIsUnknownButTheQueryAPIKnows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := platform(t, paymock.Chaos{Duplicates: 1, CreateTimeoutRate: 1, Seed: 1}, 10*time.Second)
-	c := newClient(t, url, 200*time.Millisecond)
+	url := platform(t, paymock.Chaos{Duplicates: 1, CreateTimeoutRate: 1, Seed: 1}, time.Hour)
+	c := newClient(t, url, 2*time.Second)
 	_, _, err := c.CreatePayment(ctx, payclient.CreatePaymentRequest{MerchantOrderNo: "7", AmountCents: 500, Currency: "EUR", NotifyURL: "http://127.0.0.1:9/cb"})
 	assert.ErrorIs(t, err, payclient.ErrTimeout)
 	assert.True(t, payclient.OutcomeUnknown(err))
@@ -135,7 +142,7 @@ func TestClientCreateTimeoutIsUnknownButTheQueryAPIKnows(t *testing.T) {
 func TestClientGatewayTimeoutIsAServerError(t *testing.T) {
 	t.Parallel()
 	url := platform(t, paymock.Chaos{Duplicates: 1, CreateTimeoutRate: 1, Seed: 1}, 10*time.Millisecond)
-	c := newClient(t, url, 5*time.Second)
+	c := newClient(t, url, patient)
 	_, _, err := c.CreatePayment(context.Background(), payclient.CreatePaymentRequest{MerchantOrderNo: "8", AmountCents: 500, Currency: "EUR", NotifyURL: "http://127.0.0.1:9/cb"})
 	assert.ErrorIs(t, err, payclient.ErrServer)
 	var se *payclient.StatusError
@@ -177,7 +184,13 @@ func TestClientErrorClasses(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(tc.handler)
 			t.Cleanup(srv.Close)
-			_, err := newClient(t, srv.URL, 200*time.Millisecond).GetPayment(context.Background(), "pay_1")
+			// Only the handler that never answers meets the short timeout; the others answer at once and
+			// get patient, so a slow machine cannot turn their answer into a timeout.
+			timeout := patient
+			if errors.Is(tc.want, payclient.ErrTimeout) {
+				timeout = 200 * time.Millisecond
+			}
+			_, err := newClient(t, srv.URL, timeout).GetPayment(context.Background(), "pay_1")
 			assert.ErrorIs(t, err, tc.want)
 			assert.Equal(t, !errors.Is(tc.want, payclient.ErrRefused), payclient.OutcomeUnknown(err), "%v", err)
 		})
@@ -189,7 +202,7 @@ func TestClientErrorClasses(t *testing.T) {
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		require.NoError(t, ln.Close()) // nothing listens there now
-		_, err = newClient(t, "http://"+addr, time.Second).GetPayment(context.Background(), "pay_1")
+		_, err = newClient(t, "http://"+addr, patient).GetPayment(context.Background(), "pay_1")
 		assert.ErrorIs(t, err, payclient.ErrConnection)
 		assert.True(t, payclient.OutcomeUnknown(err))
 	})

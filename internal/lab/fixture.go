@@ -19,7 +19,7 @@ import (
 )
 
 // Fixture is one scenario's own data: a lab user (with a bearer token of its own) and the products it
-// creates. Close deletes all of it, and every row that refers to it.
+// creates. Close deletes all of it, and every row that refers to it, unless Env.Keep is set.
 type Fixture struct {
 	env      *Env
 	UserID   int64
@@ -27,7 +27,8 @@ type Fixture struct {
 	products []int64
 }
 
-// NewFixture creates a lab user named after the scenario.
+// NewFixture creates a lab user named "lab-<scenario>-<hex>". Scenarios pass their id and side
+// (SideName: "S1-unsafe", "S1-guarded"), so that a side's rows can be found by the user's name.
 func (e *Env) NewFixture(ctx context.Context, scenario string) (*Fixture, error) {
 	raw := make([]byte, 8)
 	_, _ = rand.Read(raw)
@@ -55,8 +56,21 @@ func (f *Fixture) Product(ctx context.Context, stock, priceCents int64) (int64, 
 	return id, nil
 }
 
-// Close deletes the fixture's user, products and everything that refers to them.
+// SideName names a scenario's fixture after the side it serves: SideName("S1", true) is "S1-unsafe",
+// SideName("S1", false) is "S1-guarded".
+func SideName(scenario string, unsafe bool) string {
+	if unsafe {
+		return scenario + "-unsafe"
+	}
+	return scenario + "-guarded"
+}
+
+// Close deletes the fixture's user, products and everything that refers to them. With Env.Keep it
+// leaves them in place (and deletes nothing).
 func (f *Fixture) Close(ctx context.Context) error {
+	if f.env.Keep {
+		return nil
+	}
 	ctx = context.WithoutCancel(ctx)
 	stmts := []string{
 		`DELETE FROM refund_requests WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,

@@ -41,7 +41,7 @@ func Incident(ctx context.Context, env *Env, n int, unsafe bool, progress func(s
 	if progress == nil {
 		progress = func(string) {}
 	}
-	f, err := env.NewFixture(ctx, "incident")
+	f, err := env.NewFixture(ctx, SideName("incident", unsafe))
 	if err != nil {
 		return rep, err
 	}

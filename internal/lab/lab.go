@@ -3,8 +3,10 @@
 // variants exist only in lab mode (ORDERS_LAB=true); they sit beside their guarded twins in the code
 // (e.g. internal/payments/callback_unsafe.go beside callback.go).
 //
-// A scenario sets up its own data (a fresh lab user and product) and removes it afterwards, so the lab
-// can run against a shared demo database.
+// A scenario sets up its own data (a fresh lab user and product per side) and removes it afterwards, so
+// the lab can run against a shared demo database; with Env.Keep it leaves the rows for inspection. A
+// side's user is named "lab-<scenario>-<side>-<hex>" (e.g. lab-S1-guarded-3f2a9c0d1e2b4a5f), so a query
+// of its own finds that side's orders, stock, ledger, keys and callbacks by the user's name.
 package lab
 
 import (
@@ -39,6 +41,12 @@ type Env struct {
 	Seed        uint64
 	// Quiet is how long to wait for asynchronous effects (callbacks, outbox, consumer) to settle.
 	Quiet time.Duration
+	// Keep, when true, makes Fixture.Close leave a scenario's rows in place (its user, products, orders,
+	// idempotency keys, callbacks, outbox rows, refunds, ledger, coupons), so that they can be inspected
+	// afterwards: by a test's own queries, or by a trainer with psql, who finds a side's rows by its user's
+	// name (users.name LIKE 'lab-S1-guarded-%'). The lab's own numbers are read before Close and do not
+	// change. Redis keys and broker objects a scenario made for itself are removed either way.
+	Keep bool
 }
 
 // Side is one half of a scenario's result. Measured holds the numbers behind the verdict.

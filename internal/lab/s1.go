@@ -20,7 +20,7 @@ func runS1(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 		unsafe bool
 		path   string
 	}{{true, "/lab/unsafe/payments/callback"}, {false, "/v1/payments/callback"}} {
-		f, err := env.NewFixture(ctx, "S1")
+		f, err := env.NewFixture(ctx, SideName("S1", side.unsafe))
 		if err != nil {
 			return u, g, err
 		}

@@ -14,7 +14,7 @@ import (
 func runS11(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	var u Unsafe
 	var g Guarded
-	m, err := runConsumerCrash(ctx, env, "S11", points.UnsafeClaimFirst, points.FaultAfterClaim)
+	m, err := runConsumerCrash(ctx, env, SideName("S11", true), points.UnsafeClaimFirst, points.FaultAfterClaim)
 	if err != nil {
 		return u, g, fmt.Errorf("S11 unsafe: %w", err)
 	}
@@ -27,7 +27,7 @@ func runS11(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	u.Detail = fmt.Sprintf("crash after the claim left \"done\" and %d ledger rows; the redelivery was acked as a duplicate: %d ledger rows, balance %d, %d points lost",
 		m["ledger_rows_after_crash"], m["ledger_rows"], m["balance"], per-m["balance"])
 
-	m, err = runConsumerCrash(ctx, env, "S11", "", points.FaultAfterClaim)
+	m, err = runConsumerCrash(ctx, env, SideName("S11", false), "", points.FaultAfterClaim)
 	if err != nil {
 		return u, g, fmt.Errorf("S11 guarded: %w", err)
 	}

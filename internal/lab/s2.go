@@ -10,12 +10,13 @@ import (
 	"idemshop/internal/idempotency"
 )
 
-// twinSides runs side twice, unsafe first, each time on a fresh fixture of its own that is deleted
-// afterwards, and returns both measurements. S2, S3, S4 and S10 share it.
+// twinSides runs side twice, unsafe first, each time on a fresh fixture of its own (named after its side:
+// "S2-unsafe", "S2-guarded") that is deleted afterwards, and returns both measurements. S2, S3, S4, S10
+// and S12 share it.
 func twinSides(ctx context.Context, env *Env, id string,
 	side func(ctx context.Context, f *Fixture, unsafe bool) (map[string]int64, error)) (unsafeM, guardedM map[string]int64, err error) {
 	for _, unsafe := range []bool{true, false} {
-		f, err := env.NewFixture(ctx, id)
+		f, err := env.NewFixture(ctx, SideName(id, unsafe))
 		if err != nil {
 			return nil, nil, err
 		}

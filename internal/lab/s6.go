@@ -30,7 +30,7 @@ import (
 func runS6(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	var u Unsafe
 	var g Guarded
-	m, err := runConsumerCrash(ctx, env, "S6", points.UnsafeNoDedup, points.FaultAfterCommit)
+	m, err := runConsumerCrash(ctx, env, SideName("S6", true), points.UnsafeNoDedup, points.FaultAfterCommit)
 	if err != nil {
 		return u, g, fmt.Errorf("S6 unsafe: %w", err)
 	}
@@ -40,7 +40,7 @@ func runS6(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	u.Detail = fmt.Sprintf("crash after commit (%d ledger row); the redelivery was credited again: %d ledger rows, balance %d for one order worth %d",
 		m["ledger_rows_after_crash"], m["ledger_rows"], m["balance"], per)
 
-	m, err = runConsumerCrash(ctx, env, "S6", "", points.FaultAfterCommit)
+	m, err = runConsumerCrash(ctx, env, SideName("S6", false), "", points.FaultAfterCommit)
 	if err != nil {
 		return u, g, fmt.Errorf("S6 guarded: %w", err)
 	}
@@ -59,7 +59,8 @@ func runS6(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 // waits it out after a crash (it is how long a crash delays the credit).
 const consumerLeaseTTL = time.Second
 
-// runConsumerCrash is one side of S6 or S11, in process. A consumer (the guarded one, or the broken
+// runConsumerCrash is one side of S6 or S11, in process; fixture names the side's fixture
+// ("S6-unsafe", ...). A consumer (the guarded one, or the broken
 // twin named by mode) takes one order.paid for a fixture order and crashes at point; a second
 // consumer of the same kind takes the broker's redelivery. It measures, on the database, the fixture
 // user's ledger rows and balance after the crash and at the end, and how the second consumer counted
@@ -68,7 +69,7 @@ const consumerLeaseTTL = time.Second
 // It runs on broker objects and Redis keys of its own (a random name under the env's prefixes), so
 // the demo points-consumer never sees this message and this crash never touches its state; both are
 // deleted at the end, as is the fixture.
-func runConsumerCrash(ctx context.Context, env *Env, scenario string, mode points.UnsafeMode, point points.FaultPoint) (_ map[string]int64, err error) {
+func runConsumerCrash(ctx context.Context, env *Env, fixture string, mode points.UnsafeMode, point points.FaultPoint) (_ map[string]int64, err error) {
 	within := env.Quiet
 	if within <= 0 {
 		within = 15 * time.Second
@@ -77,7 +78,7 @@ func runConsumerCrash(ctx context.Context, env *Env, scenario string, mode point
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	f, err := env.NewFixture(ctx, scenario)
+	f, err := env.NewFixture(ctx, fixture)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func runConsumerCrash(ctx context.Context, env *Env, scenario string, mode point
 	}
 	raw := make([]byte, 4)
 	_, _ = rand.Read(raw)
-	name := "lab-" + strings.ToLower(scenario) + "-" + hex.EncodeToString(raw)
+	name := "lab-" + strings.ToLower(fixture) + "-" + hex.EncodeToString(raw)
 	o, r, err := f.CreateOrder(ctx, "/v1/orders", name, product, qty)
 	if err != nil || r.Status != http.StatusCreated {
 		return nil, fmt.Errorf("create order: %v %d %s", err, r.Status, r.Body)

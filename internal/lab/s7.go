@@ -32,7 +32,7 @@ func runS7(ctx context.Context, env *Env) (u Unsafe, g Guarded, err error) {
 		return u, g, err
 	}
 	for _, unsafe := range []bool{true, false} {
-		f, err := env.NewFixture(ctx, "S7")
+		f, err := env.NewFixture(ctx, SideName("S7", unsafe))
 		if err != nil {
 			return u, g, err
 		}
@@ -138,7 +138,7 @@ func s7Unsafe(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cli
 // s7DropRejectedCallbacks: the platform notifies the shop of every unsafe payment, and the shop's
 // callback route rejects them (merchant_order_no "<order>-<request id>" is not an order id), recording
 // them with no order, where the fixture's cleanup cannot find them. Wait a little for them, bounded,
-// then delete them.
+// then delete them (unless env.Keep: then they stay, found by their payment ids).
 func s7DropRejectedCallbacks(ctx context.Context, env *Env, paymentIDs []string) error {
 	if len(paymentIDs) == 0 {
 		return nil
@@ -152,7 +152,7 @@ func s7DropRejectedCallbacks(ctx context.Context, env *Env, paymentIDs []string)
 	if _, err := Eventually(ctx, min(env.Quiet, 10*time.Second), func() (bool, error) {
 		n, err := count()
 		return n >= int64(len(paymentIDs)), err
-	}); err != nil {
+	}); err != nil || env.Keep {
 		return err
 	}
 	return env.DB.WithContext(ctx).Exec(`DELETE FROM payment_callbacks WHERE order_id IS NULL AND payment_id IN ?`,

@@ -28,7 +28,7 @@ func runS8(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	var u Unsafe
 	var g Guarded
 	for _, unsafe := range []bool{true, false} {
-		f, err := env.NewFixture(ctx, "S8")
+		f, err := env.NewFixture(ctx, SideName("S8", unsafe))
 		if err != nil {
 			return u, g, err
 		}

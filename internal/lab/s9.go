@@ -37,12 +37,12 @@ func runS9(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	if err != nil {
 		return u, g, err
 	}
-	degraded, err := s9Run(ctx, env, url)
+	degraded, err := s9Run(ctx, env, url, "S9-guarded-redis-down")
 	stop()
 	if err != nil {
 		return u, g, err
 	}
-	normal, err := s9Run(ctx, env, env.OrdersURL)
+	normal, err := s9Run(ctx, env, env.OrdersURL, "S9-guarded-redis-up")
 	if err != nil {
 		return u, g, err
 	}
@@ -101,9 +101,11 @@ func s9DegradedOrders(ctx context.Context, env *Env) (string, func(), error) {
 	}, nil
 }
 
-// s9Run storms the callback route at baseURL on a fixture of its own and measures it.
-func s9Run(ctx context.Context, env *Env, baseURL string) (map[string]int64, error) {
-	f, err := env.NewFixture(ctx, "S9")
+// s9Run storms the callback route at baseURL on a fixture of its own, named fixture, and measures it.
+// Both storms are the guarded side (S9 has no unsafe variant): "S9-guarded-redis-down" and
+// "S9-guarded-redis-up".
+func s9Run(ctx context.Context, env *Env, baseURL, fixture string) (map[string]int64, error) {
+	f, err := env.NewFixture(ctx, fixture)
 	if err != nil {
 		return nil, err
 	}

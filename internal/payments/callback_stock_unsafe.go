@@ -12,6 +12,7 @@ package payments
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -72,6 +73,14 @@ func (h *Handler) MountUnsafeStock(e *echo.Echo, path string, locker *lock.Locke
 // applyStockUnsafe is apply with the stock step written as check-then-write
 // (orders.Repository.DecrementStockUnsafe): correct only while the flash-sale lock still excludes
 // everybody else, and it may not.
+//
+// Lab only: this transaction waits on a held product row for as long as it is held (up to the
+// session's statement_timeout), not DB_LOCK_TIMEOUT. S5's slow step holds the row until enough holders
+// have queued behind it, one lease at a time, at the lab's pace; a holder must not give up (503) while
+// the queue forms, however slow the machine is.
 func (s *Service) applyStockUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
+	if err := tx.WithContext(ctx).Exec(`SET LOCAL lock_timeout = 0`).Error; err != nil {
+		return "", "", fmt.Errorf("unsafe: lift lock_timeout: %w", err)
+	}
 	return s.applyWithStock(ctx, tx, cb, o, s.orders.DecrementStockUnsafe)
 }

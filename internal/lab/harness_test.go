@@ -2,8 +2,10 @@ package lab_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/lab"
@@ -11,55 +13,122 @@ import (
 	"idemshop/internal/platform/config"
 )
 
+// newLabEnv runs the whole shop in-process for one test (labtest.NewEnv) with Keep set: the scenarios
+// leave their rows, and each test reads them back with queries of its own (rows_test.go). The test's
+// database is dropped at its end anyway. labtest.NewEnv itself leaves Keep off: the bench's test shares
+// it, and its fixtures delete their rows as `loadtest bench` does.
 func newLabEnv(t *testing.T, mutate func(*config.Orders)) *lab.Env {
 	t.Helper()
-	return labtest.NewEnv(t, mutate)
+	env := labtest.NewEnv(t, mutate)
+	env.Keep = true
+	return env
 }
 
-// runScenario runs one scenario and requires that the unsafe side reproduced the failure and the
-// guarded side held.
+// runScenario runs one scenario and checks the lab's own verdict: no error, the unsafe side reproduced
+// the failure, the guarded side held. The checks do not stop the test: its own row checks follow either
+// way, and say what the verdict was about.
 func runScenario(t *testing.T, env *lab.Env, id string) lab.Result {
 	t.Helper()
 	sc, err := lab.Select([]string{id})
 	require.NoError(t, err)
 	r := lab.Run(context.Background(), env, sc, nil)[0]
 	t.Logf("%s: unsafe %+v; guarded %+v; err %q", r.ID, r.Unsafe, r.Guarded, r.Error)
-	require.Empty(t, r.Error)
-	require.True(t, r.Unsafe.Reproduced, "unsafe side did not show the failure: %s", r.Unsafe.Detail)
-	require.True(t, r.Guarded.OK, "guarded side broke an invariant: %s", r.Guarded.Detail)
+	assert.Empty(t, r.Error)
+	assert.True(t, r.Unsafe.Reproduced, "the lab says the unsafe side did not show the failure: %s", r.Unsafe.Detail)
+	assert.True(t, r.Guarded.OK, "the lab says the guarded side broke an invariant: %s", r.Guarded.Detail)
 	return r
 }
 
+// Keep leaves a fixture's rows in place; without it, Close deletes the user, its products and orders.
+func TestFixtureCloseDeletesItsRowsUnlessKeep(t *testing.T) {
+	t.Parallel()
+	env := labtest.NewEnv(t, nil)
+	ctx := context.Background()
+	left := func(userID, product int64) int64 {
+		var n int64
+		require.NoError(t, env.DB.Raw(`SELECT (SELECT count(*) FROM users WHERE id = @u)
+			+ (SELECT count(*) FROM orders WHERE user_id = @u) + (SELECT count(*) FROM products WHERE id = @p)`,
+			map[string]any{"u": userID, "p": product}).Scan(&n).Error)
+		return n
+	}
+	for _, keep := range []bool{true, false} {
+		env.Keep = keep
+		f, err := env.NewFixture(ctx, fmt.Sprintf("keep-test-%t", keep))
+		require.NoError(t, err)
+		product, err := f.Product(ctx, 10, 1250)
+		require.NoError(t, err)
+		_, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("keep-%t", keep), product, 1)
+		require.NoError(t, err)
+		require.Equal(t, 201, r.Status, "%s", r.Body)
+		var name string
+		require.NoError(t, env.DB.Raw(`SELECT name FROM users WHERE id = ?`, f.UserID).Scan(&name).Error)
+		assert.Regexp(t, `^lab-keep-test-(true|false)-[0-9a-f]{16}$`, name)
+		require.NoError(t, f.Close(ctx))
+		want := int64(0)
+		if keep {
+			want = 3 // the user, the order, the product
+		}
+		assert.Equal(t, want, left(f.UserID, product), "keep %t", keep)
+	}
+}
+
+// TestS1: one SUCCESS callback delivered three times at once, for an order of 2 units (stock 100) at
+// 12.50 EUR each: 25 points.
 func TestS1(t *testing.T) {
 	t.Parallel()
 	env := newLabEnv(t, nil)
-	r := runScenario(t, env, "S1")
-	require.EqualValues(t, -6, r.Unsafe.Measured["stock_delta"])
-	require.EqualValues(t, -2, r.Guarded.Measured["stock_delta"])
-	require.EqualValues(t, 3, r.Guarded.Measured["received"])
-	require.EqualValues(t, 1, r.Guarded.Measured["applied"])
+	runScenario(t, env, "S1")
+
+	u := sideRows(t, env, "S1-unsafe")
+	assert.Equal(t, map[string]int64{"PAID": 1}, u.orders())
+	assert.EqualValues(t, 100-3*2, u.stock(), "every copy deducted the stock")
+	assert.Equal(t, map[string]int64{"applied": 3}, u.callbacks(), "every copy applied")
+	assert.EqualValues(t, 3, u.ledgerRows(), "every copy credited")
+	assert.EqualValues(t, 3*25, u.balance())
+
+	g := sideRows(t, env, "S1-guarded")
+	o := g.orderID()
+	assert.Equal(t, map[string]int64{"PAID": 1}, g.orders())
+	assert.EqualValues(t, 100-2, g.stock(), "deducted once")
+	assert.Equal(t, map[string]int64{"applied": 1, "duplicate": 2}, g.callbacks())
+	assert.EqualValues(t, 1, g.outbox("order.paid"))
+	settle(t, 1, g.ledgerRows, "credited through the outbox and the consumer, once")
+	assert.Equal(t, map[string]int64{fmt.Sprintf("order-paid:%d", o): 25}, g.ledger())
+	assert.EqualValues(t, 25, g.balance())
 }
 
+// TestIncidentGuardedHoldsAndUnsafeShowsDamage: 10 orders of quantities 1,2,3,1,2,3,1,2,3,1 (19 units,
+// stock 100000) at 12.50 EUR, each paid and its callback sent three times in parallel by payments-mock.
+// Points per order are floored: 12, 25, 37, so 4*12 + 3*25 + 3*37 = 234.
 func TestIncidentGuardedHoldsAndUnsafeShowsDamage(t *testing.T) {
 	t.Parallel()
 	env := newLabEnv(t, nil)
 	ctx := context.Background()
+	const units, pts = 19, 4*12 + 3*25 + 3*37
 
 	rep, err := lab.Incident(ctx, env, 10, false, nil)
 	require.NoError(t, err)
 	t.Logf("guarded: %+v", rep)
-	require.Empty(t, rep.Violations)
-	require.EqualValues(t, 30, rep.Callbacks.Received, "3 copies of each callback arrived")
-	require.EqualValues(t, 10, rep.Callbacks.Applied)
-	require.Equal(t, rep.WantStock, rep.StockDelta)
-	require.EqualValues(t, -19, rep.StockDelta) // quantities 1,2,3,1,2,3,1,2,3,1
-	require.Equal(t, rep.WantPoints, rep.PointsDelta)
+	assert.Empty(t, rep.Violations)
+
+	g := sideRows(t, env, "incident-guarded")
+	assert.Equal(t, map[string]int64{"PAID": 10}, g.orders())
+	assert.EqualValues(t, 100000-units, g.stock())
+	assert.Equal(t, map[string]int64{"applied": 10, "duplicate": 20}, g.callbacks(), "3 copies of each arrived, 1 applied")
+	assert.EqualValues(t, 10, g.outbox("order.paid"))
+	assert.Equal(t, map[string]int64{"COMPLETED": 20}, g.keys(), "10 create-order keys and 10 pay records")
+	settle(t, 10, g.ledgerRows, "one credit per order")
+	assert.EqualValues(t, pts, g.balance())
 
 	bad, err := lab.Incident(ctx, env, 10, true, nil)
 	require.NoError(t, err)
 	t.Logf("unsafe: %+v", bad)
-	require.NotEmpty(t, bad.Violations)
-	require.EqualValues(t, -57, bad.StockDelta, "every copy deducted")
-	require.Equal(t, 3*bad.WantPoints, bad.PointsDelta, "every copy credited")
-	require.EqualValues(t, 30, bad.Callbacks.Applied)
+	assert.NotEmpty(t, bad.Violations)
+
+	u := sideRows(t, env, "incident-unsafe")
+	assert.Equal(t, map[string]int64{"PAID": 10}, u.orders())
+	assert.EqualValues(t, 100000-3*units, u.stock(), "every copy deducted")
+	assert.Equal(t, map[string]int64{"applied": 30}, u.callbacks())
+	assert.EqualValues(t, 30, u.ledgerRows(), "every copy credited")
+	assert.EqualValues(t, 3*pts, u.balance())
 }

@@ -26,6 +26,8 @@ import (
 
 // NewEnv runs the whole shop in-process for one test, on its own database, Redis prefix and broker
 // names: orders in lab mode (with its relay, sweeper and reaper), payments-mock, and points-consumer.
+// Env.Keep is left off, as `loadtest` leaves it; the lab's scenario tests set it themselves, to read a
+// scenario's rows back after it ran.
 func NewEnv(t *testing.T, mutate func(*config.Orders)) *lab.Env {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{MaxConns: 12})

@@ -106,8 +106,8 @@ func TestRelayLeavesRowsWhoseConfirmNeverCamePending(t *testing.T) {
 		assert.Empty(t, r.LastError)
 	}
 	assert.Equal(t, 4, gathered(reg, "idemshop_outbox_published_total"))
-	waitFor(t, 5*time.Second, func() bool { return queueDepth(t, env, top.Queue) == 1+2*3 },
-		"the broker kept the unconfirmed copies too")
+	waitCount(t, 5*time.Second, 1+2*3, func() int { return queueDepth(t, env, top.Queue) },
+		"the broker kept the unconfirmed copies too, and no more")
 }
 
 // insertBatch writes n order.paid rows in one transaction (so that the relay takes them in one batch)

@@ -45,7 +45,7 @@ func TestRelayPublishesEverythingOnceTheBrokerReturns(t *testing.T) {
 	proxy.Restore()
 	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published after the second outage")
 
-	waitFor(t, 10*time.Second, func() bool { return ledgerRows(t, env.DB) == 20 }, "all credited")
+	waitCount(t, 10*time.Second, 20, func() int64 { return ledgerRows(t, env.DB) }, "all credited")
 	assert.Equal(t, 20, gathered(relay, "idemshop_outbox_published_total"))
 	waitFor(t, 5*time.Second, func() bool { return gathered(relay, "idemshop_outbox_pending") == 0 }, "gauge")
 	assert.Equal(t, 20, histogramCount(relay, "idemshop_outbox_publish_lag_seconds"), "lag observed per row")
@@ -69,8 +69,8 @@ func TestRelayCrashAfterPublishBeforeMarkDoesNotDoubleCredit(t *testing.T) {
 		return nil
 	})
 	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "marked on the third try")
-	waitFor(t, 10*time.Second, func() bool {
-		return counter(consumer, points.OutcomeApplied)+counter(consumer, points.OutcomeDuplicate) == 45
+	waitCount(t, 10*time.Second, 45, func() int {
+		return counter(consumer, points.OutcomeApplied) + counter(consumer, points.OutcomeDuplicate)
 	}, "three copies of each order consumed")
 	assert.Equal(t, 15, counter(consumer, points.OutcomeApplied))
 	assert.Equal(t, 30, counter(consumer, points.OutcomeDuplicate))
@@ -120,13 +120,13 @@ func TestTwoRelaysAndTwoConsumersCreditEachOrderOnce(t *testing.T) {
 	close(start)
 
 	waitFor(t, 20*time.Second, func() bool { return pending(t, env.DB) == 0 }, "all rows published")
-	waitFor(t, 20*time.Second, func() bool {
+	waitCount(t, 20*time.Second, orders+50, func() int {
 		n := 0
 		for _, r := range regs[2:] {
 			n += counter(r, points.OutcomeApplied) + counter(r, points.OutcomeDuplicate)
 		}
-		return n == orders+50
-	}, "every message consumed")
+		return n
+	}, "every message consumed, once")
 	assert.Equal(t, orders+50, gathered(regs[0], "idemshop_outbox_published_total")+
 		gathered(regs[1], "idemshop_outbox_published_total"), "no row published by both relays")
 	assert.Equal(t, orders, counter(regs[2], points.OutcomeApplied)+counter(regs[3], points.OutcomeApplied))
@@ -149,7 +149,8 @@ func TestRelayLeavesAReturnedRowPendingUntilAQueueIsBound(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return row(t, env.DB, unroutable).Attempts >= 1 }, "first attempt")
 	r := row(t, env.DB, unroutable)
 	require.Nil(t, r.PublishedAt, "a returned message was marked published: it is lost")
-	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 1 }, "the routable rows published")
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) <= 1 }, "the routable rows published")
+	require.EqualValues(t, 1, pending(t, env.DB), "the returned row was marked published: it is lost")
 	waitFor(t, 10*time.Second, func() bool { return row(t, env.DB, unroutable).Attempts >= 3 }, "retried")
 	r = row(t, env.DB, unroutable)
 	assert.Nil(t, r.PublishedAt)
@@ -163,7 +164,7 @@ func TestRelayLeavesAReturnedRowPendingUntilAQueueIsBound(t *testing.T) {
 	r = row(t, env.DB, unroutable)
 	assert.Empty(t, r.LastError)
 	assert.Equal(t, 7, gathered(relay, "idemshop_outbox_published_total"))
-	waitFor(t, 5*time.Second, func() bool { return queueDepth(t, env, top.Queue) == 7 }, "one copy of each row")
+	waitCount(t, 5*time.Second, 7, func() int { return queueDepth(t, env, top.Queue) }, "one copy of each row")
 }
 
 // Someone deletes the queue's binding while the relay runs. The next row is returned, not lost: it
@@ -186,7 +187,7 @@ func TestRelayRepublishesARowReturnedWhileTheBindingWasGone(t *testing.T) {
 	assert.Equal(t, 2, second.Attempts, "returned once, then published after the binding was declared again")
 	assert.Equal(t, 1, gathered(relay, "idemshop_outbox_returned_total"))
 	assert.Equal(t, 2, gathered(relay, "idemshop_outbox_published_total"))
-	waitFor(t, 5*time.Second, func() bool { return queueDepth(t, env, top.Queue) == 2 }, "both rows in the queue once")
+	waitCount(t, 5*time.Second, 2, func() int { return queueDepth(t, env, top.Queue) }, "both rows in the queue once")
 }
 
 func TestRelayExportsTheReturnedCounterAtZero(t *testing.T) {
@@ -411,6 +412,22 @@ func histogramCount(g prometheus.Gatherer, name string) int {
 func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg string) {
 	t.Helper()
 	require.Eventually(t, cond, timeout, 20*time.Millisecond, msg)
+}
+
+// waitCount polls get every 20 ms until it reaches want (or timeout passes: a failure), then asserts
+// that it is exactly want. A count that jumps past want (a row published twice, a message consumed
+// twice) fails on that assertion, with both numbers, instead of leaving a wait for an exact value it
+// has already passed to time out.
+func waitCount[N ~int | ~int64](t *testing.T, timeout time.Duration, want N, get func() N, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	got := get()
+	for got < want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		got = get()
+	}
+	require.GreaterOrEqual(t, got, want, "%s: still %d of %d after %s", msg, got, want, timeout)
+	assert.Equal(t, want, got, "%s: %d, more than the %d expected (a duplicate)", msg, got, want)
 }
 
 func logger() *slog.Logger {

@@ -50,7 +50,7 @@ func TestDuplicateDeliveriesCreditOnce(t *testing.T) {
 			if c == nil {
 				c = startConsumer(t, env, cfg)
 			}
-			waitFor(t, 10*time.Second, func() bool { return c.handled() == 4 }, "4 messages handled")
+			waitCount(t, 10*time.Second, 4, c.handled, "4 messages handled")
 			assert.Equal(t, 1, c.count(points.OutcomeApplied))
 			assert.Equal(t, 3, c.count(points.OutcomeDuplicate))
 			assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 123, Balances: 123}, state(t, env))
@@ -62,7 +62,7 @@ func TestDuplicateDeliveriesCreditOnce(t *testing.T) {
 			assert.Equal(t, "done", env.Redis.Get(context.Background(), keys[0]).Val())
 			require.NoError(t, env.Redis.Del(context.Background(), keys...).Err())
 			pub.event(ev)
-			waitFor(t, 10*time.Second, func() bool { return c.handled() == 5 }, "5th message handled")
+			waitCount(t, 10*time.Second, 5, c.handled, "5th message handled")
 			assert.Equal(t, 4, c.count(points.OutcomeDuplicate))
 			assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 123, Balances: 123}, state(t, env))
 		})
@@ -84,9 +84,9 @@ func TestHeldLeaseIsWaitedOutThenCredited(t *testing.T) {
 
 	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
 	newPublisher(t, env.AMQPURL, top).event(ev)
-	waitFor(t, 10*time.Second, func() bool { return state(t, env).Rows == 1 }, "credited after the lease expired")
+	waitCount(t, 10*time.Second, 1, func() int64 { return state(t, env).Rows }, "credited after the lease expired")
 	assert.GreaterOrEqual(t, time.Since(start), lease-50*time.Millisecond, "not before the dead claim ran out")
-	waitFor(t, 5*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "counted")
+	waitCount(t, 5*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "counted")
 	assert.Equal(t, 0, c.count(points.OutcomeFailed), "waiting costs no delivery attempt")
 	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 5, Balances: 5}, state(t, env))
 }
@@ -122,10 +122,10 @@ func TestConnectionLossMidStreamReconnectsAndCreditsOnce(t *testing.T) {
 		pub.event(orderPaid(int64(i), int64(i%3+1), 250))
 	}
 	proxy.Restore()
-	waitFor(t, 30*time.Second, func() bool { return state(t, env).Rows == n }, "every order credited")
+	waitCount(t, 30*time.Second, n, func() int64 { return state(t, env).Rows }, "every order credited")
 	ch := channel(t, env.AMQPURL)
 	waitFor(t, 10*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == 0 }, "queue drained")
-	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == n }, "all applied counted")
+	waitCount(t, 10*time.Second, n, func() int { return c.count(points.OutcomeApplied) }, "all applied counted")
 	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: 2 * n, Balances: 2 * n}, state(t, env))
 	assert.GreaterOrEqual(t, c.count(points.OutcomeDuplicate), 1, "the unacked batch came back as duplicates")
 	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
@@ -147,8 +147,8 @@ func TestPoisonMessagesAreDeadLetteredAndDoNotBlock(t *testing.T) {
 		pub.event(orderPaid(i, 3, 300))
 	}
 	ch := channel(t, env.AMQPURL)
-	waitFor(t, 20*time.Second, func() bool { return queueDepth(t, ch, top.DeadLetterQueue) == 2 }, "both poisons in the DLQ")
-	waitFor(t, 10*time.Second, func() bool { return state(t, env).Rows == 20 }, "every good order credited")
+	waitCount(t, 20*time.Second, 2, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "both poisons in the DLQ")
+	waitCount(t, 10*time.Second, 20, func() int64 { return state(t, env).Rows }, "every good order credited")
 	assert.Equal(t, 2, c.count(points.OutcomeDeadLettered), "counted when nacked on the last delivery")
 	assert.Equal(t, 2*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
 	assert.Equal(t, ledgerState{Rows: 20, Distinct: 20, Sum: 60, Balances: 60}, state(t, env))
@@ -179,15 +179,15 @@ func TestShutdownFinishesInFlightThenStops(t *testing.T) {
 	ch := channel(t, env.AMQPURL)
 	// After Run returned, nothing is unacked: credited + ready == n.
 	assert.Equal(t, int64(handled), state(t, env).Rows, "every handled message is committed")
-	waitFor(t, 5*time.Second, func() bool { return handled+queueDepth(t, ch, top.Queue) == n },
+	waitCount(t, 5*time.Second, n, func() int { return handled + queueDepth(t, ch, top.Queue) },
 		"the rest is back in the queue")
 	assert.Zero(t, first.count(points.OutcomeFailed))
 
 	second := startConsumer(t, env, cfg)
-	waitFor(t, 15*time.Second, func() bool { return state(t, env).Rows == n }, "second consumer finishes")
+	waitCount(t, 15*time.Second, n, func() int64 { return state(t, env).Rows }, "second consumer finishes")
 	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: n, Balances: n}, state(t, env))
 	// The last batch is committed before it is counted (settle runs after the commit): poll the count.
-	waitFor(t, 5*time.Second, func() bool { return second.handled() == n-handled }, "the rest counted")
+	waitCount(t, 5*time.Second, n-handled, second.handled, "the rest counted")
 	assert.Equal(t, n-handled, second.count(points.OutcomeApplied), "none of the rest was a duplicate")
 }
 
@@ -219,7 +219,7 @@ func TestTwoConsumersRacingOnDuplicatesCreditOnce(t *testing.T) {
 	for range copies {
 		require.NoError(t, <-errs)
 	}
-	waitFor(t, 20*time.Second, func() bool { return a.handled()+b.handled() == orders*copies }, "all copies handled")
+	waitCount(t, 20*time.Second, orders*copies, func() int { return a.handled() + b.handled() }, "all copies handled")
 	assert.Equal(t, orders, a.count(points.OutcomeApplied)+b.count(points.OutcomeApplied))
 	assert.Equal(t, ledgerState{Rows: orders, Distinct: orders, Sum: 10 * orders, Balances: 10 * orders}, state(t, env))
 }
@@ -258,7 +258,7 @@ func TestDoneLeaseWithoutLedgerRowStillCredits(t *testing.T) {
 				require.Zero(t, c.handled(), "still waiting for the held lease")
 				require.NoError(t, env.Redis.Set(ctx, key, "done", time.Minute).Err())
 			}
-			waitFor(t, 10*time.Second, func() bool { return c.handled() == 1 }, "message handled")
+			waitCount(t, 10*time.Second, 1, c.handled, "message handled")
 			assert.Equal(t, 1, c.count(points.OutcomeApplied), "credited, not acked as a duplicate")
 			assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 7, Balances: 7}, state(t, env))
 		})

@@ -55,7 +55,7 @@ func TestHeldLeaseDoesNotStallTheBatch(t *testing.T) {
 	c := startConsumer(t, env, cfg)  // started after the publishes: A, B and C come in one batch
 
 	waitFor(t, 5*time.Second, func() bool { return credited(t, env, 2, 3) }, "B and C credited while A's lease is held")
-	waitFor(t, 5*time.Second, func() bool { return c.count(points.OutcomeApplied) == 2 }, "B and C acked and counted")
+	waitCount(t, 5*time.Second, 2, func() int { return c.count(points.OutcomeApplied) }, "B and C acked and counted")
 	ch := channel(t, env.AMQPURL)
 	assert.Zero(t, queueDepth(t, ch, top.Queue), "A is with the consumer, not back in the queue")
 	assert.False(t, credited(t, env, 1), "A waits for its lease")
@@ -67,7 +67,7 @@ func TestHeldLeaseDoesNotStallTheBatch(t *testing.T) {
 	assert.False(t, credited(t, env, 1), "the republish waits too")
 
 	require.NoError(t, env.Redis.Del(context.Background(), key).Err()) // the dead claim runs out
-	waitFor(t, 5*time.Second, func() bool { return c.handled() == 4 }, "A and its republish handled")
+	waitCount(t, 5*time.Second, 4, c.handled, "A and its republish handled")
 	assert.Equal(t, 3, c.count(points.OutcomeApplied))
 	assert.Equal(t, 1, c.count(points.OutcomeDuplicate), "the republish")
 	assert.Zero(t, c.count(points.OutcomeFailed), "waiting for a lease is not a failure")
@@ -91,7 +91,7 @@ func TestLeaseHeldPastTheTTLFailsAndComesBack(t *testing.T) {
 	pub.event(orderPaid(1, 1, 1000))
 	pub.event(orderPaid(2, 2, 2000))
 
-	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 2 }, "both credited in the end")
+	waitCount(t, 10*time.Second, 2, func() int { return c.count(points.OutcomeApplied) }, "both credited in the end")
 	assert.GreaterOrEqual(t, c.count(points.OutcomeFailed), 1, "A gave up after one lease TTL at least once")
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 30, Balances: 30}, state(t, env))
 	ch := channel(t, env.AMQPURL)
@@ -122,7 +122,7 @@ func TestDeferredMessageWhoseLeaseTurnsDoneIsDecidedByTheLedger(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, env.Redis.Set(context.Background(), key, "done", time.Hour).Err())
 
-	waitFor(t, 5*time.Second, func() bool { return c.handled() == 2 }, "A handled")
+	waitCount(t, 5*time.Second, 2, c.handled, "A handled")
 	assert.Equal(t, 1, c.count(points.OutcomeApplied), "B")
 	assert.Equal(t, 1, c.count(points.OutcomeDuplicate), "A: the ledger had the holder's row")
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 30, Balances: 30}, state(t, env))
@@ -141,18 +141,18 @@ func TestShutdownWhileDeferredGivesTheMessageBack(t *testing.T) {
 	pub.event(orderPaid(1, 1, 1000))
 	pub.event(orderPaid(2, 2, 2000))
 	first := startConsumer(t, env, cfg)
-	waitFor(t, 5*time.Second, func() bool { return first.count(points.OutcomeApplied) == 1 }, "B credited and counted")
+	waitCount(t, 5*time.Second, 1, func() int { return first.count(points.OutcomeApplied) }, "B credited and counted")
 	ch := channel(t, env.AMQPURL)
 	require.Zero(t, queueDepth(t, ch, top.Queue), "A is with the consumer")
 
 	first.stop(t)
-	waitFor(t, 5*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == 1 }, "A back in the queue")
+	waitCount(t, 5*time.Second, 1, func() int { return queueDepth(t, ch, top.Queue) }, "A back in the queue")
 	assert.False(t, credited(t, env, 1))
 	assert.Equal(t, 1, first.handled(), "only B was acked")
 
 	require.NoError(t, env.Redis.Del(context.Background(), key).Err()) // the dead claim runs out
 	second := startConsumer(t, env, cfg)
-	waitFor(t, 5*time.Second, func() bool { return second.count(points.OutcomeApplied) == 1 }, "A credited by the next consumer")
+	waitCount(t, 5*time.Second, 1, func() int { return second.count(points.OutcomeApplied) }, "A credited by the next consumer")
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 30, Balances: 30}, state(t, env))
 	assert.Zero(t, queueDepth(t, ch, top.Queue))
 }

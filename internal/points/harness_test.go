@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/events"
@@ -221,4 +222,20 @@ func queueDepth(t testing.TB, ch *amqp.Channel, q string) int {
 func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	require.Eventually(t, cond, timeout, 20*time.Millisecond, append([]any{msg}, args...)...)
+}
+
+// waitCount polls get every 20 ms until it reaches want (or timeout passes: a failure), then asserts
+// that it is exactly want. A count that jumps past want (a message handled twice, a second ledger row)
+// fails on that assertion, with both numbers, instead of leaving a wait for an exact value it has
+// already passed to time out.
+func waitCount[N ~int | ~int64](t testing.TB, timeout time.Duration, want N, get func() N, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	got := get()
+	for got < want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		got = get()
+	}
+	require.GreaterOrEqual(t, got, want, "%s: still %d of %d after %s", msg, got, want, timeout)
+	assert.Equal(t, want, got, "%s: %d, more than the %d expected (a duplicate)", msg, got, want)
 }

@@ -27,11 +27,11 @@ func TestReversalAfterCreditTakesThePointsBack(t *testing.T) {
 	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
 
 	pub.event(orderPaid(10, 1, 1234)) // 12 points
-	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "credited")
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "credited")
 	require.Equal(t, account{Balance: 12, Ledger: map[string]int64{"order-paid:10": 12}}, accountOf(t, env, 1))
 
 	pub.refunded(orderRefunded(10, 1, 1234))
-	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 2 }, "reversed")
+	waitCount(t, 10*time.Second, 2, func() int { return c.count(points.OutcomeApplied) }, "reversed")
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:10": 12, "order-refunded:10": -12}},
 		accountOf(t, env, 1))
 	var reason string
@@ -53,7 +53,7 @@ func TestReversalRepeatedReversesOnce(t *testing.T) {
 		pub := newPublisher(t, env.AMQPURL, top)
 		c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
 		pub.event(orderPaid(20, 2, 5000)) // 50 points
-		waitFor(t, 10*time.Second, func() bool { return c.handled() == 1 }, "credited")
+		waitCount(t, 10*time.Second, 1, c.handled, "credited")
 
 		ev := orderRefunded(20, 2, 5000)
 		pub.refunded(ev)
@@ -62,7 +62,7 @@ func TestReversalRepeatedReversesOnce(t *testing.T) {
 		again := ev
 		again.EventID = uuid.NewString()
 		pub.refunded(again)
-		waitFor(t, 10*time.Second, func() bool { return c.handled() == 5 }, "every copy handled")
+		waitCount(t, 10*time.Second, 5, c.handled, "every copy handled")
 		assert.Equal(t, 2, c.count(points.OutcomeApplied), "one credit, one reversal")
 		assert.Equal(t, 3, c.count(points.OutcomeDuplicate))
 		want := account{Balance: 0, Ledger: map[string]int64{"order-paid:20": 50, "order-refunded:20": -50}}
@@ -73,7 +73,7 @@ func TestReversalRepeatedReversesOnce(t *testing.T) {
 		require.Len(t, keys, 2, "one lease per biz_id, both done")
 		require.NoError(t, env.Redis.Del(context.Background(), keys...).Err())
 		pub.refunded(ev)
-		waitFor(t, 10*time.Second, func() bool { return c.handled() == 6 }, "handled without Redis's memory")
+		waitCount(t, 10*time.Second, 6, c.handled, "handled without Redis's memory")
 		assert.Equal(t, 4, c.count(points.OutcomeDuplicate))
 		assert.Equal(t, want, accountOf(t, env, 2))
 	})
@@ -98,7 +98,7 @@ func TestReversalRepeatedReversesOnce(t *testing.T) {
 		}
 		a := startConsumer(t, env, first)
 		pub.event(orderPaid(21, 3, 900)) // 9 points
-		waitFor(t, 10*time.Second, func() bool { return a.handled() == 1 }, "credited")
+		waitCount(t, 10*time.Second, 1, a.handled, "credited")
 		armed.Store(true)
 		pub.refunded(orderRefunded(21, 3, 900))
 		select {
@@ -110,7 +110,7 @@ func TestReversalRepeatedReversesOnce(t *testing.T) {
 		require.Equal(t, want, accountOf(t, env, 3), "the reversal was committed before the crash")
 
 		b := startConsumer(t, env, cfg)
-		waitFor(t, 10*time.Second, func() bool { return b.handled() == 1 }, "the redelivery handled")
+		waitCount(t, 10*time.Second, 1, b.handled, "the redelivery handled")
 		assert.Equal(t, 1, b.count(points.OutcomeDuplicate), "the ledger already has the reversal")
 		assert.Equal(t, want, accountOf(t, env, 3))
 		assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
@@ -128,11 +128,11 @@ func TestReversalBeforeItsCreditThenTheCredit(t *testing.T) {
 	want := account{Balance: 0, Ledger: map[string]int64{"order-paid:30": 25, "order-refunded:30": -25}}
 
 	pub.refunded(orderRefunded(30, 1, 2500)) // 25 points
-	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "reversal applied")
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "reversal applied")
 	assert.Equal(t, want, accountOf(t, env, 1), "credit and reversal, together")
 
 	pub.event(orderPaid(30, 1, 2500))
-	waitFor(t, 10*time.Second, func() bool { return c.handled() == 2 }, "the late credit handled")
+	waitCount(t, 10*time.Second, 2, c.handled, "the late credit handled")
 	assert.Equal(t, 1, c.count(points.OutcomeDuplicate), "the late order.paid is a duplicate")
 	assert.Equal(t, want, accountOf(t, env, 1), "credited once, reversed once")
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
@@ -157,11 +157,11 @@ func TestReversalOfSpentPointsStopsAtZero(t *testing.T) {
 			pub := newPublisher(t, env.AMQPURL, top)
 			c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
 			pub.event(orderPaid(40, 2, 5000)) // 50 points
-			waitFor(t, 10*time.Second, func() bool { return c.handled() == 1 }, "credited")
+			waitCount(t, 10*time.Second, 1, c.handled, "credited")
 			spend(t, env.DB, 2, tc.spent, "redeem:test-token")
 
 			pub.refunded(orderRefunded(40, 2, 5000))
-			waitFor(t, 10*time.Second, func() bool { return c.handled() == 2 }, "reversal handled")
+			waitCount(t, 10*time.Second, 2, c.handled, "reversal handled")
 			assert.Equal(t, 2, c.count(points.OutcomeApplied), "a partial reversal is applied, not failed")
 			assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{
 				"order-paid:40": 50, "redeem:test-token": -tc.spent, "order-refunded:40": tc.wantReversal,
@@ -191,7 +191,7 @@ func TestConsumersRacingOnOneReversalReverseOnce(t *testing.T) {
 		return sum
 	}
 	newPublisher(t, env.AMQPURL, top).event(orderPaid(50, 1, 7700)) // 77 points
-	waitFor(t, 10*time.Second, func() bool { return total(points.OutcomeApplied) == 1 }, "credited")
+	waitCount(t, 10*time.Second, 1, func() int { return total(points.OutcomeApplied) }, "credited")
 
 	ev := orderRefunded(50, 1, 7700)
 	start := make(chan struct{})
@@ -208,8 +208,8 @@ func TestConsumersRacingOnOneReversalReverseOnce(t *testing.T) {
 	for range n {
 		<-done
 	}
-	waitFor(t, 15*time.Second, func() bool {
-		return total(points.OutcomeApplied)+total(points.OutcomeDuplicate) == 1+n
+	waitCount(t, 15*time.Second, 1+n, func() int {
+		return total(points.OutcomeApplied) + total(points.OutcomeDuplicate)
 	}, "every copy handled")
 	assert.Equal(t, 2, total(points.OutcomeApplied), "one credit, one reversal")
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:50": 77, "order-refunded:50": -77}},
@@ -236,9 +236,9 @@ func TestReversalPoisonAndUnknownRoutingKeyAreDeadLettered(t *testing.T) {
 	pub.event(orderPaid(63, 1, 1000)) // a good message among them still goes through
 
 	ch := channel(t, env.AMQPURL)
-	waitFor(t, 20*time.Second, func() bool { return queueDepth(t, ch, top.DeadLetterQueue) == 3 }, "three poisons in the DLQ")
-	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeDeadLettered) == 3 }, "counted")
-	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeApplied) == 1 }, "the good one applied")
+	waitCount(t, 20*time.Second, 3, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "three poisons in the DLQ")
+	waitCount(t, 10*time.Second, 3, func() int { return c.count(points.OutcomeDeadLettered) }, "counted")
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the good one applied")
 	assert.Equal(t, 3*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
 	assert.Equal(t, account{Balance: 10, Ledger: map[string]int64{"order-paid:63": 10}}, accountOf(t, env, 1))
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))

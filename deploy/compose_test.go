@@ -509,7 +509,7 @@ func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 			continue
 		}
 		for _, need := range []string{"go.mod", "go.sum", "cmd", "internal", "migrations", "cmd/orders/main.go",
-			"loadtest", "loadtest/main.go"} {
+			"loadtest", "loadtest/main.go", "loadtest/replays", "loadtest/replays/incident-triple-callback.jsonl"} {
 			matched, err := filepath.Match(pattern, need)
 			require.NoError(t, err, pattern)
 			assert.False(t, matched, ".dockerignore pattern %q drops %s, which the build needs", pattern, need)

@@ -38,6 +38,7 @@ type stack struct {
 	procs   []*exec.Cmd
 	logs    map[string]*testenv.Output
 	mockURL string
+	dbURL   string // the stack's database, for the tests' own queries
 }
 
 func newStack(t *testing.T) *stack {
@@ -57,9 +58,10 @@ func newStack(t *testing.T) *stack {
 			conn.Close(ctx)
 		}
 	})
-	s := &stack{t: t, bin: dir, logs: map[string]*testenv.Output{}}
+	s := &stack{t: t, bin: dir, logs: map[string]*testenv.Output{},
+		dbURL: strings.Replace(svc.PostgresURL, "/postgres?", "/"+db+"?", 1)}
 	s.env = append(os.Environ(),
-		"DATABASE_URL="+strings.Replace(svc.PostgresURL, "/postgres?", "/"+db+"?", 1),
+		"DATABASE_URL="+s.dbURL,
 		"REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
 		"REDIS_KEY_PREFIX="+run+":", "AMQP_NAME_PREFIX="+run+":",
 		"ORDERS_LAB=true", "SWEEP_INTERVAL=300ms", "LOG_LEVEL=warn", "LAB_QUIET=45s")
@@ -181,6 +183,47 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 		assert.Empty(t, rep.Violations)
 		assert.EqualValues(t, 20, rep.Callbacks.Applied)
 	})
+	t.Run("replay the incident file, guarded then unsafe", func(t *testing.T) {
+		file, err := filepath.Abs(filepath.Join("replays", "incident-triple-callback.jsonl"))
+		require.NoError(t, err)
+		// Four orders of quantities 1, 2, 3, 2 at 12.50 EUR, each SUCCESS recorded three times at once.
+		code, out := s.loadtest(proxyURL, "replay", "--json", "--keep", file)
+		require.Equal(t, 0, code)
+		var rep replayReport
+		require.NoError(t, json.Unmarshal(out, &rep))
+		assert.Empty(t, rep.Violations)
+		got := s.replayRows(t, rep)
+		assert.Equal(t, map[string]int64{"PAID": 4}, got.statuses)
+		assert.EqualValues(t, -8, got.stockDelta, "stock -q")
+		assert.EqualValues(t, 99, got.balance, "points +x")
+		assert.EqualValues(t, 12, got.received)
+		assert.EqualValues(t, 4, got.applied)
+
+		// The flags may follow the file, as in the issue's `loadtest replay FILE --unsafe`.
+		code, out = s.loadtest("http://"+a, "replay", file, "--unsafe", "--json", "--keep")
+		require.Equal(t, 1, code, "the unsafe handler breaks the invariants")
+		require.NoError(t, json.Unmarshal(out, &rep))
+		assert.NotEmpty(t, rep.Violations)
+		got = s.replayRows(t, rep)
+		assert.Equal(t, map[string]int64{"PAID": 4}, got.statuses)
+		assert.EqualValues(t, -24, got.stockDelta, "stock -3q")
+		assert.EqualValues(t, 297, got.balance, "points +3x")
+		assert.EqualValues(t, 12, got.applied, "every copy applied")
+	})
+	t.Run("replay a shipped file by name, text report", func(t *testing.T) {
+		// No such file in the working directory: the copy built into the binary is replayed.
+		code, out := s.loadtest("http://"+a, "replay", "--unsafe", "decline-race.jsonl")
+		assert.Equal(t, 1, code)
+		assert.Contains(t, string(out), "replay decline-race.jsonl (shipped), UNSAFE:")
+		for line := range strings.Lines(string(out)) {
+			assert.LessOrEqual(t, len(strings.TrimRight(line, "\n")), 100, "report lines fit 100 columns: %q", line)
+		}
+		code, out = s.loadtest("http://"+a, "replay", "decline-race.jsonl")
+		assert.Equal(t, 0, code)
+		assert.Contains(t, string(out), "every invariant held")
+		code, _ = s.loadtest("http://"+a, "replay", "no-such-file.jsonl")
+		assert.Equal(t, 2, code)
+	})
 	t.Run("lab all", func(t *testing.T) {
 		code, out := s.loadtest("http://"+a, "lab", "--json", "all")
 		var rep struct {
@@ -200,4 +243,52 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 		}
 		assert.Equal(t, 0, code)
 	})
+}
+
+type replayReport struct {
+	Violations []string `json:"violations"`
+	UserID     int64    `json:"user_id"`
+	Orders     []struct {
+		ID int64 `json:"id"`
+	} `json:"orders"`
+}
+
+// replayed is what a replay's rows say, read with the test's own SQL.
+type replayed struct {
+	statuses          map[string]int64
+	stockDelta        int64 // summed over the replay's products, 1000 units each at first
+	balance           int64
+	received, applied int64
+}
+
+// replayRows reads the rows a --keep replay left: its user's orders, their products and callbacks, and
+// the user's points.
+func (s *stack) replayRows(t *testing.T, rep replayReport) replayed {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	out := replayed{statuses: map[string]int64{}}
+	rows, err := conn.Query(ctx, `SELECT o.status, p.stock - 1000,
+		  (SELECT count(*) FROM payment_callbacks c WHERE c.order_id = o.id AND c.signature_ok),
+		  (SELECT count(*) FROM payment_callbacks c WHERE c.order_id = o.id AND c.applied)
+		FROM orders o JOIN products p ON p.id = o.product_id WHERE o.user_id = $1`, rep.UserID)
+	require.NoError(t, err)
+	n := 0
+	for rows.Next() {
+		var status string
+		var delta, received, applied int64
+		require.NoError(t, rows.Scan(&status, &delta, &received, &applied))
+		out.statuses[status]++
+		out.stockDelta += delta
+		out.received += received
+		out.applied += applied
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, len(rep.Orders), n, "one fresh order per recorded order")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = $1), 0)`,
+		rep.UserID).Scan(&out.balance))
+	return out
 }

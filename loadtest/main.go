@@ -3,6 +3,7 @@
 //
 //	loadtest incident [--json] [--orders N] [--unsafe]
 //	loadtest lab [--json] [all|S1 S2 ...]
+//	loadtest replay [--json] [--unsafe] [--keep] FILE   (recorded platform traffic, loadtest/replays)
 //	loadtest bench [--json] [--duration D] [--html FILE] [--growth] [--concurrency N] [--outbox-rate R]
 //	loadtest soak [--json]    (starts its own shop; SOAK_* env, see docs/reliability.md)
 //
@@ -36,7 +37,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: loadtest incident|lab|bench|soak [flags] [scenarios]")
+		fmt.Fprintln(stderr, "usage: loadtest incident|lab|replay|bench|soak [flags] [scenarios|FILE]")
 		return 2
 	}
 	cfg, err := config.LoadLoadtest()
@@ -51,6 +52,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if args[0] == "soak" {
 		return runSoak(ctx, cfg, args[1:], stdout, stderr) // soak.go: its own shop and SOAK_* env
+	}
+	if args[0] == "replay" {
+		return runReplay(ctx, cfg, args[1:], stdout, stderr) // replay.go: a recording, FILE
 	}
 
 	fs := flag.NewFlagSet("loadtest "+args[0], flag.ContinueOnError)
@@ -78,13 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer closeEnv()
-	// A one-line progress display on a terminal; nothing in logs and pipes, which only want the report.
-	progress := func(string) {}
-	if f, ok := stderr.(*os.File); ok && !*asJSON {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			progress = func(msg string) { fmt.Fprintf(stderr, "\r\033[K%s", msg) }
-		}
-	}
+	progress := progressLine(stderr, *asJSON)
 
 	if args[0] == "incident" {
 		env.Log.Info("incident", "orders", *orders, "unsafe", *unsafe, "seed", env.Seed)

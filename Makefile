@@ -11,7 +11,7 @@ TESTFLAGS ?= -race -count=1 -timeout 8m
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
-demo: ## build, start the three binaries in lab mode on a fresh database, run loadtest incident + lab all
+demo: ## build, start the three binaries in lab mode on a fresh database, run loadtest incident, replay, lab all
 	BIN=$(BIN) ./scripts/demo.sh
 
 build: ## build every binary (cmd/* and loadtest) into ./bin

@@ -64,8 +64,9 @@ func runReplay(ctx context.Context, cfg config.Loadtest, args []string, stdout, 
 	}
 	defer closeEnv()
 	env.Log.Info("replay", "file", name, "deliveries", len(rec.Deliveries), "unsafe", *unsafe)
-	rep, err := play.Run(ctx, env, rec, play.Options{Name: name, Unsafe: *unsafe, Keep: *keep,
-		Progress: progressLine(stderr, *asJSON)})
+	progress := progressLine(stderr, *asJSON)
+	rep, err := play.Run(ctx, env, rec, play.Options{Name: name, Unsafe: *unsafe, Keep: *keep, Progress: progress})
+	progress("")
 	if err != nil {
 		fmt.Fprintln(stderr, "loadtest replay:", err)
 		return 2

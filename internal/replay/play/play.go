@@ -141,11 +141,11 @@ func Run(ctx context.Context, env *lab.Env, rec *replay.Recording, opt Options) 
 	if opt.Unsafe && rep.Answers["404"] == len(prepared) {
 		return rep, fmt.Errorf("every delivery to %s was answered 404: is orders in lab mode (ORDERS_LAB=true)?", rep.Path)
 	}
-	for status, n := range rep.Answers {
+	for _, status := range slices.Sorted(maps.Keys(rep.Answers)) {
 		if code, err := strconv.Atoi(status); err != nil || code >= 500 {
 			// The platform would send these again; a replay sends each line once, so the recording's end
 			// cannot be expected.
-			rep.Violations = append(rep.Violations, fmt.Sprintf("every delivery answered: %d got %s", n, status))
+			rep.Violations = append(rep.Violations, fmt.Sprintf("every delivery answered: %d got %s", rep.Answers[status], status))
 		}
 	}
 

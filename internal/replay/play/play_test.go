@@ -11,6 +11,7 @@ import (
 
 	"idemshop/internal/lab"
 	"idemshop/internal/lab/labtest"
+	"idemshop/internal/platform/config"
 	"idemshop/internal/replay"
 	"idemshop/internal/replay/play"
 )
@@ -199,4 +200,15 @@ func TestReplayCleansUpItsRows(t *testing.T) {
 	require.NoError(t, env.DB.Raw(`SELECT (SELECT count(*) FROM users WHERE id = ?) + (SELECT count(*) FROM orders WHERE user_id = ?)`,
 		rep.UserID, rep.UserID).Scan(&left).Error)
 	assert.Zero(t, left)
+}
+
+// --unsafe against an orders without lab mode: every delivery is a 404, and the replay says why rather
+// than reporting the shop's end state as if it had been sent anything.
+func TestUnsafeReplayNeedsLabMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole shop")
+	}
+	env := labtest.NewEnv(t, func(c *config.Orders) { c.Lab = false })
+	_, err := play.Run(context.Background(), env, shipped(t, "decline-race.jsonl"), play.Options{Unsafe: true})
+	require.ErrorContains(t, err, "is orders in lab mode (ORDERS_LAB=true)?")
 }

@@ -283,9 +283,9 @@ var List = []Mutant{
 	},
 	{
 		ID: "redeem-debit-where", Guard: "redeem: balance >= ?",
-		File:        "internal/rewards/repository.go",
-		Original:    "WHERE user_id = ? AND balance >= ? RETURNING balance`, reward.CostPoints, userID, reward.CostPoints)",
-		Replacement: "WHERE user_id = ? RETURNING balance`, reward.CostPoints, userID)",
+		File:        "internal/points/ledger.go",
+		Original:    "WHERE user_id = ? AND balance >= ? RETURNING balance`, amount, userID, amount)",
+		Replacement: "WHERE user_id = ? RETURNING balance`, amount, userID)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemInsufficientPointsKeepsTokenUsable$",
 	},
 

@@ -61,6 +61,28 @@ func (r *Repository) Create(ctx context.Context, tx *gorm.DB, userID int64, req 
 	return o, nil
 }
 
+// Line is one order of a user's list, with its product's name (the storefront's "my orders").
+type Line struct {
+	ID          int64
+	ProductName string
+	Quantity    int
+	AmountCents int64 // minor units of Currency
+	Currency    string
+	Status      string
+}
+
+// Newest returns userID's newest orders, at most limit, newest first, each with its product's name.
+func (r *Repository) Newest(ctx context.Context, userID int64, limit int) ([]Line, error) {
+	lines := []Line{}
+	err := r.db.WithContext(ctx).Raw(`SELECT o.id, p.name AS product_name, o.quantity, o.amount_cents,
+		o.currency, o.status FROM orders o JOIN products p ON p.id = o.product_id
+		WHERE o.user_id = ? ORDER BY o.id DESC LIMIT ?`, userID, limit).Scan(&lines).Error
+	if err != nil {
+		return nil, fmt.Errorf("list orders of user %d: %w", userID, err)
+	}
+	return lines, nil
+}
+
 // Get returns userID's order id. Another user's order is ErrOrderNotFound, exactly like a missing one,
 // so ids cannot be probed.
 func (r *Repository) Get(ctx context.Context, userID, id int64) (Order, error) {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
+
+	"idemshop/internal/platform/postgres"
 )
 
 // ErrRejected marks a credit the database refuses for what it is (an unknown user, a value out of
@@ -56,6 +58,41 @@ type Entry struct {
 	Delta     int64
 	Reason    string
 	CreatedAt time.Time
+}
+
+// ErrInsufficientBalance is Debit's answer when the account has fewer points than asked (or none):
+// nothing was written.
+var ErrInsufficientBalance = errors.New("points: balance below the debit")
+
+// Debit takes amount points from userID's balance and writes the ledger row that records it, inside the
+// caller's transaction tx, so that the debit commits (or rolls back) with the caller's own rows (a
+// coupon). bizID is the debit's business key: the unique index on biz_id makes it happen at most once.
+// It returns the balance after the debit.
+//
+// Errors: ErrInsufficientBalance (no row changed), or a database error translated by
+// postgres.TranslateError (postgres.ErrDuplicate: this bizID was already debited, by a transaction
+// that committed first; postgres.ErrLockTimeout: another transaction held the account row).
+func Debit(ctx context.Context, tx *gorm.DB, userID int64, bizID string, amount int64, reason string) (int64, error) {
+	// The guard is in the WHERE clause, never a read-then-write: the row lock makes concurrent debits of
+	// one account queue, and each re-checks balance >= amount on the row it finally sees, so the balance
+	// never goes below zero (the CHECK constraint would refuse it anyway).
+	var balance int64
+	err := tx.WithContext(ctx).Raw(`UPDATE points_accounts SET balance = balance - ?, updated_at = now()
+		WHERE user_id = ? AND balance >= ? RETURNING balance`, amount, userID, amount).Row().Scan(&balance)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, ErrInsufficientBalance // no account, or too few points: 0 rows
+	}
+	if err != nil {
+		return 0, fmt.Errorf("debit points: %w", postgres.TranslateError(err))
+	}
+	// The ledger row is the debit's record. Its biz_id is unique: a second transaction for the same key
+	// fails here (23505) and rolls back its debit with it.
+	err = tx.WithContext(ctx).Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (?, ?, ?, ?)`,
+		userID, bizID, -amount, reason).Error
+	if err != nil {
+		return 0, fmt.Errorf("insert ledger row: %w", postgres.TranslateError(err))
+	}
+	return balance, nil
 }
 
 // Ledger is the repository of points_ledger and points_accounts.

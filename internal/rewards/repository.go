@@ -3,7 +3,6 @@ package rewards
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/base32"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"idemshop/internal/platform/pgtext"
 	"idemshop/internal/platform/postgres"
+	"idemshop/internal/points"
 )
 
 // Repository holds the rewards SQL.
@@ -92,25 +92,16 @@ func (r *Repository) Redeem(ctx context.Context, userID int64, tokenID string, r
 	}
 	res := Result{Coupon: CouponJSON{Code: code, Reward: reward.ID}}
 	err = r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		// The guard is in the WHERE clause, never a read-then-write: the row lock makes concurrent debits
-		// of one account queue, and each re-checks balance >= cost on the row it finally sees, so the
-		// balance never goes below zero (the CHECK constraint would refuse it anyway).
-		err := tx.Raw(`UPDATE points_accounts SET balance = balance - ?, updated_at = now()
-			WHERE user_id = ? AND balance >= ? RETURNING balance`, reward.CostPoints, userID, reward.CostPoints).
-			Row().Scan(&res.Balance)
-		if errors.Is(err, sql.ErrNoRows) {
-			return ErrInsufficientPoints // no account, or too few points: 0 rows
+		// The debit and its ledger row (biz_id unique per token: a second transaction for the same token
+		// fails there and rolls back its debit with it) commit with the coupon below, or not at all.
+		balance, err := points.Debit(ctx, tx, userID, BizIDRedeem(tokenID), reward.CostPoints, "redeem "+reward.ID)
+		if errors.Is(err, points.ErrInsufficientBalance) {
+			return ErrInsufficientPoints
 		}
 		if err != nil {
-			return fmt.Errorf("debit points: %w", postgres.TranslateError(err))
+			return err
 		}
-		// The ledger row is the debit's record. Its biz_id is unique per token: a second transaction for
-		// the same token fails here (23505) and rolls back its debit with it.
-		err = tx.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (?, ?, ?, ?)`,
-			userID, BizIDRedeem(tokenID), -reward.CostPoints, "redeem "+reward.ID).Error
-		if err != nil {
-			return fmt.Errorf("insert ledger row: %w", postgres.TranslateError(err))
-		}
+		res.Balance = balance
 		// The coupon is unique on the token id: the database's last guard, one coupon per form token.
 		err = tx.Raw(`INSERT INTO coupons (user_id, reward, code, form_token_id, balance_after)
 			VALUES (?, ?, ?, ?, ?) RETURNING id`, userID, reward.ID, code, tokenID, res.Balance).

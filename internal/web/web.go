@@ -170,36 +170,13 @@ func (p *Pages) logout(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, LoginPath)
 }
 
-// orderRow is one line of "my orders" on the storefront.
-type orderRow struct {
-	ID          int64
-	ProductName string
-	Quantity    int
-	AmountCents int64
-	Currency    string
-	Status      string
-}
-
 type storeData struct {
 	base
 	Products []orders.Product
-	Orders   []orderRow
+	Orders   []orders.Line
 	Balance  int64
 	Ledger   []points.Entry
 	Coupons  []rewards.Coupon
-}
-
-// myOrders is the storefront's read model of the user's newest orders (with the product name), kept here
-// because only this page needs it.
-func (p *Pages) myOrders(ctx context.Context, userID int64) ([]orderRow, error) {
-	rows := []orderRow{}
-	err := p.d.DB.WithContext(ctx).Raw(`SELECT o.id, p.name AS product_name, o.quantity, o.amount_cents,
-		o.currency, o.status FROM orders o JOIN products p ON p.id = o.product_id
-		WHERE o.user_id = ? ORDER BY o.id DESC LIMIT ?`, userID, ordersShown).Scan(&rows).Error
-	if err != nil {
-		return nil, fmt.Errorf("list orders of user %d: %w", userID, err)
-	}
-	return rows, nil
 }
 
 func (p *Pages) store(c echo.Context) error {
@@ -212,7 +189,7 @@ func (p *Pages) store(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	myOrders, err := p.myOrders(ctx, u.ID)
+	myOrders, err := p.d.Orders.Newest(ctx, u.ID, ordersShown)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,46 @@
+package orders_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/orders"
+	"idemshop/internal/testenv"
+)
+
+// Newest is the storefront's "my orders": the user's own orders only, newest first, at most limit,
+// each with its product's name.
+func TestNewestListsTheUsersOwnOrdersWithProductNames(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	repo, err := orders.NewRepository(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, o := range []struct {
+		user, product int64
+		qty           int
+	}{{1, 1, 2}, {2, 3, 1}, {1, 4, 5}, {1, 3, 1}} { // users 1 and 2 are the seed's alice and bob
+		_, err := repo.Create(ctx, env.DB, o.user, orders.CreateRequest{ProductID: o.product, Quantity: o.qty})
+		require.NoError(t, err)
+	}
+
+	lines, err := repo.Newest(ctx, 1, 2)
+	require.NoError(t, err)
+	require.Len(t, lines, 2, "limited")
+	assert.Equal(t, "Exactly-Once T-shirt", lines[0].ProductName, "newest first")
+	assert.Equal(t, 1, lines[0].Quantity)
+	assert.EqualValues(t, 2000, lines[0].AmountCents)
+	assert.Equal(t, "Fencing Token Sticker", lines[1].ProductName)
+	assert.EqualValues(t, 5*300, lines[1].AmountCents)
+	assert.Equal(t, "PENDING", lines[1].Status)
+
+	all, err := repo.Newest(ctx, 1, 10)
+	require.NoError(t, err)
+	assert.Len(t, all, 3, "bob's order is not alice's")
+	none, err := repo.Newest(ctx, 3, 10)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+}

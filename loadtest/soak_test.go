@@ -28,7 +28,10 @@ func TestSoakConvergesShort(t *testing.T) {
 		dir = filepath.Dir(testenv.Build(t, "idemshop/"+pkg))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	// The convergence bound is a deadline for a failing run, not what is asserted: a shop that converges
+	// does so a few seconds after the faults stop, a loaded machine may need longer, and a shop that does
+	// not converge fails either way. The context outlasts the bound.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "loadtest"), "soak", "--json")
 	// On the deadline, Ctrl-C: the soak then removes its processes, database, queues and keys.
@@ -37,7 +40,7 @@ func TestSoakConvergesShort(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+svc.PostgresURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
 		"SOAK_SEED=1", "SOAK_DURATION=15s", "SOAK_FAULTS=process", "SOAK_CHAOS=true",
-		"SOAK_GRACE=10s", "SOAK_CONVERGE_TIMEOUT=25s", "SOAK_BIN="+dir,
+		"SOAK_GRACE=10s", "SOAK_CONVERGE_TIMEOUT=2m", "SOAK_BIN="+dir,
 		fmt.Sprintf("SOAK_RUN_ID=soak_test_%d", os.Getpid()), "LOG_LEVEL=warn")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

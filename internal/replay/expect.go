@@ -102,8 +102,9 @@ func (r *Recording) Expect(orders []Order, currency string) (map[string][]End, e
 	return out, nil
 }
 
-// step applies one new event the way internal/payments/callback.go does (Handle → apply): the money
-// must match the order, then the status table decides, and refunds are facts recorded whatever the status.
+// step applies one new event the way the guarded callback handler does (docs/callbacks.md, "What each
+// callback does"): the money must match the order, then the status table decides, and refunds are facts
+// recorded whatever the status.
 func (e End) step(ev Event, amount int64, currency string) End {
 	if ev.Currency != currency {
 		return e // 400 amount_mismatch: nothing changes

@@ -120,10 +120,10 @@ func TestDashboardParses(t *testing.T) {
 
 // What issue 9 asks the dashboard to show, and the metric that shows it.
 var mustShow = map[string]string{
-	"callbacks received vs applied":   "idemshop_callbacks_total",
+	"callbacks received vs applied":   "idemshop_payments_callbacks_total",
 	"replays, conflicts, mismatches":  "idemshop_idempotency_requests_total",
 	"sweeper repairs":                 "idemshop_sweeper_repairs_total",
-	"fence rejections":                "idemshop_fence_rejections_total",
+	"fence rejections":                "idemshop_idempotency_fence_rejections_total",
 	"outbox lag":                      "idemshop_outbox_publish_lag_seconds_bucket",
 	"consumer outcomes":               "idemshop_points_messages_total",
 	"callbacks the platform sent out": "idemshop_paymock_callbacks_sent_total",

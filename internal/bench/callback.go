@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/events"
 	"idemshop/internal/lab"
-	"idemshop/internal/payments"
 	"idemshop/internal/paysig"
 )
 
@@ -64,7 +64,7 @@ func (r *runner) callbackStorm(ctx context.Context) []Result {
 			return vegeta.ErrNoTargets
 		}
 		id := hOrders[i/callbackCopies]
-		cb := lab.Callback(id, payments.StatusSuccess, orderPrice, "bench-cb-"+strconv.FormatInt(id, 10))
+		cb := lab.Callback(id, callback.StatusSuccess, orderPrice, "bench-cb-"+strconv.FormatInt(id, 10))
 		cb.OccurredAt = time.Time{} // identical bytes for the three copies, as a resend has
 		body, err := json.Marshal(cb)
 		if err != nil {
@@ -158,7 +158,7 @@ func newPool(ctx context.Context, env *lab.Env, conns int) (*pgxpool.Pool, error
 	return pool, nil
 }
 
-// ceilingCallback is the callback's SQL, as payments.Service runs it for a SUCCESS, without HTTP,
+// ceilingCallback is the callback's SQL, as callback.Service runs it for a SUCCESS, without HTTP,
 // signature, JSON decoding or the Redis lock: the fastest this transaction can go on this database.
 func ceilingCallback(ctx context.Context, pool *pgxpool.Pool, orderID int64, eventID string) error {
 	var o struct {
@@ -183,7 +183,7 @@ func ceilingCallback(ctx context.Context, pool *pgxpool.Pool, orderID int64, eve
 	if err != nil {
 		return fmt.Errorf("transition: %w", err)
 	}
-	outcome, reason := payments.OutcomeDuplicate, "already PAID"
+	outcome, reason := callback.OutcomeDuplicate, "already PAID"
 	if tag.RowsAffected() == 1 {
 		if _, err := tx.Exec(ctx, `UPDATE products SET stock = stock - $1 WHERE id = $2 AND stock >= $1`,
 			o.quantity, o.productID); err != nil {
@@ -199,7 +199,7 @@ func ceilingCallback(ctx context.Context, pool *pgxpool.Pool, orderID int64, eve
 			ev.EventID, events.RoutingKeyOrderPaid, string(payload)); err != nil {
 			return fmt.Errorf("insert outbox: %w", err)
 		}
-		outcome, reason = payments.OutcomeApplied, "paid"
+		outcome, reason = callback.OutcomeApplied, "paid"
 	} else {
 		var st string
 		if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, orderID).Scan(&st); err != nil {
@@ -210,8 +210,8 @@ func ceilingCallback(ctx context.Context, pool *pgxpool.Pool, orderID int64, eve
 	if _, err := tx.Exec(ctx, `INSERT INTO payment_callbacks
 		(event_id, payment_id, order_id, status, amount_cents, currency, signature_ok, applied, outcome, reason)
 		VALUES ($1, $2, $3, $4, $5, $6, true, $7, $8, $9)`,
-		eventID, paymentID, orderID, payments.StatusSuccess, o.amount, o.currency,
-		outcome == payments.OutcomeApplied, string(outcome), reason); err != nil {
+		eventID, paymentID, orderID, callback.StatusSuccess, o.amount, o.currency,
+		outcome == callback.OutcomeApplied, string(outcome), reason); err != nil {
 		return fmt.Errorf("record callback: %w", err)
 	}
 	return tx.Commit(ctx)

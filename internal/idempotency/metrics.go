@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Idempotency records deleted by the reaper after IDEMPOTENCY_RETENTION.",
 		}),
 		fenceRejections: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "idemshop_fence_rejections_total",
+			Name: "idemshop_idempotency_fence_rejections_total",
 			Help: "Writes of an idempotency record refused because a holder with a newer fencing token took it over.",
 		}),
 	}

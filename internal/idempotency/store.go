@@ -104,7 +104,7 @@ func (st *Store) Claim(ctx context.Context, s Scope, method, path, fp string, fe
 // Finish records the outcome of claimed record id inside tx, if and only if the stored fence is still
 // at most fence. state is COMPLETED, FAILED_PERMANENT (both replayed to retries) or FAILED_RETRYABLE
 // (a retry runs again); status and body are the HTTP answer to store. It returns ErrFenced, and counts
-// it in idemshop_fence_rejections_total, when a newer holder owns the record.
+// it in idemshop_idempotency_fence_rejections_total, when a newer holder owns the record.
 func (st *Store) Finish(ctx context.Context, tx *gorm.DB, id, fence int64, state State, status int, body []byte) error {
 	if state == StateProcessing {
 		return errors.New("idempotency: Finish needs a final state")

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"idemshop/internal/auth"
-	"idemshop/internal/payments"
+	"idemshop/internal/callback"
 	"idemshop/internal/paysig"
 )
 
@@ -176,14 +176,14 @@ func (f *Fixture) CreateOrder(ctx context.Context, path, key string, productID i
 }
 
 // Callback builds a platform callback for an order.
-func Callback(orderID int64, status string, amount int64, eventID string) payments.Callback {
-	return payments.Callback{EventID: eventID, PaymentID: fmt.Sprintf("lab_pay_%d", orderID),
+func Callback(orderID int64, status string, amount int64, eventID string) callback.Callback {
+	return callback.Callback{EventID: eventID, PaymentID: fmt.Sprintf("lab_pay_%d", orderID),
 		MerchantOrderNo: strconv.FormatInt(orderID, 10), Status: status, AmountCents: amount,
 		Currency: "EUR", OccurredAt: time.Now().UTC()}
 }
 
 // PostCallback signs cb with the shared secret and posts it to orders at path.
-func (e *Env) PostCallback(ctx context.Context, path string, cb payments.Callback) (Response, error) {
+func (e *Env) PostCallback(ctx context.Context, path string, cb callback.Callback) (Response, error) {
 	body, err := json.Marshal(cb)
 	if err != nil {
 		return Response{}, err

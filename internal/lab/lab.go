@@ -1,7 +1,7 @@
 // Package lab reproduces the seed failures of DESIGN.md's lab table: each scenario runs once against the
 // deliberately unsafe variant and once against the guarded one, and reports what it measured. Unsafe
 // variants exist only in lab mode (ORDERS_LAB=true); they sit beside their guarded twins in the code
-// (e.g. internal/payments/callback_unsafe.go beside callback.go).
+// (e.g. internal/callback/callback_unsafe.go beside callback.go).
 //
 // A scenario sets up its own data (a fresh lab user and product per side) and removes it afterwards, so
 // the lab can run against a shared demo database; with Env.Keep it leaves the rows for inspection. A

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/lab"
-	"idemshop/internal/payments"
 	"idemshop/internal/platform/config"
 )
 
@@ -259,9 +259,9 @@ func s12Replay(t *testing.T, env *lab.Env, path string) s12Rows {
 	o, resp, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s12-test-%d", time.Now().UnixNano()), product, 2)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
-	for _, cb := range []payments.Callback{
-		lab.Callback(o.ID, payments.StatusRefunded, o.AmountCents, fmt.Sprintf("s12-test-%d-refund", o.ID)),
-		lab.Callback(o.ID, payments.StatusSuccess, o.AmountCents, fmt.Sprintf("s12-test-%d-success", o.ID)),
+	for _, cb := range []callback.Callback{
+		lab.Callback(o.ID, callback.StatusRefunded, o.AmountCents, fmt.Sprintf("s12-test-%d-refund", o.ID)),
+		lab.Callback(o.ID, callback.StatusSuccess, o.AmountCents, fmt.Sprintf("s12-test-%d-success", o.ID)),
 	} {
 		resp, err := env.PostCallback(ctx, path, cb)
 		require.NoError(t, err)

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/invariants"
-	"idemshop/internal/payments"
 )
 
 // runS1 is the incident: one "payment succeeded" callback delivered three times at once.
@@ -55,7 +55,7 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 	if err != nil || r.Status != http.StatusCreated {
 		return nil, fmt.Errorf("S1: create order: %v %d %s", err, r.Status, r.Body)
 	}
-	cb := Callback(o.ID, payments.StatusSuccess, o.AmountCents, fmt.Sprintf("lab-s1-%d", o.ID))
+	cb := Callback(o.ID, callback.StatusSuccess, o.AmountCents, fmt.Sprintf("lab-s1-%d", o.ID))
 	answers := Parallel(copies, func(int) error {
 		r, err := env.PostCallback(ctx, path, cb)
 		if err == nil && r.Status != http.StatusOK {

@@ -6,14 +6,14 @@ import (
 	"net/http"
 	"time"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/invariants"
-	"idemshop/internal/payments"
 )
 
 // runS12: the platform refunds a payment in full and its REFUNDED event reaches the shop before the
 // SUCCESS it refunds (a delayed delivery). The lab sends the two signed events itself, in that order, to
 // a PENDING order. Unsafe: POST /lab/unsafe/s12/payments/callback, where a refund of an order that is
-// not PAID is answered 200 "stale" and dropped (payments.HandleUnsafeEarlyRefund): the SUCCESS then
+// not PAID is answered 200 "stale" and dropped (callback.Service.HandleUnsafeEarlyRefund): the SUCCESS then
 // marks the order PAID, takes the stock and writes order.paid, and nothing gives them back. Guarded:
 // POST /v1/payments/callback records the refund as a fact (refunded_cents), and the SUCCESS, finding it,
 // refunds the order in its own transaction: stock back and order.refunded written, once each.
@@ -63,9 +63,9 @@ func s12Side(ctx context.Context, env *Env, f *Fixture, path string, qty int) (m
 		return nil, fmt.Errorf("create order: %v %d %s", err, r.Status, r.Body)
 	}
 	// The platform's two events, signed with the shared secret, in the order they arrive.
-	for _, cb := range []payments.Callback{
-		Callback(o.ID, payments.StatusRefunded, o.AmountCents, fmt.Sprintf("s12-%d-refund", o.ID)),
-		Callback(o.ID, payments.StatusSuccess, o.AmountCents, fmt.Sprintf("s12-%d-success", o.ID)),
+	for _, cb := range []callback.Callback{
+		Callback(o.ID, callback.StatusRefunded, o.AmountCents, fmt.Sprintf("s12-%d-refund", o.ID)),
+		Callback(o.ID, callback.StatusSuccess, o.AmountCents, fmt.Sprintf("s12-%d-success", o.ID)),
 	} {
 		r, err := env.PostCallback(ctx, path, cb)
 		if err != nil {

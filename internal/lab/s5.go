@@ -11,10 +11,10 @@ import (
 
 	"gorm.io/gorm"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/invariants"
 	"idemshop/internal/lock"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
 	"idemshop/internal/platform/postgres"
 )
 
@@ -105,7 +105,7 @@ func s5Side(ctx context.Context, env *Env, f *Fixture, path string, unsafe bool)
 	// execute. The lab sends the SUCCESS callbacks itself, all at once; the platform's own notifications
 	// go to a path no route serves, and its first 404 ends them.
 	ids := make([]int64, buyers)
-	cbs := make([]payments.Callback, buyers)
+	cbs := make([]callback.Callback, buyers)
 	for i := range buyers {
 		o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s5-%d-%d", time.Now().UnixNano(), i), product, 1)
 		if err != nil || r.Status != http.StatusCreated {
@@ -122,7 +122,7 @@ func s5Side(ctx context.Context, env *Env, f *Fixture, path string, unsafe bool)
 			}
 		}
 		ids[i] = o.ID
-		cbs[i] = Callback(o.ID, payments.StatusSuccess, o.AmountCents, fmt.Sprintf("lab-s5-%d", o.ID))
+		cbs[i] = Callback(o.ID, callback.StatusSuccess, o.AmountCents, fmt.Sprintf("lab-s5-%d", o.ID))
 		cbs[i].PaymentID = p.ID
 	}
 
@@ -312,7 +312,7 @@ func (r *s5Row) unsafeStep(ctx context.Context, env *Env, product int64, ids []i
 	if err != nil {
 		return err
 	}
-	key := locker.LockKey(payments.FlashSaleLockName(product))
+	key := locker.LockKey(callback.FlashSaleLockName(product))
 	var queued int64
 	full, err := Eventually(ctx, within, func() (bool, error) {
 		n, _, err := r.waiters(ctx)
@@ -407,7 +407,7 @@ func s5ForgetLock(ctx context.Context, env *Env, productID int64) {
 	if err != nil {
 		return
 	}
-	name := payments.FlashSaleLockName(productID)
+	name := callback.FlashSaleLockName(productID)
 	_ = env.Redis.Del(context.WithoutCancel(ctx), l.LockKey(name), l.FenceKey(name)).Err()
 }
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"idemshop/internal/idempotency"
+	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
 )
 
 // runS7: the platform commits the payment but its answer never reaches the shop (payments-mock's
@@ -110,7 +110,7 @@ func s7Unsafe(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cli
 	m := map[string]int64{"first_status": int64(first.Status), "retry_status": int64(retry.Status)}
 	var paymentIDs []string
 	for _, id := range rids {
-		p, found, err := platform.FindByMerchantOrderNo(ctx, payments.UnsafeReference(o.ID, id))
+		p, found, err := platform.FindByMerchantOrderNo(ctx, pay.UnsafeReference(o.ID, id))
 		if err != nil {
 			return nil, "", err
 		}
@@ -182,7 +182,7 @@ func s7Guarded(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cl
 		return nil, "", err
 	}
 	m := map[string]int64{"first_status": int64(first.Status), "retry_status": int64(retry.Status),
-		"first_outcome_unknown": asCount(first.Code() == payments.ErrOutcomeUnknown.Code)}
+		"first_outcome_unknown": asCount(first.Code() == pay.ErrOutcomeUnknown.Code)}
 
 	// The sweeper (every SWEEP_INTERVAL, once PAY_LEASE has run out) asks the platform and completes it.
 	scope := idempotency.Scope{UserID: f.UserID, Key: key}

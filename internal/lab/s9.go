@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/invariants"
 	"idemshop/internal/ordersapp"
-	"idemshop/internal/payments"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/postgres"
@@ -131,7 +131,7 @@ func s9Storm(ctx context.Context, env *Env, f *Fixture, baseURL string) (map[str
 		}
 		ids[i] = o.ID
 		// The copies of one callback are byte-identical, as a platform's resends are.
-		if bodies[i], err = json.Marshal(Callback(o.ID, payments.StatusSuccess, o.AmountCents,
+		if bodies[i], err = json.Marshal(Callback(o.ID, callback.StatusSuccess, o.AmountCents,
 			fmt.Sprintf("lab-s9-%d", o.ID))); err != nil {
 			return nil, err
 		}

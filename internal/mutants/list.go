@@ -66,7 +66,7 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCreateOrderOnALockedProductIs503$",
 	},
 
-	// ── The order state machine and the callback (internal/orders, internal/payments) ──
+	// ── The order state machine and the callback (internal/orders, internal/callback, internal/refunds) ──
 	{
 		ID: "transition-where", Guard: "transition: priors",
 		File:        "internal/orders/repository.go",
@@ -111,21 +111,21 @@ var List = []Mutant{
 	},
 	{
 		ID: "refund-request-once", Guard: "refund request: once",
-		File:        "internal/payments/callback.go",
+		File:        "internal/refunds/refunds.go",
 		Original:    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`",
 		Replacement: "VALUES (?, ?, ?, ?, ?)`",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOutOfOrderCallbacks$",
 	},
 	{
 		ID: "callback-amount", Guard: "callback: amount",
-		File:        "internal/payments/callback.go",
+		File:        "internal/callback/callback.go",
 		Original:    "return cb.AmountCents == o.AmountCents",
 		Replacement: "return true",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
 	},
 	{
 		ID: "callback-text-cleaned", Guard: "callback text: pgtext",
-		File:        "internal/payments/callback.go",
+		File:        "internal/callback/callback.go",
 		Original:    "\tcb = cb.cleaned()\n",
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackNULReachingBusinessTablesIsCleaned$",
@@ -162,7 +162,7 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerify$",
 	},
 
-	// ── Steps 2-4: the pay record, its fenced lease, the sweeper (internal/idempotency, internal/payments) ──
+	// ── Steps 2-4: the pay record, its fenced lease, the sweeper (internal/idempotency, internal/pay, internal/sweeper) ──
 	{
 		ID: "pay-claim-on-conflict", Guard: "pay claim: ON CONFLICT",
 		File:        "internal/idempotency/store.go",
@@ -208,14 +208,14 @@ var List = []Mutant{
 	},
 	{
 		ID: "pay-lease-loss", Guard: "lease loss: no write",
-		File:        "internal/payments/pay.go",
+		File:        "internal/pay/pay.go",
 		Original:    "if err := p.stillHeld(ctx, lease, lost); err != nil {",
 		Replacement: "if err := p.stillHeld(ctx, lease, lost); err != nil && false {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayHolderThatLostItsLeaseDoesNotWrite$",
 	},
 	{
 		ID: "pay-outcome-unknown", Guard: "pay: reset = unknown",
-		File:        "internal/payments/pay.go",
+		File:        "internal/pay/pay.go",
 		Original:    "return errors.Is(err, payclient.ErrNotSent)",
 		Replacement: "return errors.Is(err, payclient.ErrNotSent) || errors.Is(err, payclient.ErrConnection)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestResetAfterCommitIsOutcomeUnknown$",
@@ -229,21 +229,21 @@ var List = []Mutant{
 	},
 	{
 		ID: "sweeper-bound-count", Guard: "sweeper: sweeps < max",
-		File:        "internal/payments/sweeper.go",
+		File:        "internal/sweeper/sweeper.go",
 		Original:    "if !bounded {\n\t\t\treturn RepairUnreachable, nil",
 		Replacement: "if !bounded || true {\n\t\t\treturn RepairUnreachable, nil",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperAsksAtMostMaxAttemptsTimes$",
 	},
 	{
 		ID: "sweeper-refund-marked", Guard: "sweeper: REQUESTED",
-		File:        "internal/payments/sweeper.go",
+		File:        "internal/refunds/refunds.go",
 		Original:    "SET status = 'REQUESTED', updated_at = now()",
 		Replacement: "SET updated_at = now()",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsEachRefundOnce$",
 	},
 	{
 		ID: "reconcile-settle-steps", Guard: "reconciler: settle",
-		File:     "internal/payments/reconcile.go",
+		File:     "internal/callback/platform.go",
 		Original: "case StatusSuccess:\n\t\treturn s.settleSuccess(ctx, tx, o, pay.ID, s.orders.DecrementStock)",
 		// A second code path: the status moves, the stock and the order.paid event do not.
 		Replacement: "case StatusSuccess:\n\t\tpaid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, pay.ID)\n" +
@@ -253,14 +253,14 @@ var List = []Mutant{
 	},
 	{
 		ID: "reconcile-grace", Guard: "reconciler: grace",
-		File:        "internal/payments/reconcile.go",
+		File:        "internal/orders/repository.go",
 		Original:    "\t\t  AND updated_at < now() - make_interval(secs => ?)\n",
 		Replacement: "\t\t  AND (updated_at < now() - make_interval(secs => ?) OR TRUE)\n",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",
 	},
 	{
 		ID: "reconcile-recheck", Guard: "reconciler: recheck",
-		File:        "internal/payments/reconcile.go",
+		File:        "internal/orders/repository.go",
 		Original:    "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))",
 		Replacement: "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?) OR TRUE)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",

@@ -13,18 +13,27 @@ import (
 	"idemshop/internal/platform/problem"
 )
 
-// Handler holds the order routes.
-type Handler struct {
-	repo   *Repository
-	runner idempotency.Runner
+// CallbackCounter counts an order's signed payment callbacks: received, and of those applied. The
+// callback audit owns them (callback.Service.Counts); the order page only shows them, so this package
+// does not import the callback guard.
+type CallbackCounter interface {
+	Counts(ctx context.Context, orderID int64) (received, applied int64, err error)
 }
 
-// NewHandler returns the order routes; runner guards POST /v1/orders.
-func NewHandler(repo *Repository, runner idempotency.Runner) (*Handler, error) {
-	if repo == nil || runner == nil {
-		return nil, errors.New("orders: NewHandler needs a repository and a runner")
+// Handler holds the order routes.
+type Handler struct {
+	repo      *Repository
+	runner    idempotency.Runner
+	callbacks CallbackCounter
+}
+
+// NewHandler returns the order routes; runner guards POST /v1/orders, callbacks fills the order page's
+// callback counts.
+func NewHandler(repo *Repository, runner idempotency.Runner, callbacks CallbackCounter) (*Handler, error) {
+	if repo == nil || runner == nil || callbacks == nil {
+		return nil, errors.New("orders: NewHandler needs a repository, a runner and a callback counter")
 	}
-	return &Handler{repo: repo, runner: runner}, nil
+	return &Handler{repo: repo, runner: runner, callbacks: callbacks}, nil
 }
 
 // Mount adds the routes to g, which must already authenticate.
@@ -107,7 +116,7 @@ func (h *Handler) getOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	received, applied, err := h.repo.CallbackCounts(c.Request().Context(), id)
+	received, applied, err := h.callbacks.Counts(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}

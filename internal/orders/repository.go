@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -217,13 +218,50 @@ func (r *Repository) DecrementStock(ctx context.Context, tx *gorm.DB, productID 
 	return res.RowsAffected == 1, nil
 }
 
-// CallbackCounts returns how many payment callbacks with a valid signature were received for order id,
-// and how many of them were applied.
-func (r *Repository) CallbackCounts(ctx context.Context, id int64) (received, applied int64, err error) {
-	row := r.db.WithContext(ctx).Raw(`SELECT count(*), count(*) FILTER (WHERE applied)
-		FROM payment_callbacks WHERE order_id = ? AND signature_ok`, id).Row()
-	if err := row.Scan(&received, &applied); err != nil {
-		return 0, 0, fmt.Errorf("count callbacks of order %d: %w", id, err)
+// Status returns order id's current status, read in tx (inside a transaction, after its own writes).
+func (r *Repository) Status(ctx context.Context, tx *gorm.DB, id int64) (Status, error) {
+	var st Status
+	if err := tx.WithContext(ctx).Raw(`SELECT status FROM orders WHERE id = ?`, id).Scan(&st).Error; err != nil {
+		return "", fmt.Errorf("read status of order %d: %w", id, err)
 	}
-	return received, applied, nil
+	return st, nil
+}
+
+// ReconcileWindow picks the orders the reconciler compares with the platform. Durations are wall-clock
+// ages measured on the database clock.
+type ReconcileWindow struct {
+	Grace    time.Duration // untouched for at least this long (callbacks and the sweeper go first)
+	Lookback time.Duration // created less than this long ago
+	Recheck  time.Duration // not compared in the last Recheck
+	Limit    int           // at most this many
+}
+
+// ReconcileCandidates are the orders that may still differ from the platform: not CANCELLED or REFUNDED
+// (those are final), inside w. Oldest comparison first, so a large backlog is worked through in turn.
+// PENDING orders are left out: a payment exists only after a pay record was claimed, and an unfinished
+// record is settled first (which moves its order too), so asking about every unpaid cart would only
+// cost the platform queries.
+func (r *Repository) ReconcileCandidates(ctx context.Context, w ReconcileWindow) ([]Order, error) {
+	var list []Order
+	err := r.db.WithContext(ctx).Raw(`SELECT * FROM orders
+		WHERE status NOT IN ('PENDING', 'CANCELLED', 'REFUNDED')
+		  AND updated_at < now() - make_interval(secs => ?)
+		  AND created_at > now() - make_interval(secs => ?)
+		  AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))
+		ORDER BY reconciled_at NULLS FIRST, id
+		LIMIT ?`, w.Grace.Seconds(), w.Lookback.Seconds(), w.Recheck.Seconds(), w.Limit).
+		Scan(&list).Error
+	if err != nil {
+		return nil, fmt.Errorf("list orders to reconcile: %w", err)
+	}
+	return list, nil
+}
+
+// MarkReconciled stamps order id as compared with the platform now (reconciled_at), so that
+// ReconcileCandidates leaves it alone for the next Recheck.
+func (r *Repository) MarkReconciled(ctx context.Context, id int64) error {
+	if err := r.db.WithContext(ctx).Exec(`UPDATE orders SET reconciled_at = now() WHERE id = ?`, id).Error; err != nil {
+		return fmt.Errorf("stamp reconciled_at of order %d: %w", id, err)
+	}
+	return nil
 }

@@ -18,17 +18,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"idemshop/internal/payments"
+	"idemshop/internal/callback"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/refunds"
 	"idemshop/internal/testenv"
 )
 
 var demoSecret = []byte(config.DefaultOrders().PaymentWebhookSecret)
 
-// callback builds the platform's callback for an order.
-func callback(orderID int64, status string, amount int64, eventID string) payments.Callback {
-	return payments.Callback{EventID: eventID, PaymentID: fmt.Sprintf("pay_%d", orderID),
+// callbackFor builds the platform's callback for an order.
+func callbackFor(orderID int64, status string, amount int64, eventID string) callback.Callback {
+	return callback.Callback{EventID: eventID, PaymentID: fmt.Sprintf("pay_%d", orderID),
 		MerchantOrderNo: strconv.FormatInt(orderID, 10), Status: status, AmountCents: amount,
 		Currency: "EUR", OccurredAt: time.Now().UTC()}
 }
@@ -42,7 +43,7 @@ func (rp *replica) postRaw(body []byte, sig string) response {
 	return rp.call(http.MethodPost, "/v1/payments/callback", "", "", body, paysig.Header, sig)
 }
 
-func (rp *replica) postCallback(cb payments.Callback) response {
+func (rp *replica) postCallback(cb callback.Callback) response {
 	rp.t.Helper()
 	body, err := json.Marshal(cb)
 	require.NoError(rp.t, err)
@@ -112,7 +113,7 @@ func TestTripleCallbackIsAppliedOnce(t *testing.T) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{})
 	id, amount := rp.newOrder(alice, 1, 2)
-	cb := callback(id, payments.StatusSuccess, amount, "evt-incident-1")
+	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-incident-1")
 
 	assertAcked(t, parallel(3, func(int) response { return rp.postCallback(cb) }))
 
@@ -146,13 +147,13 @@ func TestCallbackStormKeepsStockExact(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{})
 	const orders, copies = 20, 50
 	ids := make([]int64, orders)
-	cbs := make([]payments.Callback, orders)
+	cbs := make([]callback.Callback, orders)
 	total := int64(0)
 	for i := range orders {
 		qty := i%3 + 1
 		id, amount := rp.newOrder(alice, 4, qty)
 		ids[i], total = id, total+int64(qty)
-		cbs[i] = callback(id, payments.StatusSuccess, amount, fmt.Sprintf("evt-storm-%d", i))
+		cbs[i] = callbackFor(id, callback.StatusSuccess, amount, fmt.Sprintf("evt-storm-%d", i))
 	}
 	rs := parallel(orders*copies, func(i int) response { return rp.postCallback(cbs[i%orders]) })
 	// Under heavy load a callback may wait past DB_LOCK_TIMEOUT on the product row: it is then answered
@@ -187,11 +188,11 @@ func TestLastUnitIsSoldOnce(t *testing.T) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{})
 	var ids []int64
-	var cbs []payments.Callback
+	var cbs []callback.Callback
 	for i := range 5 {
 		id, amount := rp.newOrder(alice, 2, 1)
 		ids = append(ids, id)
-		cbs = append(cbs, callback(id, payments.StatusSuccess, amount, fmt.Sprintf("evt-last-%d", i)))
+		cbs = append(cbs, callbackFor(id, callback.StatusSuccess, amount, fmt.Sprintf("evt-last-%d", i)))
 	}
 	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 1 WHERE id = 2`).Error)
 
@@ -212,7 +213,7 @@ func TestQuantityAboveStockAtPaymentRequiresRefund(t *testing.T) {
 	id, amount := rp.newOrder(bob, 2, 2)
 	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 1 WHERE id = 2`).Error)
 
-	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-q2"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-q2"))})
 	assert.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
 	assert.EqualValues(t, 1, stockOf(t, env.DB, 2))
 	var refund struct {
@@ -220,7 +221,7 @@ func TestQuantityAboveStockAtPaymentRequiresRefund(t *testing.T) {
 		AmountCents int64
 	}
 	require.NoError(t, env.DB.Raw(`SELECT refund_no, amount_cents FROM refund_requests WHERE order_id = ?`, id).Scan(&refund).Error)
-	assert.Equal(t, payments.RefundNo(id), refund.RefundNo)
+	assert.Equal(t, refunds.No(id), refund.RefundNo)
 	assert.Equal(t, amount, refund.AmountCents)
 	assert.Zero(t, count(t, env.DB, "outbox"))
 }
@@ -233,8 +234,8 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 	t.Run("FAILED after SUCCESS leaves the order PAID", func(t *testing.T) {
 		id, amount := rp.newOrder(alice, 3, 1)
 		assertAcked(t, []response{
-			rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-ooo-1")),
-			rp.postCallback(callback(id, payments.StatusFailed, amount, "evt-ooo-2")),
+			rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-ooo-1")),
+			rp.postCallback(callbackFor(id, callback.StatusFailed, amount, "evt-ooo-2")),
 		})
 		assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 		assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'stale'", id))
@@ -243,7 +244,7 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 		id, amount := rp.newOrder(alice, 3, 2)
 		before := stockOf(t, env.DB, 3)
 		assertAcked(t, parallel(2, func(i int) response {
-			return rp.postCallback(callback(id, payments.StatusSuccess, amount, fmt.Sprintf("evt-two-%d", i)))
+			return rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, fmt.Sprintf("evt-two-%d", i)))
 		}))
 		assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 		assert.EqualValues(t, before-2, stockOf(t, env.DB, 3))
@@ -253,9 +254,9 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 		id, amount := rp.newOrder(alice, 3, 1)
 		require.NoError(t, env.DB.Exec(`UPDATE orders SET status = 'PAYING' WHERE id = ?`, id).Error)
 		before := stockOf(t, env.DB, 3)
-		assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusFailed, amount, "evt-f-1"))})
+		assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusFailed, amount, "evt-f-1"))})
 		require.Equal(t, "FAILED", statusOf(t, env.DB, id))
-		success := callback(id, payments.StatusSuccess, amount, "evt-f-2")
+		success := callbackFor(id, callback.StatusSuccess, amount, "evt-f-2")
 		assertAcked(t, []response{rp.postCallback(success), rp.postCallback(success)})
 		assert.Equal(t, "FAILED", statusOf(t, env.DB, id))
 		assert.EqualValues(t, before, stockOf(t, env.DB, 3))
@@ -265,8 +266,8 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 	t.Run("a partial refund leaves the order PAID", func(t *testing.T) {
 		id, amount := rp.newOrder(alice, 3, 1)
 		assertAcked(t, []response{
-			rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-p-1")),
-			rp.postCallback(callback(id, payments.StatusRefunded, 1, "evt-p-2")),
+			rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-p-1")),
+			rp.postCallback(callbackFor(id, callback.StatusRefunded, 1, "evt-p-2")),
 		})
 		assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 		assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND outcome = 'recorded'", id),
@@ -276,9 +277,9 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 	t.Run("REFUNDED after PAID, then its duplicate", func(t *testing.T) {
 		id, amount := rp.newOrder(alice, 3, 1)
 		assertAcked(t, []response{
-			rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-r-1")),
-			rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-r-2")),
-			rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-r-2")),
+			rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-r-1")),
+			rp.postCallback(callbackFor(id, callback.StatusRefunded, amount, "evt-r-2")),
+			rp.postCallback(callbackFor(id, callback.StatusRefunded, amount, "evt-r-2")),
 		})
 		assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
 		assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND outcome = 'duplicate'", id))
@@ -291,7 +292,7 @@ func TestTripleCallbackWithRedisDown(t *testing.T) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{redis: deadRedis(t)})
 	id, amount := rp.newOrder(alice, 1, 3)
-	cb := callback(id, payments.StatusSuccess, amount, "evt-noredis")
+	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-noredis")
 
 	assertAcked(t, parallel(3, func(int) response { return rp.postCallback(cb) }))
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
@@ -326,11 +327,11 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	var logs syncLog
 	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	id, amount := rp.newOrder(alice, 1, 1)
-	good, err := json.Marshal(callback(id, payments.StatusSuccess, amount, "evt-bad"))
+	good, err := json.Marshal(callbackFor(id, callback.StatusSuccess, amount, "evt-bad"))
 	require.NoError(t, err)
 	sign := func(b []byte) string { return paysig.Sign(demoSecret, time.Now(), b) }
-	mutate := func(f func(*payments.Callback)) []byte {
-		cb := callback(id, payments.StatusSuccess, amount, "evt-bad")
+	mutate := func(f func(*callback.Callback)) []byte {
+		cb := callbackFor(id, callback.StatusSuccess, amount, "evt-bad")
 		f(&cb)
 		b, err := json.Marshal(cb)
 		require.NoError(t, err)
@@ -338,10 +339,10 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	}
 	tampered := bytes.Replace(good, []byte(`"amount_cents":1250`), []byte(`"amount_cents":1`), 1)
 	require.NotEqual(t, good, tampered)
-	wrongAmount := mutate(func(c *payments.Callback) { c.AmountCents = amount + 1 })
-	wrongCurrency := mutate(func(c *payments.Callback) { c.Currency = "USD" })
-	unknownOrder := mutate(func(c *payments.Callback) { c.MerchantOrderNo = "999999" })
-	badStatus := mutate(func(c *payments.Callback) { c.Status = "MAYBE" })
+	wrongAmount := mutate(func(c *callback.Callback) { c.AmountCents = amount + 1 })
+	wrongCurrency := mutate(func(c *callback.Callback) { c.Currency = "USD" })
+	unknownOrder := mutate(func(c *callback.Callback) { c.MerchantOrderNo = "999999" })
+	badStatus := mutate(func(c *callback.Callback) { c.Status = "MAYBE" })
 
 	cases := []struct {
 		name   string
@@ -384,7 +385,7 @@ func callbackCount(t testing.TB, rp *replica, outcome string) float64 {
 	mfs, err := rp.reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() != "idemshop_callbacks_total" {
+		if mf.GetName() != "idemshop_payments_callbacks_total" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"idemshop/internal/payments"
+	"idemshop/internal/callback"
 	"idemshop/internal/testenv"
 )
 
@@ -18,13 +18,13 @@ func TestCallbackNULReachingBusinessTablesIsCleaned(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{})
 	id, amount := rp.newOrder(alice, 1, 1)
 
-	paid := callback(id, payments.StatusSuccess, amount, "evt-paid")
+	paid := callbackFor(id, callback.StatusSuccess, amount, "evt-paid")
 	paid.PaymentID = "pay\x00nul"
 	assertAcked(t, []response{rp.postCallback(paid)})
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND payment_id = ?", id, "pay\uFFFDnul"))
 
-	refund := callback(id, payments.StatusRefunded, 1, "evt\x00refund")
+	refund := callbackFor(id, callback.StatusRefunded, 1, "evt\x00refund")
 	assertAcked(t, []response{rp.postCallback(refund)})
 	assert.EqualValues(t, 1, count(t, env.DB, "order_refund_events", "order_id = ? AND event_id = ?", id, "evt\uFFFDrefund"))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 1", id))

@@ -17,10 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
 )
 
@@ -92,7 +93,7 @@ func TestResetAfterCommitIsOutcomeUnknown(t *testing.T) {
 	expireLease(t, env, "pay-reset")
 	done, err := rp.app.Sweeper.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int{payments.RepairCompleted: 1}, done)
+	assert.Equal(t, map[string]int{sweeper.RepairCompleted: 1}, done)
 	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-reset").State)
 	assert.Equal(t, "FAILED", statusOf(t, env.DB, id))
 }
@@ -138,7 +139,7 @@ func TestSweeperAsksThePlatformWhateverTheClientRetries(t *testing.T) {
 	}
 	done, err := rp.app.Sweeper.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int{payments.RepairCompleted: 1}, done)
+	assert.Equal(t, map[string]int{sweeper.RepairCompleted: 1}, done)
 	rec := recordOf(t, env, "pay-retry-a-lot")
 	assert.Equal(t, "COMPLETED", rec.State)
 	require.NotNil(t, rec.ResponseStatus)
@@ -178,7 +179,7 @@ func TestSweeperBoundIsUnansweredQuestions(t *testing.T) {
 			results[k] += v
 		}
 	}
-	assert.Equal(t, map[string]int{payments.RepairUnreachable: 1, payments.RepairGaveUp: 1}, results,
+	assert.Equal(t, map[string]int{sweeper.RepairUnreachable: 1, sweeper.RepairGaveUp: 1}, results,
 		"two unanswered questions, then the sweeper stops asking")
 	rec := recordOf(t, env, "pay-platform-down")
 	assert.Equal(t, "PROCESSING", rec.State, "giving up stores no answer")
@@ -225,13 +226,13 @@ func TestRefundBeforeItsSuccessEndsRefunded(t *testing.T) {
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 1)
 
-	early := rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-refund"))
+	early := rp.postCallback(callbackFor(id, callback.StatusRefunded, amount, "evt-refund"))
 	require.Equal(t, http.StatusOK, early.Status, "%s", early.Body)
 	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'recorded'", id))
 
 	rs := parallel(3, func(int) response {
-		return rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-success"))
+		return rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-success"))
 	})
 	assertAcked(t, rs)
 	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
@@ -240,7 +241,7 @@ func TestRefundBeforeItsSuccessEndsRefunded(t *testing.T) {
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
 
 	// A resend of the refund changes nothing.
-	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-refund"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, amount, "evt-refund"))})
 	assert.Equal(t, before, stockOf(t, env.DB, 1))
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
 }
@@ -253,10 +254,10 @@ func TestFullRefundCompensatesOnce(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{})
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 3)
-	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-s"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-s"))})
 	require.Equal(t, before-3, stockOf(t, env.DB, 1))
 
-	rs := parallel(3, func(int) response { return rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-r")) })
+	rs := parallel(3, func(int) response { return rp.postCallback(callbackFor(id, callback.StatusRefunded, amount, "evt-r")) })
 	assertAcked(t, rs)
 	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
 	assert.Equal(t, before, stockOf(t, env.DB, 1), "the stock came back once")
@@ -274,9 +275,9 @@ func TestRefundOfAnOutOfStockOrderGivesNothingBack(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{})
 	id, amount := rp.newOrder(alice, 2, 1)
 	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
-	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-s"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-s"))})
 	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
-	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusRefunded, amount, "evt-r"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, amount, "evt-r"))})
 	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
 	assert.EqualValues(t, 0, stockOf(t, env.DB, 2))
 	assert.Zero(t, refundedOutboxRows(t, env.DB, id))
@@ -305,7 +306,7 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 
 	rep, err := rp.app.Reconciler.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, rep.Orders[payments.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 	assert.Equal(t, before-2, stockOf(t, env.DB, 1))
 	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
@@ -313,7 +314,7 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 	time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK, so the order is compared again
 	rep, err = rp.app.Reconciler.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Zero(t, rep.Orders[payments.ReconcileChanged], "%+v", rep)
+	assert.Zero(t, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
 	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
 
 	_, _, err = mock.client.Refund(context.Background(), payclient.RefundRequest{PaymentID: pid, RefundNo: "r-all", AmountCents: amount})
@@ -321,11 +322,11 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	rep, err = rp.app.Reconciler.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, rep.Orders[payments.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
 	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
 	assert.Equal(t, before, stockOf(t, env.DB, 1))
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
-	assert.Equal(t, 2.0, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": payments.ReconcileChanged}),
+	assert.Equal(t, 2.0, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcileChanged}),
 		"two changes: PAYING → PAID, then PAID → REFUNDED")
 }
 
@@ -352,7 +353,7 @@ func TestReconcilerSettlesRetryableRecords(t *testing.T) {
 
 	rep, err := rp.app.Reconciler.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, rep.Records[payments.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, 1, rep.Records[sweeper.ReconcileChanged], "%+v", rep)
 	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-503").State)
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 }
@@ -366,7 +367,7 @@ func TestCallbackTextPostgresRefusesIsCleaned(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{})
 
 	id, amount := rp.newOrder(alice, 1, 1)
-	cb := callback(id, payments.StatusSuccess, amount, "evt\x00nul")
+	cb := callbackFor(id, callback.StatusSuccess, amount, "evt\x00nul")
 	for range 2 { // and its resend
 		assertAcked(t, []response{rp.postCallback(cb)})
 	}
@@ -375,7 +376,7 @@ func TestCallbackTextPostgresRefusesIsCleaned(t *testing.T) {
 
 	id2, amount2 := rp.newOrder(alice, 1, 1)
 	long := strings.Repeat("a", 199) + "€" // 202 bytes: the 200-byte limit falls inside the €
-	cb2 := callback(id2, payments.StatusSuccess, amount2, long)
+	cb2 := callbackFor(id2, callback.StatusSuccess, amount2, long)
 	cb2.PaymentID = "pay\xff" + long
 	assertAcked(t, []response{rp.postCallback(cb2)})
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id2))
@@ -403,7 +404,7 @@ func TestAuditFailureNeverRollsBackThePayment(t *testing.T) {
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 1)
 
-	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-audit-fails"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-audit-fails"))})
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 	assert.Equal(t, before-1, stockOf(t, env.DB, 1))
 	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))

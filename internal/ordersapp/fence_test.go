@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/lock"
-	"idemshop/internal/payments"
+	"idemshop/internal/pay"
 	"idemshop/internal/testenv"
 )
 
@@ -64,7 +64,7 @@ func TestPayStaleHolderFencedWhileNewerWorks(t *testing.T) {
 	bClaimed := holdCall(2) // B's AfterClaim (A's is the first)
 	// A lease far longer than the test: B, held after its claim, must still hold its own when released.
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		faults: payments.Faults{BeforeWrite: aWrites.hook, AfterClaim: bClaimed.hook}})
+		faults: pay.Faults{BeforeWrite: aWrites.hook, AfterClaim: bClaimed.hook}})
 	t.Cleanup(aWrites.release) // after the replica's: runs before its server closes
 	t.Cleanup(bClaimed.release)
 	id, _ := rp.newOrder(alice, 1, 1)
@@ -80,7 +80,7 @@ func TestPayStaleHolderFencedWhileNewerWorks(t *testing.T) {
 	// A is paused past its lease: both leases run out.
 	require.NoError(t, env.DB.Exec(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second'
 		WHERE idempotency_key = 'pay-stale'`).Error)
-	require.NoError(t, env.Redis.Del(ctx, locker.LockKey(payments.LockName(id))).Err())
+	require.NoError(t, env.Redis.Del(ctx, locker.LockKey(pay.LockName(id))).Err())
 
 	bDone := make(chan response, 1)
 	go func() { bDone <- rp.pay(alice, id, "pay-stale") }()
@@ -97,7 +97,7 @@ func TestPayStaleHolderFencedWhileNewerWorks(t *testing.T) {
 	assert.Equal(t, b.Fence, mid.Fence)
 	assert.Nil(t, mid.ResponseStatus, "A stored nothing")
 	assert.Equal(t, "PENDING", statusOf(t, env.DB, id), "A's order change rolled back with its refused write")
-	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_fence_rejections_total", nil))
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_idempotency_fence_rejections_total", nil))
 
 	bClaimed.release()
 	rb := recv(t, bDone)

@@ -20,8 +20,8 @@ import (
 
 	"idemshop/internal/idempotency"
 	"idemshop/internal/ordersapp"
+	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/postgres"
@@ -43,7 +43,7 @@ type replicaOpts struct {
 	redis  *redis.Client      // nil: the env's
 	runner idempotency.Runner // nil: the real Guard
 	logger *slog.Logger       // nil: discard
-	faults payments.Faults    // pay flow hooks
+	faults pay.Faults         // pay flow hooks
 	cfg    func(*config.Orders)
 }
 

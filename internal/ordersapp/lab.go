@@ -4,9 +4,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/auth"
+	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
-	"idemshop/internal/payments"
 )
 
 // labParts is what the unsafe lab variants are built from: the same parts as the guarded routes, so
@@ -18,7 +18,7 @@ type labParts struct {
 	authn       *auth.Authenticator
 	repo        *orders.Repository
 	idemMetrics *idempotency.Metrics
-	callbacks   *payments.Handler
+	callbacks   *callback.Handler
 }
 
 // mountLab mounts the deliberately unsafe variants of the lab table (docs/design.md). Only with ORDERS_LAB=true;

@@ -6,8 +6,8 @@ import (
 
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
+	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
 )
 
 // labStockLockWait is how long an S5 callback queues for the flash-sale lock. Long enough that every
@@ -43,13 +43,13 @@ func mountLabPayments(p labParts) error {
 	if err != nil {
 		return fmt.Errorf("lab S7: %w", err)
 	}
-	payer, err := payments.NewPayer(p.d.DB, p.repo, store, p.idemMetrics, nil, client, p.callbacks.Service(),
-		payments.PayConfig{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease},
-		payments.Faults{})
+	payer, err := pay.NewPayer(p.d.DB, p.repo, store, p.idemMetrics, nil, client, p.callbacks.Service(),
+		pay.Config{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease},
+		pay.Faults{})
 	if err != nil {
 		return fmt.Errorf("lab S7: %w", err)
 	}
-	h, err := payments.NewPayHandler(payer, p.idemMetrics)
+	h, err := pay.NewHandler(payer, p.idemMetrics)
 	if err != nil {
 		return fmt.Errorf("lab S7: %w", err)
 	}

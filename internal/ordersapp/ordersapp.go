@@ -14,17 +14,19 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/auth"
+	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/outbox"
-	"idemshop/internal/payments"
+	"idemshop/internal/pay"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
+	"idemshop/internal/sweeper"
 )
 
 // Deps are the opened connections and settings the application runs on.
@@ -38,16 +40,16 @@ type Deps struct {
 	// set it to a baseline without the key layer.
 	Runner idempotency.Runner
 	// PayFaults are test hooks in the pay flow's crash windows (nil: none).
-	PayFaults payments.Faults
+	PayFaults pay.Faults
 }
 
 // App is the assembled application: the HTTP handler plus its background workers.
 type App struct {
 	Echo    *echo.Echo
 	Reaper  *idempotency.Reaper
-	Sweeper *payments.Sweeper
+	Sweeper *sweeper.Sweeper
 	// Reconciler compares orders with the payment platform and moves them to its state.
-	Reconciler *payments.Reconciler
+	Reconciler *sweeper.Reconciler
 	Relay      *outbox.Relay
 	cfg        config.Orders
 	logger     *slog.Logger
@@ -82,11 +84,11 @@ func New(d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	orderRoutes, err := orders.NewHandler(repo, runner)
+	callbackRoute, err := newCallbackRoute(d, repo)
 	if err != nil {
 		return nil, err
 	}
-	callbackRoute, err := newCallbackRoute(d, repo)
+	orderRoutes, err := orders.NewHandler(repo, runner, callbackRoute.Service())
 	if err != nil {
 		return nil, err
 	}
@@ -143,21 +145,21 @@ func New(d Deps) (*App, error) {
 	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, cfg: cfg, logger: d.Logger}, nil
 }
 
-func newCallbackRoute(d Deps, repo *orders.Repository) (*payments.Handler, error) {
+func newCallbackRoute(d Deps, repo *orders.Repository) (*callback.Handler, error) {
 	locker, err := lock.New(d.Redis, d.Config.Redis.KeyPrefix)
 	if err != nil {
 		return nil, err
 	}
-	orderLock, err := payments.NewRedisOrderLock(locker, d.Config.CallbackLockTTL, d.Config.CallbackLockWait)
+	orderLock, err := callback.NewRedisOrderLock(locker, d.Config.CallbackLockTTL, d.Config.CallbackLockWait)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := payments.NewService(d.DB, repo, paysig.Verifier{Secret: []byte(d.Config.PaymentWebhookSecret)},
-		orderLock, payments.NewMetrics(d.Registry))
+	svc, err := callback.NewService(d.DB, repo, paysig.Verifier{Secret: []byte(d.Config.PaymentWebhookSecret)},
+		orderLock, callback.NewMetrics(d.Registry))
 	if err != nil {
 		return nil, err
 	}
-	return payments.NewHandler(svc)
+	return callback.NewHandler(svc)
 }
 
 // RunWorkers runs the background workers until ctx is done, and returns when all have stopped.

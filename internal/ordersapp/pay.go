@@ -5,16 +5,19 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
+	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
+	"idemshop/internal/refunds"
+	"idemshop/internal/sweeper"
 )
 
 // mountPay adds POST /v1/orders/{id}/pay and returns the sweeper that resolves its stuck records and the
 // reconciler that compares orders with the platform. settler is the callback service.
-func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Metrics, settler *payments.Service) (*payments.Sweeper, *payments.Reconciler, error) {
+func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Metrics, settler *callback.Service) (*sweeper.Sweeper, *sweeper.Reconciler, error) {
 	cfg := d.Config
 	store, err := idempotency.NewStore(d.DB, m)
 	if err != nil {
@@ -31,30 +34,34 @@ func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Me
 	}
 	faults := d.PayFaults
 	if cfg.Lab && cfg.PayFault != "" {
-		if faults, err = payments.CrashFaults(cfg.PayFault); err != nil {
+		if faults, err = pay.CrashFaults(cfg.PayFault); err != nil {
 			return nil, nil, err
 		}
 		d.Logger.Warn("LAB MODE: the pay flow will crash this process on purpose", "pay_fault", cfg.PayFault)
 	}
-	payer, err := payments.NewPayer(d.DB, repo, store, m, locker, client, settler,
-		payments.PayConfig{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease}, faults)
+	payer, err := pay.NewPayer(d.DB, repo, store, m, locker, client, settler,
+		pay.Config{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease}, faults)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := payments.NewPayHandler(payer, m)
+	h, err := pay.NewHandler(payer, m)
 	if err != nil {
 		return nil, nil, err
 	}
 	h.Mount(v1)
-	sweeper, err := payments.NewSweeper(payer, d.Logger, d.Registry, cfg.SweepMaxAttempts, cfg.SweepBatch)
+	refunder, err := refunds.NewExecutor(d.DB, client, d.Logger, d.Registry, cfg.SweepBatch)
 	if err != nil {
 		return nil, nil, err
 	}
-	reconciler, err := payments.NewReconciler(sweeper, settler, payments.ReconcileConfig{
+	sw, err := sweeper.NewSweeper(payer, store, client, refunder, d.Logger, d.Registry, cfg.SweepMaxAttempts, cfg.SweepBatch)
+	if err != nil {
+		return nil, nil, err
+	}
+	reconciler, err := sweeper.NewReconciler(sw, settler, repo, sweeper.ReconcileConfig{
 		Grace: cfg.ReconcileGrace, Recheck: cfg.ReconcileRecheck, Lookback: cfg.ReconcileLookback, Batch: cfg.ReconcileBatch,
 	}, d.Logger, d.Registry)
 	if err != nil {
 		return nil, nil, err
 	}
-	return sweeper, reconciler, nil
+	return sw, reconciler, nil
 }

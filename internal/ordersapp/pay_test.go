@@ -16,10 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/lock"
+	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
 )
 
@@ -82,7 +83,7 @@ func expireLock(t testing.TB, env *testenv.Env, id int64) {
 	t.Helper()
 	locker, err := lock.New(env.Redis, env.Prefix)
 	require.NoError(t, err)
-	require.NoError(t, env.Redis.Del(context.Background(), locker.LockKey(payments.LockName(id))).Err())
+	require.NoError(t, env.Redis.Del(context.Background(), locker.LockKey(pay.LockName(id))).Err())
 }
 
 func TestPayOnceWithParallelRetriesOfOneKey(t *testing.T) {
@@ -160,7 +161,7 @@ func TestPayTimeoutIsResolvedBySweeper(t *testing.T) {
 	expireLease(t, env, "pay-timeout")
 	done, err := rp.app.Sweeper.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int{payments.RepairCompleted: 1}, done)
+	assert.Equal(t, map[string]int{sweeper.RepairCompleted: 1}, done)
 	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-timeout").State)
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 	assert.EqualValues(t, 1, mock.creates(t), "the sweeper asked; it did not pay again")
@@ -264,7 +265,7 @@ func TestPayStaleHolderIsFencedOut(t *testing.T) {
 	mock := newMock(t, nil)
 	g := newGate()
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		faults: payments.Faults{BeforeWrite: g.hook}})
+		faults: pay.Faults{BeforeWrite: g.hook}})
 	t.Cleanup(g.release) // after the replica's: runs before its server closes
 	id, _ := rp.newOrder(alice, 1, 1)
 
@@ -285,7 +286,7 @@ func TestPayStaleHolderIsFencedOut(t *testing.T) {
 	g.release()
 	a := recv(t, aDone)
 	assert.Equal(t, http.StatusConflict, a.Status, "the stale holder's result is dropped: %s", a.Body)
-	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_fence_rejections_total", nil))
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_idempotency_fence_rejections_total", nil))
 	after := recordOf(t, env, "pay-fence")
 	assert.Equal(t, bRec.Fence, after.Fence)
 	assert.Equal(t, string(b.Body), string(after.ResponseBody), "B's result stands")
@@ -303,7 +304,7 @@ func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
 	mock := newMock(t, nil)
 	g := newGate()
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		faults: payments.Faults{AfterRPC: g.hook}})
+		faults: pay.Faults{AfterRPC: g.hook}})
 	t.Cleanup(g.release)
 	id, _ := rp.newOrder(alice, 1, 1)
 	locker, err := lock.New(env.Redis, env.Prefix)
@@ -313,7 +314,7 @@ func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
 	go func() { done <- rp.pay(alice, id, "pay-lost") }()
 	g.wait(t)
 	// Another owner holds the lease now (as after an expiry and a takeover).
-	require.NoError(t, env.Redis.Set(context.Background(), locker.LockKey(payments.LockName(id)), "intruder", time.Hour).Err())
+	require.NoError(t, env.Redis.Set(context.Background(), locker.LockKey(pay.LockName(id)), "intruder", time.Hour).Err())
 	g.release()
 
 	r := recv(t, done)
@@ -322,7 +323,7 @@ func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
 	assert.Equal(t, "PROCESSING", rec.State, "nothing was written")
 	assert.Nil(t, rec.ResponseStatus)
 	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
-	assert.Zero(t, metricValue(t, rp.reg, "idemshop_fence_rejections_total", nil), "it stopped before trying")
+	assert.Zero(t, metricValue(t, rp.reg, "idemshop_idempotency_fence_rejections_total", nil), "it stopped before trying")
 }
 
 // With Redis unreachable the database lease and fence alone guard the payment.
@@ -460,7 +461,7 @@ func TestPayBodyAndBusyOrder(t *testing.T) {
 	// Another request holds the order's pay lock: a new key is told the order is busy.
 	locker, err := lock.New(env.Redis, env.Prefix)
 	require.NoError(t, err)
-	lease, err := locker.Acquire(context.Background(), payments.LockName(id), time.Hour)
+	lease, err := locker.Acquire(context.Background(), pay.LockName(id), time.Hour)
 	require.NoError(t, err)
 	busy := rp.pay(alice, id, "pay-busy")
 	assert.Equal(t, http.StatusConflict, busy.Status)
@@ -482,7 +483,7 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 	env := testenv.New(t)
 	mock := newMock(t, nil)
 	g := newGate()
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease), faults: payments.Faults{AfterRPC: g.hook}})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease), faults: pay.Faults{AfterRPC: g.hook}})
 	t.Cleanup(g.release)
 	id, _ := rp.newOrder(alice, 1, 1)
 

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"idemshop/internal/payments"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
 )
 
@@ -48,7 +48,7 @@ func TestReconcilerKeepsToGraceAndRecheck(t *testing.T) {
 	}})
 	rep, err = noGrace.app.Reconciler.RunOnce(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int{payments.ReconcileChanged: 1}, rep.Orders)
+	assert.Equal(t, map[string]int{sweeper.ReconcileChanged: 1}, rep.Orders)
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 
 	rep, err = noGrace.app.Reconciler.RunOnce(context.Background())

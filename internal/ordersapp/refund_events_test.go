@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"idemshop/internal/payments"
+	"idemshop/internal/callback"
 	"idemshop/internal/testenv"
 )
 
@@ -18,10 +18,10 @@ func TestPartialRefundResentCountsOnce(t *testing.T) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{})
 	id, amount := rp.newOrder(alice, 1, 1)
-	assertAcked(t, []response{rp.postCallback(callback(id, payments.StatusSuccess, amount, "evt-paid"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-paid"))})
 	before := stockOf(t, env.DB, 1)
 
-	half := callback(id, payments.StatusRefunded, amount/2, "evt-half")
+	half := callbackFor(id, callback.StatusRefunded, amount/2, "evt-half")
 	r1 := rp.postCallback(half)
 	r2 := rp.postCallback(half)
 	assertAcked(t, []response{r1, r2})

@@ -16,9 +16,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/payclient"
-	"idemshop/internal/payments"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
 )
 
@@ -111,7 +112,7 @@ func TestSweeperAsksAtMostMaxAttemptsTimes(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, platform.count("GET /v1/payments"), "the platform was asked SWEEP_MAX_ATTEMPTS times, no more")
-	assert.Equal(t, map[string]int{payments.RepairUnreachable: 1, payments.RepairGaveUp: 1}, results)
+	assert.Equal(t, map[string]int{sweeper.RepairUnreachable: 1, sweeper.RepairGaveUp: 1}, results)
 	rec := recordOf(t, env, "pay-unanswered")
 	assert.Equal(t, "PROCESSING", rec.State, "giving up stores no answer")
 	assert.Nil(t, rec.ResponseStatus)
@@ -137,7 +138,7 @@ func TestSweeperSendsEachRefundOnce(t *testing.T) {
 	require.NoError(t, err)
 	_, err = mock.client.Approve(ctx, pay.ID)
 	require.NoError(t, err)
-	cb := callback(id, payments.StatusSuccess, amount, "evt-paid-out-of-stock")
+	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-paid-out-of-stock")
 	cb.PaymentID = pay.ID
 	assertAcked(t, []response{rp.postCallback(cb)})
 	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))

@@ -3,6 +3,7 @@ package payclient
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // The error classes of every call. What matters to a caller that moves money is whether the platform
@@ -74,4 +75,11 @@ func OutcomeUnknown(err error) bool {
 func IsNotFound(err error) bool {
 	status, _, ok := Refused(err)
 	return ok && status == 404
+}
+
+// IsRefusal reports whether err is a refusal of the request as sent: a 4xx other than 408 and 429.
+// Those two are 4xx too, but they mean "not now", not "no", so a caller retries them.
+func IsRefusal(err error) bool {
+	st, _, ok := Refused(err)
+	return ok && st != http.StatusRequestTimeout && st != http.StatusTooManyRequests
 }

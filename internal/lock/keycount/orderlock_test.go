@@ -8,8 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/lock"
-	"idemshop/internal/payments"
+	"idemshop/internal/pay"
 	"idemshop/internal/testenv"
 )
 
@@ -22,7 +23,7 @@ func TestCallbackLockCreatesNoFenceKey(t *testing.T) {
 	ctx := context.Background()
 	locker, err := lock.New(env.Redis, env.Prefix)
 	require.NoError(t, err)
-	cb, err := payments.NewRedisOrderLock(locker, time.Hour, 100*time.Millisecond)
+	cb, err := callback.NewRedisOrderLock(locker, time.Hour, 100*time.Millisecond)
 	require.NoError(t, err)
 
 	unlock, err := cb.Lock(ctx, 42)
@@ -38,10 +39,10 @@ func TestCallbackLockCreatesNoFenceKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, keys, "the callback lock left keys behind")
 
-	lease, err := locker.Acquire(ctx, payments.LockName(42), time.Hour)
+	lease, err := locker.Acquire(ctx, pay.LockName(42), time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, locker.Release(ctx, lease))
-	pttl, err = env.Redis.PTTL(ctx, locker.FenceKey(payments.LockName(42))).Result()
+	pttl, err = env.Redis.PTTL(ctx, locker.FenceKey(pay.LockName(42))).Result()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, 24*time.Hour, "the pay lock's fence counter outlives IDEMPOTENCY_RETENTION, then expires")
 }

@@ -1,4 +1,4 @@
-package payments
+package callback
 
 // LAB ONLY — oversell in a flash sale (lab scenario S5): the naive team guarded the stock check with a
 // Redis lock per product and wrote the check as a read, then a write. The lock is a lease with a short
@@ -60,7 +60,7 @@ func (l *flashSaleLock) Lock(ctx context.Context, orderID int64) (func(), error)
 // place of the per-order efficiency lock, and the check-then-write stock step. Lab mode only.
 func (h *Handler) MountUnsafeStock(e *echo.Echo, path string, locker *lock.Locker, ttl, wait time.Duration) error {
 	if locker == nil || ttl < time.Millisecond || wait < 0 {
-		return errors.New("payments: MountUnsafeStock needs a locker, ttl >= 1ms and wait >= 0")
+		return errors.New("callback: MountUnsafeStock needs a locker, ttl >= 1ms and wait >= 0")
 	}
 	svc := *h.svc // the same database, repository, verifier and metrics; only the lock differs
 	svc.lock = &flashSaleLock{locker: locker, svc: &svc, ttl: ttl, wait: wait}

@@ -1,4 +1,4 @@
-package payments
+package callback
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -10,7 +10,7 @@ type Metrics struct {
 // NewMetrics registers the metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idemshop_callbacks_total",
+		Name: "idemshop_payments_callbacks_total",
 		Help: "Payment callbacks received, by outcome (applied, duplicate, stale, recorded, rejected).",
 	}, []string{"outcome"})}
 	// Pre-create every label so dashboards show zeros instead of gaps.

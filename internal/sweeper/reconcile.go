@@ -1,4 +1,4 @@
-package payments
+package sweeper
 
 import (
 	"context"
@@ -9,66 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"gorm.io/gorm"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/orders"
-	"idemshop/internal/payclient"
 )
-
-// Reconciliation: the platform's records are the truth about money, and callbacks are only its news. A
-// callback can be lost (retries exhausted while the shop was down), be answered before the order could
-// take it, or never be sent; a pay answer can be lost on the wire. So, like any shop that takes real
-// payments, idemshop compares its orders with the platform's query API and applies the difference
-// through the very steps a callback takes (settleSuccess, settleFailed, settleRefunds): the guards
-// stay in one place, and a reconciler that runs twice, or races a callback, changes nothing twice.
-
-// applyPayment applies what the platform says of order o's payment, inside tx, through the callbacks'
-// guarded steps. PENDING at the platform changes nothing. It returns the outcome (applied when the
-// order's status changed) and a reason.
-func (s *Service) applyPayment(ctx context.Context, tx *gorm.DB, o orders.Order, pay payclient.Payment) (Outcome, string, error) {
-	if pay.AmountCents != o.AmountCents || pay.Currency != o.Currency {
-		return OutcomeRejected, "", ErrAmountMismatch.Wrap(fmt.Errorf("platform payment %s is %d %s, order %d is %d %s",
-			pay.ID, pay.AmountCents, pay.Currency, o.ID, o.AmountCents, o.Currency))
-	}
-	switch pay.Status {
-	case StatusSuccess:
-		return s.settleSuccess(ctx, tx, o, pay.ID, s.orders.DecrementStock)
-	case StatusFailed:
-		return s.settleFailed(ctx, tx, o, pay.ID)
-	case StatusRefunded:
-		// REFUNDED at the platform means it succeeded first and came back in full: record the whole
-		// refund, then the SUCCESS (which refunds the order at once if it pays it now), then the refund
-		// (for an order that was already PAID).
-		if err := s.orders.RecordFullRefund(ctx, tx, o.ID); err != nil {
-			return "", "", err
-		}
-		outcome, reason, err := s.settleSuccess(ctx, tx, o, pay.ID, s.orders.DecrementStock)
-		if err != nil || outcome == OutcomeApplied {
-			return outcome, reason, err
-		}
-		refunded, err := s.settleRefunds(ctx, tx, o)
-		if err != nil {
-			return "", "", err
-		}
-		if refunded {
-			return OutcomeApplied, "refunded in full", nil
-		}
-		return outcome, reason, nil
-	}
-	return OutcomeDuplicate, "payment is " + pay.Status + " at the platform", nil
-}
-
-// Reconcile applies the platform's view of order o's payment in its own transaction. See applyPayment.
-func (s *Service) Reconcile(ctx context.Context, o orders.Order, pay payclient.Payment) (Outcome, string, error) {
-	var outcome Outcome
-	var reason string
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		outcome, reason, err = s.applyPayment(ctx, tx, o, pay)
-		return err
-	})
-	return outcome, reason, err
-}
 
 // ReconcileConfig shapes the reconciler. Durations are wall-clock.
 type ReconcileConfig struct {
@@ -100,22 +44,24 @@ const (
 // `orders reconcile --once`.
 type Reconciler struct {
 	sweeper *Sweeper
-	svc     *Service
+	svc     *callback.Service
+	repo    *orders.Repository
 	cfg     ReconcileConfig
 	logger  *slog.Logger
 	orders  *prometheus.CounterVec
 	records *prometheus.CounterVec
 }
 
-// NewReconciler returns the reconciler. It reuses the sweeper's fenced repair for pay records.
-func NewReconciler(sweeper *Sweeper, svc *Service, cfg ReconcileConfig, logger *slog.Logger, reg prometheus.Registerer) (*Reconciler, error) {
-	if sweeper == nil || svc == nil || logger == nil || reg == nil {
-		return nil, errors.New("payments: NewReconciler needs a sweeper, a callback service, a logger and a registry")
+// NewReconciler returns the reconciler. It reuses the sweeper's fenced repair for pay records, applies
+// the platform's state through svc (the callback guard's steps), and finds its orders in repo.
+func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Repository, cfg ReconcileConfig, logger *slog.Logger, reg prometheus.Registerer) (*Reconciler, error) {
+	if sweeper == nil || svc == nil || repo == nil || logger == nil || reg == nil {
+		return nil, errors.New("sweeper: NewReconciler needs a sweeper, a callback service, an orders repository, a logger and a registry")
 	}
 	if cfg.Grace < 0 || cfg.Recheck <= 0 || cfg.Lookback <= 0 || cfg.Batch <= 0 {
-		return nil, fmt.Errorf("payments: bad reconcile config %+v", cfg)
+		return nil, fmt.Errorf("sweeper: bad reconcile config %+v", cfg)
 	}
-	r := &Reconciler{sweeper: sweeper, svc: svc, cfg: cfg, logger: logger.With("component", "reconciler"),
+	r := &Reconciler{sweeper: sweeper, svc: svc, repo: repo, cfg: cfg, logger: logger.With("component", "reconciler"),
 		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemshop_reconcile_orders_total",
 			Help: "Orders compared with the payment platform's query API by the reconciler, by result.",
@@ -132,10 +78,10 @@ func NewReconciler(sweeper *Sweeper, svc *Service, cfg ReconcileConfig, logger *
 		r.records.WithLabelValues(res)
 	}
 	if err := reg.Register(r.orders); err != nil {
-		return nil, fmt.Errorf("payments: register reconcile metrics: %w", err)
+		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
 	}
 	if err := reg.Register(r.records); err != nil {
-		return nil, fmt.Errorf("payments: register reconcile metrics: %w", err)
+		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
 	}
 	return r, nil
 }
@@ -150,7 +96,7 @@ type Report struct {
 // It stops early, without error, when the platform stops answering.
 func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	rep := Report{Orders: map[string]int{}, Records: map[string]int{}}
-	recs, err := r.sweeper.payer.store.Unfinished(ctx, payPathLike, r.cfg.Grace, r.cfg.Batch)
+	recs, err := r.sweeper.store.Unfinished(ctx, payPathLike, r.cfg.Grace, r.cfg.Batch)
 	if err != nil {
 		return rep, err
 	}
@@ -199,24 +145,13 @@ func recordResult(repair string) string {
 	return ReconcileUnchanged // fenced: someone newer finished it
 }
 
-// candidates are the orders that may still differ from the platform: not CANCELLED or REFUNDED (those
-// are final), untouched for Grace (callbacks and the sweeper go first), younger than Lookback, and not
-// compared in the last Recheck. Oldest comparison first, so a large backlog is worked through in turn.
-// PENDING orders are left out: a payment exists only after a pay record was claimed, and an unfinished
-// record is settled in the first step (which moves its order too), so asking about every unpaid cart
-// would only cost the platform queries.
+// candidates are the orders that may still differ from the platform (orders.Repository.ReconcileCandidates):
+// untouched for Grace, younger than Lookback, not compared in the last Recheck.
 func (r *Reconciler) candidates(ctx context.Context) ([]orders.Order, error) {
-	var list []orders.Order
-	err := r.svc.db.WithContext(ctx).Raw(`SELECT * FROM orders
-		WHERE status NOT IN ('PENDING', 'CANCELLED', 'REFUNDED')
-		  AND updated_at < now() - make_interval(secs => ?)
-		  AND created_at > now() - make_interval(secs => ?)
-		  AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))
-		ORDER BY reconciled_at NULLS FIRST, id
-		LIMIT ?`, r.cfg.Grace.Seconds(), r.cfg.Lookback.Seconds(), r.cfg.Recheck.Seconds(), r.cfg.Batch).
-		Scan(&list).Error
+	list, err := r.repo.ReconcileCandidates(ctx, orders.ReconcileWindow{Grace: r.cfg.Grace,
+		Lookback: r.cfg.Lookback, Recheck: r.cfg.Recheck, Limit: r.cfg.Batch})
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: list orders: %w", err)
+		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	return list, nil
 }
@@ -224,30 +159,30 @@ func (r *Reconciler) candidates(ctx context.Context) ([]orders.Order, error) {
 // reconcileOrder asks the platform about o's payment and applies the answer.
 func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string {
 	lg := r.logger.With("order_id", o.ID, "status", o.Status)
-	pay, found, err := r.sweeper.payer.platform.FindByMerchantOrderNo(ctx, strconv.FormatInt(o.ID, 10))
+	payment, found, err := r.sweeper.platform.FindByMerchantOrderNo(ctx, strconv.FormatInt(o.ID, 10))
 	if err != nil {
 		lg.Warn("reconcile: payment platform unreachable; next run asks again", "err", err)
 		return ReconcileUnreachable
 	}
 	result := ReconcileNoPayment
 	if found {
-		outcome, reason, err := r.svc.Reconcile(ctx, o, pay)
+		outcome, reason, err := r.svc.Reconcile(ctx, o, payment)
 		switch {
-		case errors.Is(err, ErrAmountMismatch):
+		case errors.Is(err, callback.ErrAmountMismatch):
 			lg.Error("ALERT: the platform's payment does not match the order; nothing applied",
-				"alert", "reconcile_mismatch", "payment_id", pay.ID, "err", err)
+				"alert", "reconcile_mismatch", "payment_id", payment.ID, "err", err)
 			result = ReconcileMismatch
 		case err != nil:
 			lg.Warn("reconcile: applying the platform's state failed; next run tries again", "err", err)
 			return ReconcileUnreachable
-		case outcome == OutcomeApplied:
-			lg.Info("reconcile: order moved to the platform's state", "payment_status", pay.Status, "reason", reason)
+		case outcome == callback.OutcomeApplied:
+			lg.Info("reconcile: order moved to the platform's state", "payment_status", payment.Status, "reason", reason)
 			result = ReconcileChanged
 		default:
 			result = ReconcileUnchanged
 		}
 	}
-	if err := r.svc.db.WithContext(ctx).Exec(`UPDATE orders SET reconciled_at = now() WHERE id = ?`, o.ID).Error; err != nil {
+	if err := r.repo.MarkReconciled(ctx, o.ID); err != nil {
 		lg.Warn("reconcile: could not stamp reconciled_at; the order is compared again next run", "err", err)
 	}
 	return result

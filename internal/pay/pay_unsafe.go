@@ -1,4 +1,4 @@
-package payments
+package pay
 
 // LAB ONLY — the second charge (lab scenario S7): the pay flow as it is written before the first
 // incident. It calls the platform first and records afterwards, keeps no idempotency record, and gives
@@ -59,7 +59,7 @@ func (p *Payer) PayUnsafe(c echo.Context, userID, orderID int64) error {
 
 // MountUnsafe adds POST /s7/orders/:id/pay to g, which must already authenticate (the lab's
 // /lab/unsafe/v1 group). Lab mode only.
-func (h *PayHandler) MountUnsafe(g *echo.Group) {
+func (h *Handler) MountUnsafe(g *echo.Group) {
 	g.POST("/s7/orders/:id/pay", func(c echo.Context) error {
 		u, err := auth.MustUser(c)
 		if err != nil {

@@ -1,4 +1,4 @@
-package payments
+package pay
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package payments
+package callback
 
 // LAB ONLY — the triple-callback incident (lab scenario S1), as the naive handler was written: no state
 // guard. Every copy of a "payment succeeded" callback marks the order paid, deducts the stock and
@@ -72,7 +72,7 @@ func (s *Service) HandleUnsafeEarlyRefund(ctx context.Context, signature string,
 // 200 "stale", nothing recorded. Every other event goes through the guarded steps of apply.
 func (s *Service) applyEarlyRefundUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
 	if cb.Status == StatusRefunded {
-		current, err := currentStatus(ctx, tx, o.ID)
+		current, err := s.orders.Status(ctx, tx, o.ID)
 		if err != nil {
 			return "", "", err
 		}

@@ -1,8 +1,7 @@
-// Package payments holds the shop's side of the payment platform. callback.go is the guard of the
-// incident this project exists for: the platform resent one "payment succeeded" callback three times,
+// Package callback is the signed callback guard, the guard of the incident this project exists for: the platform resent one "payment succeeded" callback three times,
 // and each copy deducted stock and credited points. Here, any number of identical (or reordered)
 // callbacks change the order, the stock and the outbox exactly once.
-package payments
+package callback
 
 import (
 	"context"
@@ -10,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +23,7 @@ import (
 	"idemshop/internal/platform/pgtext"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
+	"idemshop/internal/refunds"
 )
 
 // Callback is the body the payment platform POSTs to the callback route (docs/design.md, "API and
@@ -46,7 +45,7 @@ const (
 	StatusRefunded = "REFUNDED"
 )
 
-// Outcome is what a callback did; it labels idemshop_callbacks_total and the audit table.
+// Outcome is what a callback did; it labels idemshop_payments_callbacks_total and the audit table.
 type Outcome string
 
 // The outcomes. Only applied changed the order's status; duplicate, stale and recorded are answered 200
@@ -88,7 +87,7 @@ type Service struct {
 // NewService returns a Service. lock may be nil (no efficiency lock); the others must not be.
 func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics) (*Service, error) {
 	if db == nil || repo == nil || m == nil || len(verifier.Secret) == 0 {
-		return nil, errors.New("payments: NewService needs a db, an orders repository, metrics and a verifier secret")
+		return nil, errors.New("callback: NewService needs a db, an orders repository, metrics and a verifier secret")
 	}
 	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, now: time.Now}, nil
 }
@@ -282,7 +281,7 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 		if refunded {
 			return OutcomeApplied, "paid, out of stock, and already refunded in full", nil
 		}
-		if err := requestRefund(ctx, tx, o, paymentID, "out_of_stock"); err != nil {
+		if err := refunds.Request(ctx, tx, o.ID, paymentID, o.AmountCents, "out_of_stock"); err != nil {
 			return "", "", err
 		}
 		return OutcomeApplied, "paid, but out of stock: refund required", nil
@@ -312,7 +311,7 @@ func (s *Service) settleFailed(ctx context.Context, tx *gorm.DB, o orders.Order,
 		return "", "", err
 	}
 	if !failed {
-		return classify(ctx, tx, o.ID, orders.StatusFailed)
+		return classify(ctx, tx, s.orders, o.ID, orders.StatusFailed)
 	}
 	return OutcomeApplied, "payment failed", nil
 }
@@ -327,9 +326,8 @@ func (s *Service) settleRefunds(ctx context.Context, tx *gorm.DB, o orders.Order
 	if err != nil || refunded < o.AmountCents {
 		return false, err
 	}
-	if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'DONE', updated_at = now()
-		WHERE order_id = ? AND status <> 'DONE'`, o.ID).Error; err != nil {
-		return false, fmt.Errorf("close refund requests of order %d: %w", o.ID, err)
+	if err := refunds.CloseAll(ctx, tx, o.ID); err != nil {
+		return false, err
 	}
 	fromPaid, err := s.orders.TransitionFrom(ctx, tx, o.ID, orders.StatusPaid, orders.StatusRefunded)
 	if err != nil {
@@ -377,7 +375,7 @@ func refundOutcome(ctx context.Context, tx *gorm.DB, repo *orders.Repository, o 
 // stays as it is (the transition table has no way back) and a refund is recorded, idempotent on its
 // refund_no, so the customer is never charged for an order they do not get.
 func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string) (Outcome, string, error) {
-	current, err := currentStatus(ctx, tx, o.ID)
+	current, err := s.orders.Status(ctx, tx, o.ID)
 	if err != nil {
 		return "", "", err
 	}
@@ -385,7 +383,7 @@ func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Or
 	case orders.StatusPaid, orders.StatusRefundRequired, orders.StatusRefunded:
 		return OutcomeDuplicate, "already " + string(current), nil
 	case orders.StatusFailed, orders.StatusCancelled:
-		if err := requestRefund(ctx, tx, o, paymentID, "success_after_"+strings.ToLower(string(current))); err != nil {
+		if err := refunds.Request(ctx, tx, o.ID, paymentID, o.AmountCents, "success_after_"+strings.ToLower(string(current))); err != nil {
 			return "", "", err
 		}
 		return OutcomeStale, "success for a " + string(current) + " order: refund requested", nil
@@ -408,8 +406,8 @@ func already(cbStatus string, status orders.Status) bool {
 
 // classify names a callback that changed nothing: a duplicate if the order already has the status the
 // callback asked for, otherwise stale (e.g. a FAILED that arrives after the SUCCESS).
-func classify(ctx context.Context, tx *gorm.DB, id int64, target orders.Status) (Outcome, string, error) {
-	current, err := currentStatus(ctx, tx, id)
+func classify(ctx context.Context, tx *gorm.DB, repo *orders.Repository, id int64, target orders.Status) (Outcome, string, error) {
+	current, err := repo.Status(ctx, tx, id)
 	if err != nil {
 		return "", "", err
 	}
@@ -417,28 +415,6 @@ func classify(ctx context.Context, tx *gorm.DB, id int64, target orders.Status) 
 		return OutcomeDuplicate, "already " + string(current), nil
 	}
 	return OutcomeStale, "order is " + string(current), nil
-}
-
-func currentStatus(ctx context.Context, tx *gorm.DB, id int64) (orders.Status, error) {
-	var st orders.Status
-	if err := tx.WithContext(ctx).Raw(`SELECT status FROM orders WHERE id = ?`, id).Scan(&st).Error; err != nil {
-		return "", fmt.Errorf("read status of order %d: %w", id, err)
-	}
-	return st, nil
-}
-
-// RefundNo is the refund number of an order's refund. One per order, so that recording it twice (a
-// duplicate callback) and asking the platform twice (a retried pay flow) both stay one refund.
-func RefundNo(orderID int64) string { return "order-" + strconv.FormatInt(orderID, 10) + "-refund" }
-
-func requestRefund(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID, reason string) error {
-	err := tx.WithContext(ctx).Exec(`INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`,
-		o.ID, paymentID, RefundNo(o.ID), o.AmountCents, reason).Error
-	if err != nil {
-		return fmt.Errorf("record refund request for order %d: %w", o.ID, err)
-	}
-	return nil
 }
 
 func validate(cb Callback) (int64, error) {
@@ -493,28 +469,6 @@ func (s *Service) audit(ctx context.Context, lg *slog.Logger, cb Callback, order
 	if err := record(ctx, s.db, cb, orderID, sigOK, outcome, reason); err != nil {
 		lg.Error("record payment callback audit row", "err", err, "outcome", outcome)
 	}
-}
-
-// auditTextMax bounds each text column of an audit row (bytes): the body may come from anyone.
-const auditTextMax = 200
-
-// record inserts the audit row. Every text goes through pgtext.Clean: a forged body with a NUL in it
-// must still leave its row.
-func record(ctx context.Context, db *gorm.DB, cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) error {
-	var oid *int64
-	if orderID > 0 {
-		oid = &orderID
-	}
-	clip := func(v string) string { return pgtext.Clean(v, auditTextMax) }
-	err := db.WithContext(ctx).Exec(`INSERT INTO payment_callbacks
-		(event_id, payment_id, order_id, status, amount_cents, currency, signature_ok, applied, outcome, reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		clip(cb.EventID), clip(cb.PaymentID), oid, clip(cb.Status), cb.AmountCents, clip(cb.Currency),
-		sigOK, outcome == OutcomeApplied, outcome, clip(reason)).Error
-	if err != nil {
-		return fmt.Errorf("record callback: %w", err)
-	}
-	return nil
 }
 
 // callbackIDMax bounds event_id and payment_id (bytes), which are stored in business tables.

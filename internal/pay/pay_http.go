@@ -1,4 +1,4 @@
-package payments
+package pay
 
 import (
 	"bytes"
@@ -13,26 +13,26 @@ import (
 	"idemshop/internal/platform/problem"
 )
 
-// PayHandler is POST /v1/orders/{id}/pay.
-type PayHandler struct {
+// Handler is POST /v1/orders/{id}/pay.
+type Handler struct {
 	payer   *Payer
 	metrics *idempotency.Metrics
 }
 
-// NewPayHandler returns the pay route.
-func NewPayHandler(payer *Payer, m *idempotency.Metrics) (*PayHandler, error) {
+// NewHandler returns the pay route.
+func NewHandler(payer *Payer, m *idempotency.Metrics) (*Handler, error) {
 	if payer == nil || m == nil {
-		return nil, errors.New("payments: NewPayHandler needs a payer and metrics")
+		return nil, errors.New("pay: NewHandler needs a payer and metrics")
 	}
-	return &PayHandler{payer: payer, metrics: m}, nil
+	return &Handler{payer: payer, metrics: m}, nil
 }
 
 // Mount adds the route to g, which must already authenticate.
-func (h *PayHandler) Mount(g *echo.Group) {
+func (h *Handler) Mount(g *echo.Group) {
 	h.metrics.ExpectRoute(g.POST("/orders/:id/pay", h.pay).Path)
 }
 
-func (h *PayHandler) pay(c echo.Context) error {
+func (h *Handler) pay(c echo.Context) error {
 	u, err := auth.MustUser(c)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package payments
+package callback
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func (h *Handler) Service() *Service { return h.svc }
 // NewHandler returns the callback route.
 func NewHandler(svc *Service) (*Handler, error) {
 	if svc == nil {
-		return nil, errors.New("payments: NewHandler needs a service")
+		return nil, errors.New("callback: NewHandler needs a service")
 	}
 	return &Handler{svc: svc}, nil
 }

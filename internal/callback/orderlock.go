@@ -1,4 +1,4 @@
-package payments
+package callback
 
 import (
 	"context"
@@ -20,7 +20,7 @@ type RedisOrderLock struct {
 // NewRedisOrderLock returns the efficiency lock for callbacks.
 func NewRedisOrderLock(l *lock.Locker, ttl, wait time.Duration) (*RedisOrderLock, error) {
 	if l == nil || ttl <= 0 || wait < 0 {
-		return nil, errors.New("payments: NewRedisOrderLock needs a locker, ttl > 0 and wait >= 0")
+		return nil, errors.New("callback: NewRedisOrderLock needs a locker, ttl > 0 and wait >= 0")
 	}
 	return &RedisOrderLock{locker: l, ttl: ttl, wait: wait}, nil
 }

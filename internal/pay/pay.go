@@ -1,4 +1,15 @@
-package payments
+// Package pay is the pay flow, ladder steps 2-4 (docs/design.md, "The ladder"): its effect (a payment
+// at the platform) lies across a network call, so no local transaction can cover it. The idempotency
+// record is a visible state machine instead:
+//
+//  1. claim the record (PROCESSING, with a lease and a fencing token from the Redis lock);
+//  2. call the platform (idempotent on merchant_order_no = the order id);
+//  3. record the result with a fenced write: COMPLETED, FAILED_PERMANENT or FAILED_RETRYABLE; or, when
+//     the outcome is unknown (timeout, or a connection that broke after the request may have been
+//     written), leave it PROCESSING for the sweeper (internal/sweeper) to resolve.
+//
+// pay_unsafe.go is the lab's twin without the record (S7).
+package pay
 
 import (
 	"context"
@@ -12,6 +23,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"gorm.io/gorm"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
@@ -19,15 +31,6 @@ import (
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/problem"
 )
-
-// The pay flow is ladder steps 2-4: its effect (a payment at the platform) lies across a network call,
-// so no local transaction can cover it. The idempotency record is a visible state machine instead:
-//
-//  1. claim the record (PROCESSING, with a lease and a fencing token from the Redis lock);
-//  2. call the platform (idempotent on merchant_order_no = the order id);
-//  3. record the result with a fenced write: COMPLETED, FAILED_PERMANENT or FAILED_RETRYABLE; or, when
-//     the outcome is unknown (timeout, or a connection that broke after the request may have been
-//     written), leave it PROCESSING for the sweeper to resolve.
 
 // Errors of the pay route; codes are stable.
 var (
@@ -46,8 +49,8 @@ var (
 var errOrderBusy = idempotency.ErrKeyInUse.WithDetail(
 	"a pay request for this order is in progress (a retry of this one, or another request); retry later")
 
-// PayConfig shapes the pay flow. Durations are wall-clock.
-type PayConfig struct {
+// Config shapes the pay flow. Durations are wall-clock.
+type Config struct {
 	// CallbackURL is sent as notify_url.
 	CallbackURL string
 	// PaymentsURL is the platform's base URL, used to build pay_url.
@@ -79,20 +82,20 @@ type Payer struct {
 	metrics  *idempotency.Metrics
 	locker   *lock.Locker // nil: the database lease alone
 	platform *payclient.Client
-	settler  *Service // applies what the platform says of a payment, through the callbacks' guarded steps
-	cfg      PayConfig
+	settler  *callback.Service // applies what the platform says of a payment, through the callbacks' guarded steps
+	cfg      Config
 	faults   Faults
 }
 
 // NewPayer returns the pay flow. locker may be nil. settler is the callback service: what the platform
 // answers about a payment moves the order through the same guarded steps as its callbacks.
 func NewPayer(db *gorm.DB, repo *orders.Repository, store *idempotency.Store, m *idempotency.Metrics,
-	locker *lock.Locker, platform *payclient.Client, settler *Service, cfg PayConfig, faults Faults) (*Payer, error) {
+	locker *lock.Locker, platform *payclient.Client, settler *callback.Service, cfg Config, faults Faults) (*Payer, error) {
 	if db == nil || repo == nil || store == nil || m == nil || platform == nil || settler == nil {
-		return nil, errors.New("payments: NewPayer needs db, orders, store, metrics, a platform client and a settler")
+		return nil, errors.New("pay: NewPayer needs db, orders, store, metrics, a platform client and a settler")
 	}
 	if cfg.Lease <= 0 || cfg.CallbackURL == "" {
-		return nil, errors.New("payments: NewPayer needs a lease > 0 and a callback URL")
+		return nil, errors.New("pay: NewPayer needs a lease > 0 and a callback URL")
 	}
 	return &Payer{db: db, orders: repo, store: store, metrics: m, locker: locker, platform: platform,
 		settler: settler, cfg: cfg, faults: faults}, nil
@@ -271,7 +274,7 @@ func (p *Payer) markPaying(ctx context.Context, tx *gorm.DB, o orders.Order, pay
 	if _, err := p.orders.Transition(ctx, tx, o.ID, orders.StatusPaying, pay.ID); err != nil {
 		return err
 	}
-	_, _, err := p.settler.applyPayment(ctx, tx, o, pay)
+	_, _, err := p.settler.ApplyPayment(ctx, tx, o, pay)
 	return err
 }
 
@@ -335,7 +338,7 @@ func (p *Payer) outcome(o orders.Order, pay payclient.Payment, rpcErr error) (re
 	case rpcErr == nil:
 		body, err := json.Marshal(p.response(o.ID, pay.ID))
 		return result{state: idempotency.StateCompleted, status: http.StatusCreated, body: body}, err
-	case isRefusal(rpcErr):
+	case payclient.IsRefusal(rpcErr):
 		st, code, _ := payclient.Refused(rpcErr)
 		pe := problem.Newf(problem.KindUnprocessable, ErrPaymentRefused.Code,
 			"the payment platform refused the payment (HTTP %d %s)", st, code)
@@ -354,13 +357,6 @@ func (p *Payer) outcome(o orders.Order, pay payclient.Payment, rpcErr error) (re
 func (p *Payer) response(orderID int64, paymentID string) payResponse {
 	return payResponse{OrderID: orderID, PaymentID: paymentID, Status: string(orders.StatusPaying),
 		PayURL: p.cfg.PaymentsURL + "/v1/payments/" + paymentID}
-}
-
-// isRefusal: a 4xx that refuses the request as sent. 408 and 429 are 4xx too, but they mean "not now",
-// not "no": they are retryable.
-func isRefusal(err error) bool {
-	st, _, ok := payclient.Refused(err)
-	return ok && st != http.StatusRequestTimeout && st != http.StatusTooManyRequests
 }
 
 // isRetryable: the platform did not take the request: the dial failed (nothing was sent), or it said

@@ -1,0 +1,84 @@
+package pay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"gorm.io/gorm"
+
+	"idemshop/internal/idempotency"
+	"idemshop/internal/lock"
+	"idemshop/internal/payclient"
+	"idemshop/internal/platform/logging"
+)
+
+// The record's write protocol for whoever settles a pay record other than its first request (the
+// sweeper and the reconciler, ladder step 3): take it over as a retry would (the order's lock, a
+// fenced claim), then finish it with a fenced write. What to finish it with is the caller's to decide,
+// from the platform's query API; how it is written stays here, beside the flow that writes it first.
+
+// TakeOver claims the unfinished pay record stuck of order orderID as a retry of it would: under the
+// order's Redis lock when one is configured (its fencing token goes into the claim), else under the
+// database's fence alone. ok is false, with a nil error, when someone else holds the record (a live
+// retry). release must be called when ok is true; it gives the lock back.
+func (p *Payer) TakeOver(ctx context.Context, stuck idempotency.Record, orderID int64) (rec idempotency.Record, release func(), ok bool, err error) {
+	var fence int64
+	release = func() {}
+	if p.locker != nil {
+		lease, err := p.locker.Acquire(ctx, LockName(orderID), p.cfg.Lease)
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired):
+			return idempotency.Record{}, nil, false, nil // a live retry is on it
+		case err != nil:
+			logging.From(ctx).Warn("sweeper: lock unavailable; using the database lease", "err", err)
+		default:
+			fence = lease.Fence
+			release = func() { p.release(ctx, lease) }
+		}
+	}
+	scope := idempotency.Scope{UserID: stuck.UserID, Key: stuck.IdempotencyKey}
+	cl, err := p.store.Claim(ctx, scope, stuck.Method, stuck.Path, stuck.Fingerprint, fence, p.cfg.Lease)
+	if err != nil || !cl.Claimed {
+		release()
+		return idempotency.Record{}, nil, false, err
+	}
+	return cl.Record, release, true, nil
+}
+
+// Complete finishes rec, order orderID's record, COMPLETED with the 201 its client would have got for
+// payment, and moves the order in the same transaction (PENDING → PAYING, then whatever the payment
+// already says, through the callbacks' guarded steps). idempotency.ErrFenced: a newer holder owns rec.
+func (p *Payer) Complete(ctx context.Context, rec idempotency.Record, orderID int64, payment payclient.Payment) error {
+	body, err := json.Marshal(p.response(orderID, payment.ID))
+	if err != nil {
+		return err
+	}
+	return p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		o, err := p.orders.Lookup(ctx, tx, orderID)
+		if err != nil {
+			return err
+		}
+		if err := p.markPaying(ctx, tx, o, payment); err != nil {
+			return err
+		}
+		return p.store.Finish(ctx, tx, rec.ID, rec.Fence, idempotency.StateCompleted, http.StatusCreated, body)
+	})
+}
+
+// NoPayment finishes rec FAILED_RETRYABLE with the stored 503 payment_unavailable: the platform has no
+// payment for the order, so a retry runs again. idempotency.ErrFenced: a newer holder owns rec.
+func (p *Payer) NoPayment(ctx context.Context, rec idempotency.Record) error {
+	body, err := problemBody(ErrPaymentUnavailable)
+	if err != nil {
+		return err
+	}
+	return p.store.Finish(ctx, p.db, rec.ID, rec.Fence, idempotency.StateFailedRetryable, http.StatusServiceUnavailable, body)
+}
+
+// NoteUnanswered counts one more unanswered question to the platform about rec and returns the count.
+// idempotency.ErrFenced: a newer holder owns rec.
+func (p *Payer) NoteUnanswered(ctx context.Context, rec idempotency.Record) (int, error) {
+	return p.store.NoteUnanswered(ctx, rec.ID, rec.Fence)
+}

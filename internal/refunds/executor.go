@@ -1,0 +1,87 @@
+package refunds
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"idemshop/internal/payclient"
+)
+
+// Results of sending one refund, the label values of idemshop_refunds_requests_total.
+const (
+	ResultRequested   = "requested"   // the platform accepted the refund (or already had it)
+	ResultUnreachable = "unreachable" // no answer: the row stays PENDING for the next run
+	ResultRefused     = "refused"     // the platform said no: an alert, checked by hand
+)
+
+// Executor sends PENDING refund requests to the platform. The sweeper runs it on every sweep.
+type Executor struct {
+	db       *gorm.DB
+	platform *payclient.Client
+	logger   *slog.Logger
+	batch    int
+	results  *prometheus.CounterVec
+}
+
+// NewExecutor returns the executor; batch bounds the requests of one run. Its counter is registered on reg.
+func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, reg prometheus.Registerer, batch int) (*Executor, error) {
+	if db == nil || platform == nil || logger == nil || reg == nil || batch <= 0 {
+		return nil, errors.New("refunds: NewExecutor needs a db, a platform client, a logger, a registry and batch > 0")
+	}
+	e := &Executor{db: db, platform: platform, logger: logger, batch: batch,
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemshop_refunds_requests_total",
+			Help: "Refund requests sent to the payment platform, by result.",
+		}, []string{"result"})}
+	for _, r := range []string{ResultRequested, ResultUnreachable, ResultRefused} {
+		e.results.WithLabelValues(r) // every series exists from the start, at 0
+	}
+	reg.MustRegister(e.results)
+	return e, nil
+}
+
+// RunOnce sends every PENDING refund request (up to the batch) to the platform. The platform is
+// idempotent on refund_no (one per order), so a crash between the call and MarkRequested, or two
+// replicas sending the same request, still makes one refund. It stops at the first request the
+// platform leaves unanswered: the rest would wait out the same timeout one by one.
+func (e *Executor) RunOnce(ctx context.Context) error {
+	reqs, err := ListPending(ctx, e.db, e.batch)
+	if err != nil {
+		return err
+	}
+	for _, r := range reqs {
+		_, _, err := e.platform.Refund(ctx, payclient.RefundRequest{PaymentID: r.PaymentID, RefundNo: r.RefundNo,
+			AmountCents: r.AmountCents})
+		if err != nil {
+			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {
+				e.results.WithLabelValues(ResultUnreachable).Inc()
+				return nil
+			}
+			result := sendResult(err)
+			if result == ResultRefused {
+				e.logger.Error("ALERT: payment platform refused a refund; check it by hand", "alert", "refund_refused",
+					"order_id", r.OrderID, "refund_no", r.RefundNo, "err", err)
+			}
+			e.results.WithLabelValues(result).Inc()
+			continue
+		}
+		if err := MarkRequested(ctx, e.db, r.ID, r.RefundNo); err != nil {
+			return err
+		}
+		e.results.WithLabelValues(ResultRequested).Inc()
+	}
+	return nil
+}
+
+// sendResult names a failed send that did not stop the run: refused when the platform said no to the
+// request as sent, unreachable otherwise (a 5xx or a garbled answer: the row stays PENDING).
+func sendResult(err error) string {
+	if payclient.IsRefusal(err) {
+		return ResultRefused
+	}
+	return ResultUnreachable
+}

@@ -1,0 +1,72 @@
+// Package refunds is the one home of refund_requests: a refund the shop owes is recorded in the
+// transaction of the change that owes it (Request), sent to the platform later by the Executor, marked
+// REQUESTED once the platform has it, and DONE when the platform's REFUNDED events add up to the order
+// (CloseAll). Refunds are facts, beside the ladder (docs/design.md): each is recorded once, by its
+// refund_no, and the platform is idempotent on the same number, so a crash anywhere still makes one refund.
+package refunds
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"gorm.io/gorm"
+)
+
+// No is the refund number of an order's refund. One per order, so that recording it twice (a duplicate
+// callback) and asking the platform twice (a crash between the call and MarkRequested) both stay one
+// refund.
+func No(orderID int64) string { return "order-" + strconv.FormatInt(orderID, 10) + "-refund" }
+
+// Request records that order orderID owes a refund of amountCents of payment paymentID, inside the
+// caller's transaction tx, so that it commits with the change that owes it. reason is free text for an
+// operator ("out_of_stock", "success_after_failed"). Recording it again is a no-op.
+func Request(ctx context.Context, tx *gorm.DB, orderID int64, paymentID string, amountCents int64, reason string) error {
+	err := tx.WithContext(ctx).Exec(`INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`,
+		orderID, paymentID, No(orderID), amountCents, reason).Error
+	if err != nil {
+		return fmt.Errorf("record refund request for order %d: %w", orderID, err)
+	}
+	return nil
+}
+
+// CloseAll marks every open refund request of order orderID DONE, inside tx: the platform's refunds
+// have reached the order's amount, so the money is back whoever asked for it.
+func CloseAll(ctx context.Context, tx *gorm.DB, orderID int64) error {
+	if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'DONE', updated_at = now()
+		WHERE order_id = ? AND status <> 'DONE'`, orderID).Error; err != nil {
+		return fmt.Errorf("close refund requests of order %d: %w", orderID, err)
+	}
+	return nil
+}
+
+// Pending is a refund request not yet sent to the platform. AmountCents is in the order's minor units.
+type Pending struct {
+	ID          int64
+	OrderID     int64
+	PaymentID   string
+	RefundNo    string
+	AmountCents int64
+}
+
+// ListPending returns up to limit PENDING refund requests, oldest first.
+func ListPending(ctx context.Context, db *gorm.DB, limit int) ([]Pending, error) {
+	var reqs []Pending
+	err := db.WithContext(ctx).Raw(`SELECT id, order_id, payment_id, refund_no, amount_cents
+		FROM refund_requests WHERE status = 'PENDING' ORDER BY id LIMIT ?`, limit).Scan(&reqs).Error
+	if err != nil {
+		return nil, fmt.Errorf("list refund requests: %w", err)
+	}
+	return reqs, nil
+}
+
+// MarkRequested records that the platform has refund request id (PENDING → REQUESTED), so that it is
+// not sent again. A request already past PENDING is left as it is.
+func MarkRequested(ctx context.Context, db *gorm.DB, id int64, refundNo string) error {
+	if err := db.WithContext(ctx).Exec(`UPDATE refund_requests SET status = 'REQUESTED', updated_at = now()
+			WHERE id = ? AND status = 'PENDING'`, id).Error; err != nil {
+		return fmt.Errorf("mark refund %s requested: %w", refundNo, err)
+	}
+	return nil
+}

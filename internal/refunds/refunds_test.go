@@ -1,0 +1,32 @@
+package refunds
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"idemshop/internal/payclient"
+)
+
+func TestNoIsOnePerOrder(t *testing.T) {
+	assert.Equal(t, "order-42-refund", No(42))
+	assert.Equal(t, No(42), No(42), "a second request for one order is the same refund")
+	assert.NotEqual(t, No(42), No(43))
+}
+
+func TestSendResult(t *testing.T) {
+	for name, c := range map[string]struct {
+		err  error
+		want string
+	}{
+		"400 refused":            {&payclient.StatusError{Status: 400, Code: "refund_exceeds_payment"}, ResultRefused},
+		"404 refused":            {&payclient.StatusError{Status: 404}, ResultRefused},
+		"408 is not now, not no": {&payclient.StatusError{Status: 408}, ResultUnreachable},
+		"429 is not now, not no": {&payclient.StatusError{Status: 429}, ResultUnreachable},
+		"500":                    {&payclient.StatusError{Status: 500}, ResultUnreachable},
+		"garbled answer":         {fmt.Errorf("%w: eof", payclient.ErrProtocol), ResultUnreachable},
+	} {
+		assert.Equal(t, c.want, sendResult(c.err), name)
+	}
+}

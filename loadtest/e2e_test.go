@@ -157,31 +157,44 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 	s.start("points-consumer#1", testenv.FreeAddr(t))
 	s.start("points-consumer#2", testenv.FreeAddr(t))
 
+	// The incident's orders have quantities 1, 2, 3, 1, 2, 3, ... at 12.50 EUR a unit, and an order earns
+	// a point per whole euro (12, 25, 37): 20 orders are 39 units and 481 points, 10 are 19 units and 234
+	// points. The rows are read with the test's own SQL (--keep), not from the report.
 	t.Run("incident guarded, one replica", func(t *testing.T) {
-		code, out := s.loadtest("http://"+a, "incident", "--json", "--orders", "20")
+		code, out := s.loadtest("http://"+a, "incident", "--json", "--keep", "--orders", "20")
 		require.Equal(t, 0, code)
 		var rep incident
 		require.NoError(t, json.Unmarshal(out, &rep))
 		assert.Empty(t, rep.Violations)
-		assert.EqualValues(t, 60, rep.Callbacks.Received)
-		assert.EqualValues(t, 20, rep.Callbacks.Applied)
-		assert.Equal(t, rep.WantStock, rep.StockDelta)
+		got := s.incidentRows(t, "lab-incident-guarded-%")
+		assert.Equal(t, map[string]int64{"PAID": 20}, got.statuses)
+		assert.EqualValues(t, -39, got.stockDelta, "stock -q per order")
+		assert.EqualValues(t, 60, got.received, "three copies of each callback arrived")
+		assert.EqualValues(t, 20, got.applied)
+		assert.EqualValues(t, 481, got.balance, "points +x per order")
 	})
 	t.Run("incident unsafe shows the damage", func(t *testing.T) {
-		code, out := s.loadtest("http://"+a, "incident", "--json", "--unsafe", "--orders", "10")
+		code, out := s.loadtest("http://"+a, "incident", "--json", "--keep", "--unsafe", "--orders", "10")
 		require.Equal(t, 1, code)
 		var rep incident
 		require.NoError(t, json.Unmarshal(out, &rep))
 		assert.NotEmpty(t, rep.Violations)
-		assert.Equal(t, 3*rep.WantStock, rep.StockDelta, "every copy deducted")
+		got := s.incidentRows(t, "lab-incident-unsafe-%")
+		assert.EqualValues(t, -3*19, got.stockDelta, "every copy deducted")
+		assert.EqualValues(t, 30, got.applied, "every copy applied")
+		assert.EqualValues(t, 3*234, got.balance, "every copy credited")
 	})
 	t.Run("incident guarded, two replicas and two consumers", func(t *testing.T) {
-		code, out := s.loadtest(proxyURL, "incident", "--json", "--orders", "20")
+		code, out := s.loadtest(proxyURL, "incident", "--json", "--keep", "--orders", "20")
 		require.Equal(t, 0, code)
 		var rep incident
 		require.NoError(t, json.Unmarshal(out, &rep))
 		assert.Empty(t, rep.Violations)
-		assert.EqualValues(t, 20, rep.Callbacks.Applied)
+		got := s.incidentRows(t, "lab-incident-guarded-%")
+		assert.Equal(t, map[string]int64{"PAID": 20}, got.statuses)
+		assert.EqualValues(t, -39, got.stockDelta)
+		assert.EqualValues(t, 20, got.applied)
+		assert.EqualValues(t, 481, got.balance)
 	})
 	t.Run("replay the incident file, guarded then unsafe", func(t *testing.T) {
 		file, err := filepath.Abs(filepath.Join("replays", "incident-triple-callback.jsonl"))
@@ -259,6 +272,35 @@ type replayed struct {
 	stockDelta        int64 // summed over the replay's products, 1000 units each at first
 	balance           int64
 	received, applied int64
+}
+
+// incidentRows reads the rows the newest --keep incident run whose lab user matches pattern left: its
+// orders, their product (100000 units at first) and callbacks, and the user's points.
+func (s *stack) incidentRows(t *testing.T, pattern string) replayed {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var user int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT max(id) FROM users WHERE name LIKE $1`, pattern).Scan(&user))
+	out := replayed{statuses: map[string]int64{}}
+	rows, err := conn.Query(ctx, `SELECT o.status, count(*) FROM orders o WHERE o.user_id = $1 GROUP BY o.status`, user)
+	require.NoError(t, err)
+	for rows.Next() {
+		var status string
+		var n int64
+		require.NoError(t, rows.Scan(&status, &n))
+		out.statuses[status] = n
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, conn.QueryRow(ctx, `SELECT
+		  (SELECT p.stock - 100000 FROM products p WHERE p.id = (SELECT max(product_id) FROM orders WHERE user_id = $1)),
+		  (SELECT count(*) FROM payment_callbacks c JOIN orders o ON o.id = c.order_id WHERE o.user_id = $1 AND c.signature_ok),
+		  (SELECT count(*) FROM payment_callbacks c JOIN orders o ON o.id = c.order_id WHERE o.user_id = $1 AND c.applied),
+		  COALESCE((SELECT balance FROM points_accounts WHERE user_id = $1), 0)`, user).
+		Scan(&out.stockDelta, &out.received, &out.applied, &out.balance))
+	return out
 }
 
 // replayRows reads the rows a --keep replay left: its user's orders, their products and callbacks, and

@@ -1,8 +1,8 @@
 // Command loadtest runs the lab against running services (orders with ORDERS_LAB=true, payments-mock,
 // points-consumer). Flags come before scenario names.
 //
-//	loadtest incident [--json] [--orders N] [--unsafe]
-//	loadtest lab [--json] [all|S1 S2 ...]
+//	loadtest incident [--json] [--keep] [--orders N] [--unsafe]
+//	loadtest lab [--json] [--keep] [all|S1 S2 ...]
 //	loadtest replay [--json] [--unsafe] [--keep] FILE   (recorded platform traffic, loadtest/replays)
 //	loadtest bench [--json] [--duration D] [--html FILE] [--growth] [--concurrency N] [--outbox-rate R]
 //	loadtest soak [--json]    (starts its own shop; SOAK_* env, see docs/reliability.md)
@@ -62,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	orders := fs.Int("orders", 20, "incident: number of orders")
 	unsafe := fs.Bool("unsafe", false, "incident: pay through the unsafe callback path (lab mode)")
+	keep := fs.Bool("keep", false, "leave the rows the run created (users lab-<scenario>-<side>-<hex>) for inspection")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -82,6 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer closeEnv()
+	env.Keep = *keep
 	progress := progressLine(stderr, *asJSON)
 
 	if args[0] == "incident" {

@@ -110,7 +110,7 @@ func assertAcked(t testing.TB, rs []response) {
 // row, three 200s, and the order shows received 3, applied 1.
 func TestTripleCallbackIsAppliedOnce(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, queued)
 	rp := newReplica(t, env, replicaOpts{})
 	id, amount := rp.newOrder(alice, 1, 2)
 	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-incident-1")
@@ -185,7 +185,7 @@ func TestCallbackStormKeepsStockExact(t *testing.T) {
 // Stock 1 and five orders of one unit paid at once: one PAID, four REFUND_REQUIRED, stock 0.
 func TestLastUnitIsSoldOnce(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, queued)
 	rp := newReplica(t, env, replicaOpts{})
 	var ids []int64
 	var cbs []callback.Callback
@@ -228,7 +228,7 @@ func TestQuantityAboveStockAtPaymentRequiresRefund(t *testing.T) {
 
 func TestOutOfOrderCallbacks(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, queued)
 	rp := newReplica(t, env, replicaOpts{})
 
 	t.Run("FAILED after SUCCESS leaves the order PAID", func(t *testing.T) {
@@ -289,7 +289,7 @@ func TestOutOfOrderCallbacks(t *testing.T) {
 // Redis is an efficiency layer: with it unreachable the triple callback still applies once.
 func TestTripleCallbackWithRedisDown(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, queued)
 	rp := newReplica(t, env, replicaOpts{redis: deadRedis(t)})
 	id, amount := rp.newOrder(alice, 1, 3)
 	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-noredis")

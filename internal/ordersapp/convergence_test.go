@@ -221,7 +221,7 @@ func TestPartialRefundsThatAddUpRefundTheOrder(t *testing.T) {
 // order.paid and one order.refunded (so the points are credited and reversed).
 func TestRefundBeforeItsSuccessEndsRefunded(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, queued)
 	rp := newReplica(t, env, replicaOpts{})
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 1)
@@ -250,7 +250,7 @@ func TestRefundBeforeItsSuccessEndsRefunded(t *testing.T) {
 // one order.refunded event.
 func TestFullRefundCompensatesOnce(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, queued)
 	rp := newReplica(t, env, replicaOpts{})
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 3)

@@ -176,6 +176,13 @@ func count(t testing.TB, db *gorm.DB, table string, where ...any) int64 {
 // is far longer than any such wait can take on a loaded machine.
 const patience = time.Minute
 
+// queued is the env of a test whose requests queue on one row: parallel callbacks of one order or one
+// product, parallel claims of one key. Each waits its turn for as long as its statement may run (30 s)
+// instead of DB_LOCK_TIMEOUT (2 s), which a queue of a few transactions can outlast on a loaded machine,
+// turning an answer the test expects into a 503. DB_LOCK_TIMEOUT's own answer is tested where it is the
+// subject: TestCreateOrderOnALockedProductIs503, the in-flight tests and the callback storm.
+var queued = testenv.Options{LockTimeout: patience}
+
 // patientDB is a pool on the test's database without lock or statement timeouts to speak of: a request
 // the test holds on a row lock (holdProduct) stays blocked until the test releases it, however slowly
 // the test gets there. The env's own pool gives up after DB_LOCK_TIMEOUT and 30 s.

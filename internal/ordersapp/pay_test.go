@@ -88,7 +88,7 @@ func expireLock(t testing.TB, env *testenv.Env, id int64) {
 
 func TestPayOnceWithParallelRetriesOfOneKey(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{MaxConns: 12})
+	env := testenv.New(t, testenv.Options{MaxConns: 12, LockTimeout: queued.LockTimeout})
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
 	id, _ := rp.newOrder(alice, 1, 1)
@@ -329,7 +329,7 @@ func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
 // With Redis unreachable the database lease and fence alone guard the payment.
 func TestPayWithRedisDown(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{MaxConns: 12})
+	env := testenv.New(t, testenv.Options{MaxConns: 12, LockTimeout: queued.LockTimeout})
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{redis: deadRedis(t), cfg: payTo(mock, longLease)})
 	id, _ := rp.newOrder(alice, 1, 1)
@@ -369,7 +369,7 @@ func TestPayWithRedisDown(t *testing.T) {
 // REFUND_REQUIRED ends REFUNDED with one refund at the platform, though every callback comes 3 times.
 func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, queued) // a 503 would add an audit row to the 3 counted
 	mock := newMock(t, func(c *paymock.Config) {
 		c.AutoApproveDelay = 20 * time.Millisecond
 		c.Chaos.Duplicates = 3

@@ -154,13 +154,14 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 }
 
 // insertClaim inserts the PROCESSING row for s and returns its id, or 0 when a committed row already
-// holds the key. ON CONFLICT DO NOTHING instead of catching 23505 keeps the transaction usable.
+// holds the key. ON CONFLICT DO NOTHING instead of catching 23505 keeps the transaction usable. Its
+// kind is KindCreateOrder: create order is the one route this guard keys.
 func insertClaim(tx *gorm.DB, s Scope, method, path, fp string) (int64, error) {
 	var id int64
-	err := tx.Raw(`INSERT INTO idempotency_keys (user_id, idempotency_key, method, path, fingerprint, state)
-		VALUES (?, ?, ?, ?, ?, ?)
+	err := tx.Raw(`INSERT INTO idempotency_keys (user_id, idempotency_key, kind, method, path, fingerprint, state)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (user_id, idempotency_key) DO NOTHING
-		RETURNING id`, s.UserID, s.Key, method, path, fp, StateProcessing).Scan(&id).Error
+		RETURNING id`, s.UserID, s.Key, KindCreateOrder, method, path, fp, StateProcessing).Scan(&id).Error
 	if err != nil {
 		return 0, fmt.Errorf("claim idempotency key: %w", postgres.TranslateError(err))
 	}

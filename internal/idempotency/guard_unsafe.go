@@ -91,9 +91,9 @@ func (u *CheckThenInsert) Run(c echo.Context, userID int64, work Work) error {
 	// 3. The insert. For all but one of the concurrent duplicates the unique index refuses it now, too
 	//    late: their orders are committed, and their clients get a 500 for an order that exists.
 	err = u.db.WithContext(ctx).Exec(`INSERT INTO idempotency_keys
-			(user_id, idempotency_key, method, path, fingerprint, state, response_status, response_body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.scope.UserID, r.scope.Key, r.method, r.path, r.fp, StateCompleted, status, respBody).Error
+			(user_id, idempotency_key, kind, method, path, fingerprint, state, response_status, response_body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.scope.UserID, r.scope.Key, KindCreateOrder, r.method, r.path, r.fp, StateCompleted, status, respBody).Error
 	if err != nil {
 		return fmt.Errorf("store idempotency key: %w", postgres.TranslateError(err))
 	}

@@ -21,6 +21,19 @@ const (
 	StateFailedPermanent State = "FAILED_PERMANENT" // definitively refused; replay the stored error
 )
 
+// Kinds of record (Record.Kind): what a record is about, so that workers find records by columns, never
+// by matching their URL.
+const (
+	KindCreateOrder = "create_order" // POST /v1/orders (the one-transaction Guard)
+	KindPay         = "pay"          // POST /v1/orders/{id}/pay (Store.Claim); OrderID is the order
+)
+
+// Subject is what a claimed record is about: its Kind and, for a pay record, the order (0: none).
+type Subject struct {
+	Kind    string
+	OrderID int64
+}
+
 // Scope is what a key is unique within: one user's keys never collide with another's.
 type Scope struct {
 	UserID int64
@@ -35,6 +48,9 @@ type Record struct {
 	Method         string
 	Path           string
 	Fingerprint    string
+	// Kind and OrderID say what the record is about (Subject); "" and nil on rows of other routes.
+	Kind           string
+	OrderID        *int64
 	State          State
 	ResponseStatus *int
 	ResponseBody   []byte

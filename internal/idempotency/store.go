@@ -50,24 +50,25 @@ type Claim struct {
 
 // Claim takes the record for s: it inserts a PROCESSING record, or takes over one with the same
 // fingerprint that is FAILED_RETRYABLE or PROCESSING past its lease. lease is how long the claimer is
-// presumed alive (locked_until = now + lease).
+// presumed alive (locked_until = now + lease). sub is written on a new record, for the workers that
+// find it later (Stuck, Unfinished, CountByState).
 //
 // fence is the fencing token from the Redis lock; a takeover needs the stored fence to be lower, so
 // tokens only ever grow in the row. fence = 0 means Redis is unavailable: the database issues the token
 // instead (fence + 1, or 1 for a new record), under the same conditions, so correctness never depends
 // on Redis. (A database-issued token can run ahead of the Redis counter; Redis holders then fail to take
 // over until the counter catches up, which is slow but never wrong.)
-func (st *Store) Claim(ctx context.Context, s Scope, method, path, fp string, fence int64, lease time.Duration) (Claim, error) {
+func (st *Store) Claim(ctx context.Context, s Scope, sub Subject, method, path, fp string, fence int64, lease time.Duration) (Claim, error) {
 	db := st.db.WithContext(ctx)
 	// The lease is computed, and later compared, on the database's clock alone: an application clock
 	// that runs ahead or behind must not make a live holder look dead, or a dead one alive.
 	secs := lease.Seconds()
 	var rec Record
 	res := db.Raw(`INSERT INTO idempotency_keys
-			(user_id, idempotency_key, method, path, fingerprint, state, fence, locked_until)
-		VALUES (?, ?, ?, ?, ?, ?, GREATEST(?, 1), now() + make_interval(secs => ?))
+			(user_id, idempotency_key, kind, order_id, method, path, fingerprint, state, fence, locked_until)
+		VALUES (?, ?, NULLIF(?, ''), NULLIF(?, 0), ?, ?, ?, ?, GREATEST(?, 1), now() + make_interval(secs => ?))
 		ON CONFLICT (user_id, idempotency_key) DO NOTHING
-		RETURNING *`, s.UserID, s.Key, method, path, fp, StateProcessing, fence, secs).Scan(&rec)
+		RETURNING *`, s.UserID, s.Key, sub.Kind, sub.OrderID, method, path, fp, StateProcessing, fence, secs).Scan(&rec)
 	if res.Error != nil {
 		return Claim{}, fmt.Errorf("claim idempotency record: %w", res.Error)
 	}
@@ -123,13 +124,13 @@ func (st *Store) Finish(ctx context.Context, tx *gorm.DB, id, fence int64, state
 	return nil
 }
 
-// Stuck returns up to limit PROCESSING records on paths matching pathLike (SQL LIKE) whose lease has
+// Stuck returns up to limit PROCESSING records of kind whose lease has
 // run out (their holder crashed, or is still waiting on an answer that may never come), and that the
 // sweeper has asked about unanswered fewer than maxSweeps times.
-func (st *Store) Stuck(ctx context.Context, pathLike string, maxSweeps, limit int) ([]Record, error) {
+func (st *Store) Stuck(ctx context.Context, kind string, maxSweeps, limit int) ([]Record, error) {
 	var recs []Record
 	err := st.db.WithContext(ctx).
-		Where("state = ? AND locked_until < now() AND path LIKE ? AND sweeps < ?", StateProcessing, pathLike, maxSweeps).
+		Where("state = ? AND locked_until < now() AND kind = ? AND sweeps < ?", StateProcessing, kind, maxSweeps).
 		Order("locked_until").Limit(limit).Find(&recs).Error
 	if err != nil {
 		return nil, fmt.Errorf("find stuck idempotency records: %w", err)
@@ -137,16 +138,16 @@ func (st *Store) Stuck(ctx context.Context, pathLike string, maxSweeps, limit in
 	return recs, nil
 }
 
-// Unfinished returns up to limit records on paths matching pathLike that are FAILED_RETRYABLE, or
+// Unfinished returns up to limit records of kind that are FAILED_RETRYABLE, or
 // PROCESSING past their lease, and untouched for at least grace: what the reconciler settles with the
 // platform whatever the sweeper's bound (a FAILED_RETRYABLE payment may exist after all: the platform
 // may have committed before its connection broke).
-func (st *Store) Unfinished(ctx context.Context, pathLike string, grace time.Duration, limit int) ([]Record, error) {
+func (st *Store) Unfinished(ctx context.Context, kind string, grace time.Duration, limit int) ([]Record, error) {
 	var recs []Record
 	err := st.db.WithContext(ctx).
-		Where(`path LIKE ? AND updated_at < now() - make_interval(secs => ?)
+		Where(`kind = ? AND updated_at < now() - make_interval(secs => ?)
 			AND (state = ? OR (state = ? AND locked_until < now()))`,
-			pathLike, grace.Seconds(), StateFailedRetryable, StateProcessing).
+			kind, grace.Seconds(), StateFailedRetryable, StateProcessing).
 		Order("updated_at").Limit(limit).Find(&recs).Error
 	if err != nil {
 		return nil, fmt.Errorf("find unfinished idempotency records: %w", err)
@@ -170,14 +171,14 @@ func (st *Store) NoteUnanswered(ctx context.Context, id, fence int64) (int, erro
 	return n[0], nil
 }
 
-// CountByState returns how many records on paths matching pathLike are in each state.
-func (st *Store) CountByState(ctx context.Context, pathLike string) (map[State]int64, error) {
+// CountByState returns how many records of kind are in each state.
+func (st *Store) CountByState(ctx context.Context, kind string) (map[State]int64, error) {
 	var rows []struct {
 		State State
 		N     int64
 	}
 	err := st.db.WithContext(ctx).Raw(`SELECT state, count(*) AS n FROM idempotency_keys
-		WHERE path LIKE ? GROUP BY state`, pathLike).Scan(&rows).Error
+		WHERE kind = ? GROUP BY state`, kind).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("count idempotency records: %w", err)
 	}

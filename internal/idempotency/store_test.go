@@ -25,6 +25,9 @@ const (
 	lease = time.Minute
 )
 
+// paySubject is the subject of the pay record at payPath.
+var paySubject = idempotency.Subject{Kind: idempotency.KindPay, OrderID: 1}
+
 func newStore(t *testing.T) (*idempotency.Store, *testenv.Env) {
 	t.Helper()
 	env := testenv.New(t)
@@ -35,7 +38,7 @@ func newStore(t *testing.T) (*idempotency.Store, *testenv.Env) {
 
 func claim(t *testing.T, st *idempotency.Store, key string, fence int64) idempotency.Claim {
 	t.Helper()
-	c, err := st.Claim(context.Background(), idempotency.Scope{UserID: 1, Key: key}, "POST", payPath, payFP, fence, lease)
+	c, err := st.Claim(context.Background(), idempotency.Scope{UserID: 1, Key: key}, paySubject, "POST", payPath, payFP, fence, lease)
 	require.NoError(t, err)
 	return c
 }
@@ -169,4 +172,37 @@ func TestFinishNeverRewritesAFinalRecord(t *testing.T) {
 	require.NotNil(t, rec.ResponseStatus)
 	assert.Equal(t, 201, *rec.ResponseStatus)
 	assert.JSONEq(t, `{"first":true}`, string(rec.ResponseBody))
+}
+
+// The workers find pay records by their subject, in columns: the claim writes kind and order_id, and
+// Stuck, Unfinished and CountByState look at the kind only, whatever the path says.
+func TestRecordsAreFoundByKind(t *testing.T) {
+	st, env := newStore(t)
+	ctx := context.Background()
+	a := claim(t, st, "key-pay", 1)
+	require.True(t, a.Claimed)
+	assert.Equal(t, idempotency.KindPay, a.Record.Kind)
+	require.NotNil(t, a.Record.OrderID)
+	assert.Equal(t, int64(1), *a.Record.OrderID)
+
+	// A pay-looking path of another kind is none of the pay workers' business.
+	other, err := st.Claim(ctx, idempotency.Scope{UserID: 1, Key: "key-other"}, idempotency.Subject{Kind: "lab_s8"},
+		"POST", payPath, payFP, 1, lease)
+	require.NoError(t, err)
+	require.True(t, other.Claimed)
+	assert.Nil(t, other.Record.OrderID, "no order: NULL")
+	expire(t, env, a.Record.ID)
+	expire(t, env, other.Record.ID)
+
+	stuck, err := st.Stuck(ctx, idempotency.KindPay, 5, 10)
+	require.NoError(t, err)
+	require.Len(t, stuck, 1)
+	assert.Equal(t, a.Record.ID, stuck[0].ID)
+	unfinished, err := st.Unfinished(ctx, idempotency.KindPay, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, unfinished, 1)
+	assert.Equal(t, a.Record.ID, unfinished[0].ID)
+	counts, err := st.CountByState(ctx, idempotency.KindPay)
+	require.NoError(t, err)
+	assert.Equal(t, map[idempotency.State]int64{idempotency.StateProcessing: 1}, counts)
 }

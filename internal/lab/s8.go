@@ -80,8 +80,10 @@ func s8Side(ctx context.Context, env *Env, f *Fixture, unsafe bool) (map[string]
 	defer func() {
 		_ = env.Redis.Del(context.WithoutCancel(ctx), locker.LockKey(name), locker.FenceKey(name)).Err()
 	}()
-	// A pay-like path outside /v1/orders/%/pay, so that the real sweeper leaves this record to the lab.
+	// A pay-like record of a kind of its own, so that the real sweeper, which finds pay records by
+	// kind, leaves this one to the lab.
 	path := fmt.Sprintf("/lab/s8/orders/%d/pay", o.ID)
+	subject := idempotency.Subject{Kind: "lab_s8", OrderID: o.ID}
 	fp, err := idempotency.Fingerprint(http.MethodPost, path, nil)
 	if err != nil {
 		return nil, err
@@ -93,7 +95,7 @@ func s8Side(ctx context.Context, env *Env, f *Fixture, unsafe bool) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("S8: A's lock: %w", err)
 	}
-	a, err := store.Claim(ctx, scope, http.MethodPost, path, fp, leaseA.Fence, s8Lease)
+	a, err := store.Claim(ctx, scope, subject, http.MethodPost, path, fp, leaseA.Fence, s8Lease)
 	if err != nil || !a.Claimed {
 		return nil, fmt.Errorf("S8: A's claim: claimed=%v: %v", a.Claimed, err)
 	}
@@ -121,7 +123,7 @@ func s8Side(ctx context.Context, env *Env, f *Fixture, unsafe bool) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("S8: B's lock: %w", err)
 	}
-	b, err := store.Claim(ctx, scope, http.MethodPost, path, fp, leaseB.Fence, s8Lease)
+	b, err := store.Claim(ctx, scope, subject, http.MethodPost, path, fp, leaseB.Fence, s8Lease)
 	if err != nil || !b.Claimed {
 		return nil, fmt.Errorf("S8: B's takeover: claimed=%v: %v", b.Claimed, err)
 	}

@@ -223,8 +223,8 @@ var List = []Mutant{
 	{
 		ID: "sweeper-bound-query", Guard: "sweeper: sweeps < max",
 		File:        "internal/idempotency/store.go",
-		Original:    `path LIKE ? AND sweeps < ?", StateProcessing`,
-		Replacement: `path LIKE ? AND ? > 0", StateProcessing`,
+		Original:    `kind = ? AND sweeps < ?", StateProcessing`,
+		Replacement: `kind = ? AND ? > 0", StateProcessing`,
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperAsksAtMostMaxAttemptsTimes$",
 	},
 	{

@@ -112,6 +112,12 @@ type payResponse struct {
 // detachedWorkLimit bounds the pay work after the claim, once it no longer follows the client.
 const detachedWorkLimit = time.Minute
 
+// Subject is what a pay record is about: the sweeper and the reconciler find pay records by their kind,
+// and the order they pay by its id, in columns.
+func Subject(orderID int64) idempotency.Subject {
+	return idempotency.Subject{Kind: idempotency.KindPay, OrderID: orderID}
+}
+
 // LockName is the Redis lock of an order's payment. It is per order, not per key: two keys for one order
 // queue behind each other, and each order has one fence counter in Redis, which expires once its
 // records are reaped (lock.FenceTTL).
@@ -177,7 +183,7 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 			defer p.release(ctx, lease)
 		}
 	}
-	cl, err := p.store.Claim(ctx, s, req.Method, req.URL.Path, fp, fence, p.cfg.Lease)
+	cl, err := p.store.Claim(ctx, s, Subject(orderID), req.Method, req.URL.Path, fp, fence, p.cfg.Lease)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"gorm.io/gorm"
@@ -19,11 +20,15 @@ import (
 // fenced claim), then finish it with a fenced write. What to finish it with is the caller's to decide,
 // from the platform's query API; how it is written stays here, beside the flow that writes it first.
 
-// TakeOver claims the unfinished pay record stuck of order orderID as a retry of it would: under the
+// TakeOver claims the unfinished pay record stuck (found by kind: its OrderID is set) as a retry of it would: under the
 // order's Redis lock when one is configured (its fencing token goes into the claim), else under the
 // database's fence alone. ok is false, with a nil error, when someone else holds the record (a live
 // retry). release must be called when ok is true; it gives the lock back.
-func (p *Payer) TakeOver(ctx context.Context, stuck idempotency.Record, orderID int64) (rec idempotency.Record, release func(), ok bool, err error) {
+func (p *Payer) TakeOver(ctx context.Context, stuck idempotency.Record) (rec idempotency.Record, release func(), ok bool, err error) {
+	if stuck.Kind != idempotency.KindPay || stuck.OrderID == nil {
+		return idempotency.Record{}, nil, false, fmt.Errorf("record %d is not a pay record (kind %q)", stuck.ID, stuck.Kind)
+	}
+	orderID := *stuck.OrderID
 	var fence int64
 	release = func() {}
 	if p.locker != nil {
@@ -39,7 +44,7 @@ func (p *Payer) TakeOver(ctx context.Context, stuck idempotency.Record, orderID 
 		}
 	}
 	scope := idempotency.Scope{UserID: stuck.UserID, Key: stuck.IdempotencyKey}
-	cl, err := p.store.Claim(ctx, scope, stuck.Method, stuck.Path, stuck.Fingerprint, fence, p.cfg.Lease)
+	cl, err := p.store.Claim(ctx, scope, Subject(orderID), stuck.Method, stuck.Path, stuck.Fingerprint, fence, p.cfg.Lease)
 	if err != nil || !cl.Claimed {
 		release()
 		return idempotency.Record{}, nil, false, err
@@ -47,7 +52,7 @@ func (p *Payer) TakeOver(ctx context.Context, stuck idempotency.Record, orderID 
 	return cl.Record, release, true, nil
 }
 
-// Complete finishes rec, order orderID's record, COMPLETED with the 201 its client would have got for
+// Complete finishes rec, a pay record of order orderID, COMPLETED with the 201 its client would have got for
 // payment, and moves the order in the same transaction (PENDING → PAYING, then whatever the payment
 // already says, through the callbacks' guarded steps). idempotency.ErrFenced: a newer holder owns rec.
 func (p *Payer) Complete(ctx context.Context, rec idempotency.Record, orderID int64, payment payclient.Payment) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"idemshop/internal/callback"
+	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
 )
 
@@ -96,7 +97,7 @@ type Report struct {
 // It stops early, without error, when the platform stops answering.
 func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	rep := Report{Orders: map[string]int{}, Records: map[string]int{}}
-	recs, err := r.sweeper.store.Unfinished(ctx, payPathLike, r.cfg.Grace, r.cfg.Batch)
+	recs, err := r.sweeper.store.Unfinished(ctx, idempotency.KindPay, r.cfg.Grace, r.cfg.Batch)
 	if err != nil {
 		return rep, err
 	}

@@ -9,24 +9,18 @@ package sweeper
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"idemshop/internal/idempotency"
-	"idemshop/internal/orders"
 	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/refunds"
 )
-
-// payPathLike matches the records of the pay route.
-const payPathLike = "/v1/orders/%/pay"
 
 // Sweeper is ladder step 3: it resolves pay records stuck in PROCESSING (a crash after the platform
 // call, or a timeout) by asking the platform's query API for the fact, under the same fenced lock as a
@@ -89,7 +83,7 @@ var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
 // the record gauge. It returns how many records it repaired by result.
 func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
-	recs, err := s.store.Stuck(ctx, payPathLike, s.maxAttempts, s.batch)
+	recs, err := s.store.Stuck(ctx, idempotency.KindPay, s.maxAttempts, s.batch)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +102,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	if err := s.refunds.RunOnce(ctx); err != nil {
 		s.logger.Error("sweeper: refunds failed", "err", err)
 	}
-	counts, err := s.store.CountByState(ctx, payPathLike)
+	counts, err := s.store.CountByState(ctx, idempotency.KindPay)
 	if err != nil {
 		return done, err
 	}
@@ -148,15 +142,12 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // the payment exists. "" means it did nothing (someone else holds it). bounded counts an unanswered
 // question towards maxAttempts (the sweeper); the reconciler asks without a bound.
 func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record, bounded bool) (string, error) {
-	orderID, err := orderIDFromPath(stuck.Path)
-	if err != nil {
-		return "", err
-	}
-	rec, release, ok, err := s.payer.TakeOver(logging.With(ctx, s.logger), stuck, orderID)
+	rec, release, ok, err := s.payer.TakeOver(logging.With(ctx, s.logger), stuck)
 	if err != nil || !ok {
 		return "", err
 	}
 	defer release()
+	orderID := *rec.OrderID
 	lg := s.logger.With("order_id", orderID, "record_id", rec.ID, "fence", rec.Fence, "attempts", rec.Attempts)
 
 	// Ask before anything else: only the platform knows whether the payment exists, and no answer
@@ -202,21 +193,4 @@ func fenced(err error, result string) (string, error) {
 		return "", err
 	}
 	return result, nil
-}
-
-// orderIDFromPath reads the order id out of "/v1/orders/{id}/pay".
-func orderIDFromPath(path string) (int64, error) {
-	rest, ok := strings.CutPrefix(path, "/v1/orders/")
-	if !ok {
-		return 0, fmt.Errorf("not a pay path: %q", path)
-	}
-	idText, ok := strings.CutSuffix(rest, "/pay")
-	if !ok {
-		return 0, fmt.Errorf("not a pay path: %q", path)
-	}
-	id, ok := orders.ParseID(idText)
-	if !ok {
-		return 0, fmt.Errorf("not a pay path: %q", path)
-	}
-	return id, nil
 }

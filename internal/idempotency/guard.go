@@ -193,26 +193,30 @@ func (g *Guard) answerFromRecord(c echo.Context, route string, rec *Record, fp s
 	return Respond(c, g.metrics, route, *rec, fp, g.retryAfter)
 }
 
-// Respond answers a request from an existing record: 422 idempotency_key_reused if fp is not the
-// record's fingerprint (whatever its state: the mismatch check comes first); the stored status and body
-// with Idempotent-Replayed: true if the record is COMPLETED or FAILED_PERMANENT; otherwise 409
-// idempotency_key_in_use with Retry-After. Stored error bodies (status >= 400) are problem documents.
-func Respond(c echo.Context, m *Metrics, route string, rec Record, fp string, retryAfter time.Duration) error {
+// Replay answers a request from an existing record, counting the outcome on route: ErrKeyReused (422)
+// if fp is not the record's fingerprint (whatever its state: the mismatch check comes first); the
+// stored status and body, Replayed, if the record is COMPLETED or FAILED_PERMANENT; otherwise
+// ErrKeyInUse (409) with Retry-After retryAfter.
+func Replay(m *Metrics, route string, rec Record, fp string, retryAfter time.Duration) (Answer, error) {
 	if rec.Fingerprint != fp {
 		m.Count(route, OutcomeMismatch)
-		return ErrKeyReused
+		return Answer{}, ErrKeyReused
 	}
 	if (rec.State == StateCompleted || rec.State == StateFailedPermanent) && rec.ResponseStatus != nil {
 		m.Count(route, OutcomeReplayed)
-		c.Response().Header().Set(ReplayedHeader, "true")
-		ct := echo.MIMEApplicationJSON
-		if *rec.ResponseStatus >= 400 {
-			ct = problem.ContentType
-		}
-		return c.Blob(*rec.ResponseStatus, ct, rec.ResponseBody)
+		return Answer{Status: *rec.ResponseStatus, Body: rec.ResponseBody, Replayed: true}, nil
 	}
 	m.Count(route, OutcomeInFlight)
-	return ErrKeyInUse.WithRetryAfter(retryAfter)
+	return Answer{}, ErrKeyInUse.WithRetryAfter(retryAfter)
+}
+
+// Respond answers a request from an existing record on c: Replay, then Answer.Write.
+func Respond(c echo.Context, m *Metrics, route string, rec Record, fp string, retryAfter time.Duration) error {
+	a, err := Replay(m, route, rec, fp, retryAfter)
+	if err != nil {
+		return err
+	}
+	return a.Write(c)
 }
 
 // keyedRequest is what every Idempotency-Key route reads first: the key, the body and its fingerprint.

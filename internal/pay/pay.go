@@ -16,11 +16,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"gorm.io/gorm"
 
 	"idemshop/internal/callback"
@@ -123,74 +123,42 @@ func Subject(orderID int64) idempotency.Subject {
 // records are reaped (lock.FenceTTL).
 func LockName(orderID int64) string { return "pay:order:" + strconv.FormatInt(orderID, 10) }
 
-// Pay answers one pay request for userID's order orderID with Idempotency-Key key and fingerprint fp.
-func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error {
-	req := c.Request()
-	ctx := req.Context()
-	route := c.Path()
-	s := idempotency.Scope{UserID: userID, Key: key}
-	lg := logging.From(ctx).With("idempotency_key", key, "order_id", orderID)
+// PayRequest is one pay request as the route read it: UserID's order OrderID, with Idempotency-Key Key
+// and the request's Fingerprint. Method and Path are stored on a new record; Route labels the metrics.
+type PayRequest struct {
+	UserID, OrderID     int64
+	Key, Fingerprint    string
+	Method, Path, Route string
+}
 
-	// A known key answers from its record, unless the record may run again.
-	rec, err := idempotency.Find(ctx, p.db, s)
-	if err != nil {
-		return err
-	}
-	if rec != nil && !mayRunAgain(*rec, fp) {
-		return idempotency.Respond(c, p.metrics, route, *rec, fp, p.cfg.Lease)
-	}
-	o, err := p.orders.Get(ctx, userID, orderID)
-	if err != nil {
-		return err // 404 stores nothing
-	}
-	if rec == nil && o.Status != orders.StatusPending {
-		// This key's own first request may have finished between the two reads: its record answers.
-		if cur, err := idempotency.Find(ctx, p.db, s); err != nil {
-			return err
-		} else if cur != nil {
-			return idempotency.Respond(c, p.metrics, route, *cur, fp, p.cfg.Lease)
-		}
-		// The local check: a new key for an order that already has a payment must not create a second
-		// one. (Two new keys racing past this check still get one payment: the platform is idempotent
-		// on merchant_order_no.)
-		return ErrNotPayable.Wrap(fmt.Errorf("order %d is %s", o.ID, o.Status))
-	}
+func (r PayRequest) scope() idempotency.Scope { return idempotency.Scope{UserID: r.UserID, Key: r.Key} }
 
-	// Claim the record under the order's Redis lock, whose fencing token goes into every write.
-	var fence int64
-	var lease *lock.Lease
-	if p.locker != nil {
-		lease, err = p.locker.Acquire(ctx, LockName(orderID), p.cfg.Lease)
-		switch {
-		case errors.Is(err, lock.ErrNotAcquired):
-			// Someone is paying this order. If it is this key's own first request and it has claimed its
-			// record by now, answer from the record; otherwise we cannot tell this key's first request
-			// from another key's, so say both.
-			cur, ferr := idempotency.Find(ctx, p.db, s)
-			if ferr != nil {
-				return ferr
-			}
-			if cur != nil {
-				return idempotency.Respond(c, p.metrics, route, *cur, fp, p.cfg.Lease)
-			}
-			p.metrics.Count(route, idempotency.OutcomeInFlight)
-			return errOrderBusy.WithRetryAfter(p.cfg.Lease)
-		case err != nil:
-			lg.Warn("pay lock unavailable; the database lease and fence alone guard this payment", "err", err)
-			lease = nil // fence 0: the database issues the token
-		default:
-			fence = lease.Fence
-			defer p.release(ctx, lease)
-		}
+// Pay answers one pay request: the 201 of a created payment or the stored 422 of a refusal, fresh or
+// replayed from the key's record. Errors (problem kinds, mapped by problem.Handler):
+// orders.ErrOrderNotFound (404), ErrNotPayable (409), idempotency.ErrKeyReused (422),
+// idempotency.ErrKeyInUse (409 with Retry-After: this key's request, or another for the same order, is
+// running), ErrPaymentUnavailable and ErrOutcomeUnknown (503 with Retry-After), or a database error.
+//
+// The steps, each its own function: lookup (a known key answers from its record), lock (the order's
+// fenced lease), claim (the record, PROCESSING, before the call), callPlatform (under the watchdog, and
+// only a holder that still holds its lease goes on), record (the fenced finish).
+func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, error) {
+	lg := logging.From(ctx).With("idempotency_key", r.Key, "order_id", r.OrderID)
+	o, done, ans, err := p.lookup(ctx, r)
+	if err != nil || done {
+		return ans, err
 	}
-	cl, err := p.store.Claim(ctx, s, Subject(orderID), req.Method, req.URL.Path, fp, fence, p.cfg.Lease)
-	if err != nil {
-		return err
+	lease, busy, ans, err := p.lock(ctx, lg, r)
+	if err != nil || busy {
+		return ans, err
 	}
-	if !cl.Claimed {
-		return idempotency.Respond(c, p.metrics, route, cl.Record, fp, p.cfg.Lease)
+	if lease != nil {
+		defer p.release(ctx, lease)
 	}
-	rec = &cl.Record
+	rec, claimed, ans, err := p.claim(ctx, r, lease)
+	if err != nil || !claimed {
+		return ans, err
+	}
 	lg = lg.With("fence", rec.Fence)
 	// From the claim on, the work no longer follows the client's connection: a client that hangs up
 	// must not leave a created payment unrecorded. The platform call (PAYMENTS_TIMEOUT) and each
@@ -202,6 +170,97 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 	ctx = work
 	run(p.faults.AfterClaim, ctx)
 
+	payment, rpcErr, err := p.callPlatform(ctx, lg, r.Route, o, lease)
+	if err != nil {
+		return idempotency.Answer{}, err
+	}
+	return p.record(ctx, r.Route, rec, o, payment, rpcErr)
+}
+
+// lookup answers a known key from its record, unless the record may run again, and reads the order.
+// done: the answer or the error is final. It is also the local check: a new key for an order that
+// already has a payment must not create a second one. (Two new keys racing past this check still get
+// one payment: the platform is idempotent on merchant_order_no.)
+func (p *Payer) lookup(ctx context.Context, r PayRequest) (o orders.Order, done bool, ans idempotency.Answer, err error) {
+	rec, err := idempotency.Find(ctx, p.db, r.scope())
+	if err != nil {
+		return o, true, ans, err
+	}
+	if rec != nil && !mayRunAgain(*rec, r.Fingerprint) {
+		ans, err = idempotency.Replay(p.metrics, r.Route, *rec, r.Fingerprint, p.cfg.Lease)
+		return o, true, ans, err
+	}
+	o, err = p.orders.Get(ctx, r.UserID, r.OrderID)
+	if err != nil {
+		return o, true, ans, err // 404 stores nothing
+	}
+	if rec == nil && o.Status != orders.StatusPending {
+		// This key's own first request may have finished between the two reads: its record answers.
+		if cur, err := idempotency.Find(ctx, p.db, r.scope()); err != nil {
+			return o, true, ans, err
+		} else if cur != nil {
+			ans, err = idempotency.Replay(p.metrics, r.Route, *cur, r.Fingerprint, p.cfg.Lease)
+			return o, true, ans, err
+		}
+		return o, true, ans, ErrNotPayable.Wrap(fmt.Errorf("order %d is %s", o.ID, o.Status))
+	}
+	return o, false, ans, nil
+}
+
+// lock takes the order's Redis lease, whose fencing token goes into every write of the record. busy:
+// someone else is paying this order, and the answer or the error says so. A nil lease that is not busy
+// means no Redis (none configured, or it is down): the database lease and fence alone guard the payment.
+func (p *Payer) lock(ctx context.Context, lg *slog.Logger, r PayRequest) (lease *lock.Lease, busy bool, ans idempotency.Answer, err error) {
+	if p.locker == nil {
+		return nil, false, ans, nil
+	}
+	lease, err = p.locker.Acquire(ctx, LockName(r.OrderID), p.cfg.Lease)
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired):
+		// Someone is paying this order. If it is this key's own first request and it has claimed its
+		// record by now, answer from the record; otherwise we cannot tell this key's first request
+		// from another key's, so say both.
+		cur, ferr := idempotency.Find(ctx, p.db, r.scope())
+		if ferr != nil {
+			return nil, true, ans, ferr
+		}
+		if cur != nil {
+			ans, err = idempotency.Replay(p.metrics, r.Route, *cur, r.Fingerprint, p.cfg.Lease)
+			return nil, true, ans, err
+		}
+		p.metrics.Count(r.Route, idempotency.OutcomeInFlight)
+		return nil, true, ans, errOrderBusy.WithRetryAfter(p.cfg.Lease)
+	case err != nil:
+		lg.Warn("pay lock unavailable; the database lease and fence alone guard this payment", "err", err)
+		return nil, false, ans, nil // fence 0: the database issues the token
+	}
+	return lease, false, ans, nil
+}
+
+// claim takes the record (PROCESSING) before the platform call, with the lease's fencing token (0
+// without a lease: the database issues one). claimed false: the record is someone else's or final, and
+// it answers.
+func (p *Payer) claim(ctx context.Context, r PayRequest, lease *lock.Lease) (rec idempotency.Record, claimed bool, ans idempotency.Answer, err error) {
+	var fence int64
+	if lease != nil {
+		fence = lease.Fence
+	}
+	cl, err := p.store.Claim(ctx, r.scope(), Subject(r.OrderID), r.Method, r.Path, r.Fingerprint, fence, p.cfg.Lease)
+	if err != nil {
+		return rec, false, ans, err
+	}
+	if !cl.Claimed {
+		ans, err = idempotency.Replay(p.metrics, r.Route, cl.Record, r.Fingerprint, p.cfg.Lease)
+		return rec, false, ans, err
+	}
+	return cl.Record, true, ans, nil
+}
+
+// callPlatform creates the payment at the platform (merchant_order_no = the order id, on which the
+// platform is idempotent) while the watchdog renews the lease. It returns the platform's answer and its
+// error; err (idempotency.ErrKeyInUse) means this holder lost its lease during the call and must not
+// write the result: the record stays PROCESSING for its new holder.
+func (p *Payer) callPlatform(ctx context.Context, lg *slog.Logger, route string, o orders.Order, lease *lock.Lease) (payment payclient.Payment, rpcErr, err error) {
 	// The watchdog renews the Redis lease while the platform call runs; if a renewal fails, the lease
 	// may be someone else's and this holder must not write.
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -209,7 +268,7 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 	if lease != nil {
 		lost = p.locker.KeepAlive(watchCtx, lease, p.cfg.Lease, p.cfg.Lease/3)
 	}
-	payment, _, rpcErr := p.platform.CreatePayment(ctx, payclient.CreatePaymentRequest{
+	payment, _, rpcErr = p.platform.CreatePayment(ctx, payclient.CreatePaymentRequest{
 		MerchantOrderNo: strconv.FormatInt(o.ID, 10), AmountCents: o.AmountCents, Currency: o.Currency,
 		NotifyURL: p.cfg.CallbackURL})
 	run(p.faults.AfterRPC, ctx)
@@ -219,14 +278,13 @@ func (p *Payer) Pay(c echo.Context, userID, orderID int64, key, fp string) error
 		// anyway, but a holder that knows it lost does not even try. The record stays PROCESSING.
 		lg.Warn("pay lease lost during the platform call; not writing the result", "err", err)
 		p.metrics.Count(route, idempotency.OutcomeInFlight)
-		return idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+		return payclient.Payment{}, nil, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
 	}
 	run(p.faults.BeforeWrite, ctx)
-
 	if rpcErr != nil {
 		lg.Warn("payment platform call failed", "err", rpcErr)
 	}
-	return p.record(ctx, c, route, *rec, o, payment, rpcErr)
+	return payment, rpcErr, nil
 }
 
 // mayRunAgain: a record with the same fingerprint that failed retryably, or that is PROCESSING, may be
@@ -292,17 +350,28 @@ type result struct {
 	answer error             // the error to answer with when the answer is not the stored body
 }
 
-// record writes the result of the platform call with the claimer's fence and answers the client.
-func (p *Payer) record(ctx context.Context, c echo.Context, route string, rec idempotency.Record, o orders.Order, pay payclient.Payment, rpcErr error) error {
+// answerOf is the client's answer to a stored result: its error when the answer needs more than the
+// stored body (the 503 of FAILED_RETRYABLE carries Retry-After), else the stored status and body.
+func (r result) answerOf() (idempotency.Answer, error) {
+	if r.answer != nil {
+		return idempotency.Answer{}, r.answer
+	}
+	return idempotency.Answer{Status: r.status, Body: r.body}, nil
+}
+
+// record writes the result of the platform call with the claimer's fence and returns the client's
+// answer: the stored 201 or 422, or the error of a result that is not stored (503), or
+// idempotency.ErrKeyInUse when a newer holder's fence refused the write.
+func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record, o orders.Order, pay payclient.Payment, rpcErr error) (idempotency.Answer, error) {
 	r, err := p.outcome(o, pay, rpcErr)
 	if err != nil {
-		return err
+		return idempotency.Answer{}, err
 	}
 	if r.state == idempotency.StateProcessing {
 		// Outcome unknown: the payment may exist. Leave the record PROCESSING; when its lease runs out,
 		// a retry or the sweeper asks the platform and finishes it.
 		p.metrics.Count(route, idempotency.OutcomeExecuted)
-		return r.answer
+		return idempotency.Answer{}, r.answer
 	}
 	err = p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if r.state == idempotency.StateCompleted {
@@ -316,20 +385,13 @@ func (p *Payer) record(ctx context.Context, c echo.Context, route string, rec id
 		logging.From(ctx).Warn("stale pay holder: a newer fencing token owns the record; result dropped",
 			"order_id", o.ID, "fence", rec.Fence)
 		p.metrics.Count(route, idempotency.OutcomeInFlight)
-		return idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+		return idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
 	}
 	if err != nil {
-		return err
+		return idempotency.Answer{}, err
 	}
 	p.metrics.Count(route, idempotency.OutcomeExecuted)
-	switch {
-	case r.answer != nil:
-		return r.answer
-	case r.status >= 400:
-		return c.Blob(r.status, problem.ContentType, r.body)
-	default:
-		return c.Blob(r.status, echo.MIMEApplicationJSON, r.body)
-	}
+	return r.answerOf()
 }
 
 // outcome maps the platform's answer to the record's next state and the client's answer:

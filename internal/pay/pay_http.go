@@ -3,7 +3,6 @@ package pay
 import (
 	"bytes"
 	"errors"
-	"fmt"
 
 	"github.com/labstack/echo/v4"
 
@@ -32,6 +31,8 @@ func (h *Handler) Mount(g *echo.Group) {
 	h.metrics.ExpectRoute(g.POST("/orders/:id/pay", h.pay).Path)
 }
 
+// pay reads the request (the keyed-request reader every Idempotency-Key route shares), runs the pay
+// flow, and writes its answer; errors go to problem.Handler.
 func (h *Handler) pay(c echo.Context) error {
 	u, err := auth.MustUser(c)
 	if err != nil {
@@ -41,25 +42,21 @@ func (h *Handler) pay(c echo.Context) error {
 	if !ok {
 		return orders.ErrOrderNotFound
 	}
-	key, err := idempotency.KeyFromHeader(c.Request().Header)
+	kr, err := idempotency.ReadKeyedRequest(c, h.metrics, u.ID)
 	if err != nil {
-		h.metrics.Count(c.Path(), idempotency.OutcomeInvalid)
 		return err
-	}
-	body, err := problem.ReadBody(c.Request().Body)
-	if err != nil {
-		return fmt.Errorf("read request body: %w", err)
 	}
 	// The order says what to pay: the body must be empty or {}. Anything else is refused rather than
 	// silently ignored (a client sending an amount must learn that it is not used).
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := problem.DecodeJSON(body, &struct{}{}); err != nil {
+	if len(bytes.TrimSpace(kr.Body)) > 0 {
+		if err := problem.DecodeJSON(kr.Body, &struct{}{}); err != nil {
 			return err
 		}
 	}
-	fp, err := idempotency.Fingerprint(c.Request().Method, c.Request().URL.Path, body)
+	ans, err := h.payer.Pay(c.Request().Context(), PayRequest{UserID: u.ID, OrderID: id, Key: kr.Scope.Key,
+		Fingerprint: kr.Fingerprint, Method: kr.Method, Path: kr.Path, Route: kr.Route})
 	if err != nil {
-		return problem.ErrMalformedBody.Wrap(err)
+		return err
 	}
-	return h.payer.Pay(c, u.ID, id, key, fp)
+	return ans.Write(c)
 }

@@ -99,3 +99,14 @@ func TestCrashFaults(t *testing.T) {
 	_, err = CrashFaults("crash-somewhere")
 	assert.Error(t, err)
 }
+
+// A stored result answers with its body, unless the answer needs more than the body (a 503's Retry-After).
+func TestAnswerOf(t *testing.T) {
+	a, err := result{state: idempotency.StateCompleted, status: 201, body: []byte(`{}`)}.answerOf()
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.Answer{Status: 201, Body: []byte(`{}`)}, a, "fresh, not replayed")
+
+	_, err = result{state: idempotency.StateFailedRetryable, status: 503, body: []byte(`{}`),
+		answer: ErrPaymentUnavailable.WithRetryAfter(time.Second)}.answerOf()
+	assert.True(t, errors.Is(err, ErrPaymentUnavailable), "%v", err)
+}

@@ -13,6 +13,8 @@ package pay
 // payment.
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -20,6 +22,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/auth"
+	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
 )
@@ -30,31 +33,35 @@ func UnsafeReference(orderID int64, requestID string) string {
 	return strconv.FormatInt(orderID, 10) + "-" + requestID
 }
 
-// PayUnsafe is Pay without the idempotency record, the lock and the business reference.
-func (p *Payer) PayUnsafe(c echo.Context, userID, orderID int64) error {
-	ctx := c.Request().Context()
+// PayUnsafe is Pay without the idempotency record, the lock and the business reference. requestID is
+// the request's X-Request-ID, which becomes part of the platform reference.
+func (p *Payer) PayUnsafe(ctx context.Context, userID, orderID int64, requestID string) (idempotency.Answer, error) {
 	o, err := p.orders.Get(ctx, userID, orderID)
 	if err != nil {
-		return err
+		return idempotency.Answer{}, err
 	}
 	// The only check: a PENDING order. A payment whose answer was lost left the order PENDING, so the
 	// retry passes it.
 	if o.Status != orders.StatusPending {
-		return ErrNotPayable.Wrap(fmt.Errorf("order %d is %s", o.ID, o.Status))
+		return idempotency.Answer{}, ErrNotPayable.Wrap(fmt.Errorf("order %d is %s", o.ID, o.Status))
 	}
 	// RPC first. The reference changes with every request, so the platform's idempotency cannot help.
-	ref := UnsafeReference(o.ID, c.Response().Header().Get(echo.HeaderXRequestID))
+	ref := UnsafeReference(o.ID, requestID)
 	payment, _, err := p.platform.CreatePayment(ctx, payclient.CreatePaymentRequest{
 		MerchantOrderNo: ref, AmountCents: o.AmountCents, Currency: o.Currency, NotifyURL: p.cfg.CallbackURL})
 	if err != nil {
 		// Treated as "nothing happened": nothing is recorded, and the client is told to try again.
-		return ErrPaymentUnavailable.Wrap(err)
+		return idempotency.Answer{}, ErrPaymentUnavailable.Wrap(err)
 	}
 	// Record after, if we get here at all.
 	if _, err := p.orders.Transition(ctx, p.db, o.ID, orders.StatusPaying, payment.ID); err != nil {
-		return err
+		return idempotency.Answer{}, err
 	}
-	return c.JSON(http.StatusCreated, p.response(o.ID, payment.ID))
+	body, err := json.Marshal(p.response(o.ID, payment.ID))
+	if err != nil {
+		return idempotency.Answer{}, err
+	}
+	return idempotency.Answer{Status: http.StatusCreated, Body: body}, nil
 }
 
 // MountUnsafe adds POST /s7/orders/:id/pay to g, which must already authenticate (the lab's
@@ -69,6 +76,10 @@ func (h *Handler) MountUnsafe(g *echo.Group) {
 		if err != nil || id <= 0 {
 			return orders.ErrOrderNotFound
 		}
-		return h.payer.PayUnsafe(c, u.ID, id)
+		ans, err := h.payer.PayUnsafe(c.Request().Context(), u.ID, id, c.Response().Header().Get(echo.HeaderXRequestID))
+		if err != nil {
+			return err
+		}
+		return ans.Write(c)
 	})
 }

@@ -105,7 +105,9 @@ func TestRefusedDialIsRetryable(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
 		c.PaymentsURL = "http://" + testenv.FreeAddr(t) // nothing listens there
 		c.PayLease = longLease
-		c.PaymentsTimeout = time.Second
+		// The dial is refused at once; a timeout that a slow machine could reach first would make it
+		// "outcome unknown" instead.
+		c.PaymentsTimeout = patience
 	}})
 	id, _ := rp.newOrder(alice, 1, 1)
 	r := rp.pay(alice, id, "pay-refused")

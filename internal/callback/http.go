@@ -9,7 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/paysig"
-	"idemshop/internal/platform/problem"
+	"idemshop/internal/platform/httpproblem"
 )
 
 // Handler is the callback route. It carries no bearer auth: the signature is the authentication.
@@ -52,7 +52,7 @@ var callbackAck = map[string]string{"result": "success"}
 // signature header, and acknowledges applied, duplicate and stale callbacks alike.
 func serveCallback(handle func(ctx context.Context, signature string, raw []byte) (Outcome, error)) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		raw, err := problem.ReadBody(c.Request().Body)
+		raw, err := httpproblem.ReadBody(c.Request().Body)
 		if err != nil {
 			return fmt.Errorf("read callback body: %w", err)
 		}

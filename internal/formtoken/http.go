@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/auth"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/problem"
 )
 
@@ -98,7 +99,7 @@ func (h *Handler) IssueFor(c echo.Context, userID int64, form string) (Token, er
 // readBody reads the request body. A body over the limit surfaces as Echo's 413 error, which the
 // problem handler maps (the wrap keeps it in the chain).
 func readBody(c echo.Context) ([]byte, error) {
-	b, err := problem.ReadBody(c.Request().Body)
+	b, err := httpproblem.ReadBody(c.Request().Body)
 	if err != nil {
 		return nil, fmt.Errorf("read request body: %w", err)
 	}

@@ -3,13 +3,13 @@ package idempotency
 import (
 	"github.com/labstack/echo/v4"
 
-	"idemshop/internal/platform/problem"
+	"idemshop/internal/platform/httpproblem"
 )
 
 // Answer is a keyed route's response, free of transport: the HTTP status, the body (JSON; a problem
 // document when Status >= 400), and whether it is replayed from an existing record rather than fresh.
 // Refusals that are not stored (409 in flight, 422 mismatch, 503) are errors, never Answers: they go
-// through problem.Handler like every other error.
+// through httpproblem.Handler like every other error.
 type Answer struct {
 	Status   int
 	Body     []byte
@@ -24,7 +24,7 @@ func (a Answer) Write(c echo.Context) error {
 	}
 	ct := echo.MIMEApplicationJSON
 	if a.Status >= 400 {
-		ct = problem.ContentType
+		ct = httpproblem.ContentType
 	}
 	return c.Blob(a.Status, ct, a.Body)
 }

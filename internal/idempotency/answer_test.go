@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/problem"
 )
 
@@ -50,7 +51,7 @@ func TestAnswerWrite(t *testing.T) {
 	}{
 		{Answer{Status: 201, Body: []byte(`{}`)}, echo.MIMEApplicationJSON, ""},
 		{Answer{Status: 201, Body: []byte(`{}`), Replayed: true}, echo.MIMEApplicationJSON, "true"},
-		{Answer{Status: 422, Body: []byte(`{}`), Replayed: true}, problem.ContentType, "true"},
+		{Answer{Status: 422, Body: []byte(`{}`), Replayed: true}, httpproblem.ContentType, "true"},
 	} {
 		rec := httptest.NewRecorder()
 		require.NoError(t, c.a.Write(e.NewContext(httptest.NewRequest(http.MethodPost, "/", nil), rec)))

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
@@ -237,7 +238,7 @@ func readKeyedRequest(c echo.Context, m *Metrics, userID int64) (keyedRequest, e
 		m.Count(r.route, OutcomeInvalid)
 		return r, err
 	}
-	if r.body, err = problem.ReadBody(req.Body); err != nil {
+	if r.body, err = httpproblem.ReadBody(req.Body); err != nil {
 		return r, fmt.Errorf("read request body: %w", err)
 	}
 	if r.fp, err = Fingerprint(req.Method, req.URL.Path, r.body); err != nil {

@@ -24,8 +24,8 @@ import (
 	"idemshop/internal/payclient"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/postgres"
-	"idemshop/internal/platform/problem"
 	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
 )
@@ -110,10 +110,10 @@ type response struct {
 	Body   []byte
 }
 
-func (r response) problem(t testing.TB) problem.Body {
+func (r response) problem(t testing.TB) httpproblem.Body {
 	t.Helper()
-	require.Equal(t, problem.ContentType, r.Header.Get("Content-Type"), "body: %s", r.Body)
-	var p problem.Body
+	require.Equal(t, httpproblem.ContentType, r.Header.Get("Content-Type"), "body: %s", r.Body)
+	var p httpproblem.Body
 	require.NoError(t, json.Unmarshal(r.Body, &p))
 	require.Equal(t, r.Status, p.Status)
 	return p

@@ -10,7 +10,7 @@ import (
 
 	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
-	"idemshop/internal/platform/problem"
+	"idemshop/internal/platform/httpproblem"
 )
 
 // mountLabBench mounts the baseline that `loadtest bench` compares POST /v1/orders against:
@@ -45,7 +45,7 @@ func newNoKeyRunner(db *gorm.DB) (*noKeyRunner, error) {
 // Run implements idempotency.Runner.
 func (n *noKeyRunner) Run(c echo.Context, _ int64, work idempotency.Work) error {
 	ctx := c.Request().Context()
-	body, err := problem.ReadBody(c.Request().Body)
+	body, err := httpproblem.ReadBody(c.Request().Body)
 	if err != nil {
 		return fmt.Errorf("read request body: %w", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/problem"
 )
@@ -134,7 +135,7 @@ type PayRequest struct {
 func (r PayRequest) scope() idempotency.Scope { return idempotency.Scope{UserID: r.UserID, Key: r.Key} }
 
 // Pay answers one pay request: the 201 of a created payment or the stored 422 of a refusal, fresh or
-// replayed from the key's record. Errors (problem kinds, mapped by problem.Handler):
+// replayed from the key's record. Errors (problem kinds, mapped by httpproblem.Handler):
 // orders.ErrOrderNotFound (404), ErrNotPayable (409), idempotency.ErrKeyReused (422),
 // idempotency.ErrKeyInUse (409 with Retry-After: this key's request, or another for the same order, is
 // running), ErrPaymentUnavailable and ErrOutcomeUnknown (503 with Retry-After), or a database error.
@@ -411,7 +412,7 @@ func (p *Payer) outcome(o orders.Order, pay payclient.Payment, rpcErr error) (re
 		pe := problem.Newf(problem.KindUnprocessable, ErrPaymentRefused.Code,
 			"the payment platform refused the payment (HTTP %d %s)", st, code)
 		body, err := problemBody(pe)
-		return result{state: idempotency.StateFailedPermanent, status: problem.StatusOf(pe.Kind), body: body}, err
+		return result{state: idempotency.StateFailedPermanent, status: httpproblem.StatusOf(pe.Kind), body: body}, err
 	case isRetryable(rpcErr):
 		body, err := problemBody(ErrPaymentUnavailable)
 		return result{state: idempotency.StateFailedRetryable, status: http.StatusServiceUnavailable, body: body,
@@ -444,7 +445,7 @@ func isRetryable(err error) bool {
 
 // problemBody is the stored form of an error answer: the RFC 9457 document the client would get.
 func problemBody(pe *problem.Error) ([]byte, error) {
-	st := problem.StatusOf(pe.Kind)
-	return json.Marshal(problem.Body{Type: "about:blank", Title: http.StatusText(st), Status: st,
+	st := httpproblem.StatusOf(pe.Kind)
+	return json.Marshal(httpproblem.Body{Type: "about:blank", Title: http.StatusText(st), Status: st,
 		Detail: pe.Detail, Code: pe.Code})
 }

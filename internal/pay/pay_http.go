@@ -32,7 +32,7 @@ func (h *Handler) Mount(g *echo.Group) {
 }
 
 // pay reads the request (the keyed-request reader every Idempotency-Key route shares), runs the pay
-// flow, and writes its answer; errors go to problem.Handler.
+// flow, and writes its answer; errors go to httpproblem.Handler.
 func (h *Handler) pay(c echo.Context) error {
 	u, err := auth.MustUser(c)
 	if err != nil {

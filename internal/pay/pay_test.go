@@ -14,7 +14,7 @@ import (
 	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
-	"idemshop/internal/platform/problem"
+	"idemshop/internal/platform/httpproblem"
 )
 
 func TestMayRunAgain(t *testing.T) {
@@ -70,7 +70,7 @@ func TestOutcome(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateFailedPermanent, r.state)
 	assert.Equal(t, http.StatusUnprocessableEntity, r.status)
-	var b problem.Body
+	var b httpproblem.Body
 	require.NoError(t, json.Unmarshal(r.body, &b))
 	assert.Equal(t, ErrPaymentRefused.Code, b.Code)
 	assert.Nil(t, r.answer, "a refusal is answered with its stored body")

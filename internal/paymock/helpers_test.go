@@ -20,8 +20,8 @@ import (
 
 	"idemshop/internal/paymock"
 	"idemshop/internal/paysig"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/httpserver"
-	"idemshop/internal/platform/problem"
 )
 
 var testSecret = []byte("test-webhook-secret")
@@ -149,7 +149,7 @@ func (h *harness) deliveries(t *testing.T, query string) []paymock.Attempt {
 func requireProblem(t *testing.T, status int, raw []byte, wantStatus int, wantCode string) {
 	t.Helper()
 	require.Equal(t, wantStatus, status, "%s", raw)
-	var pb problem.Body
+	var pb httpproblem.Body
 	require.NoError(t, json.Unmarshal(raw, &pb), "%s", raw)
 	require.Equal(t, wantCode, pb.Code, "%s", raw)
 	require.NotEmpty(t, pb.Detail)

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/auth"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/problem"
 )
 
@@ -74,7 +75,7 @@ func (h *Handler) redeem(c echo.Context) error {
 		tokenID, rewardID := c.FormValue(FormTokenField), c.FormValue("reward")
 		a, err := h.svc.WaitForResult(ctx, u.ID, tokenID, rewardID, h.formWait)
 		if err != nil {
-			pe := problem.Resolve(err)
+			pe := httpproblem.Resolve(err)
 			if pe.Kind == problem.KindInternal {
 				return err // logged with its cause by the error handler, like on the JSON path
 			}
@@ -83,7 +84,7 @@ func (h *Handler) redeem(c echo.Context) error {
 		return h.view.RedeemDone(c, a)
 	}
 
-	body, err := problem.ReadBody(c.Request().Body)
+	body, err := httpproblem.ReadBody(c.Request().Body)
 	if err != nil {
 		return fmt.Errorf("read request body: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"idemshop/internal/auth"
 	"idemshop/internal/formtoken"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/problem"
 )
 
@@ -63,7 +64,7 @@ func MountUnsafe(g *echo.Group, svc *Service) error {
 		if err != nil {
 			return err
 		}
-		body, err := problem.ReadBody(c.Request().Body)
+		body, err := httpproblem.ReadBody(c.Request().Body)
 		if err != nil {
 			return fmt.Errorf("read request body: %w", err)
 		}

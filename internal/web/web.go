@@ -21,6 +21,7 @@ import (
 	"idemshop/internal/auth"
 	"idemshop/internal/formtoken"
 	"idemshop/internal/orders"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/problem"
 	"idemshop/internal/points"
 	"idemshop/internal/rewards"
@@ -223,7 +224,7 @@ func (p *Pages) redeemForm(c echo.Context) error {
 	}
 	tok, err := p.d.Tokens.IssueFor(c, u.ID, rewards.FormName)
 	if err != nil {
-		return p.failed(c, problem.Resolve(err))
+		return p.failed(c, httpproblem.Resolve(err))
 	}
 	return p.renderForm(c, http.StatusOK, *u, tok.ID, "", "")
 }
@@ -276,7 +277,7 @@ func (p *Pages) RedeemFailed(c echo.Context, pe *problem.Error, tokenID, rewardI
 	if u != nil && formtoken.ValidID(tokenID) &&
 		(errors.Is(pe, rewards.ErrInsufficientPoints) || errors.Is(pe, formtoken.ErrTokenInUse)) {
 		setRetryAfter(c, pe.RetryAfter)
-		return p.renderForm(c, pe.Status(), *u, tokenID, rewardID, pe.Detail)
+		return p.renderForm(c, httpproblem.StatusOf(pe.Kind), *u, tokenID, rewardID, pe.Detail)
 	}
 	return p.failed(c, pe)
 }
@@ -284,8 +285,8 @@ func (p *Pages) RedeemFailed(c echo.Context, pe *problem.Error, tokenID, rewardI
 // failed renders pe as an HTML error page with the status (and Retry-After) the JSON API would use.
 func (p *Pages) failed(c echo.Context, pe *problem.Error) error {
 	setRetryAfter(c, pe.RetryAfter)
-	return p.render(c, pe.Status(), "error", errorData{base: base{Title: "Error", User: userOf(c)},
-		Heading: http.StatusText(pe.Status()), Error: pe.Detail, Retry: pe.RetryAfter > 0})
+	return p.render(c, httpproblem.StatusOf(pe.Kind), "error", errorData{base: base{Title: "Error", User: userOf(c)},
+		Heading: http.StatusText(httpproblem.StatusOf(pe.Kind)), Error: pe.Detail, Retry: pe.RetryAfter > 0})
 }
 
 func setRetryAfter(c echo.Context, d time.Duration) {

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/logging"
-	"idemshop/internal/platform/problem"
 )
 
 // Config holds the server limits. Durations are wall-clock; BodyLimit is in bytes.
@@ -35,12 +35,12 @@ type Config struct {
 
 // New returns an Echo instance with the shared middleware chain. Every request gets an X-Request-ID
 // (kept from the client when present) and a logger carrying it, reachable with logging.From(ctx).
-// translate classifies errors no handler did (problem.Handler); orders passes postgres.TranslateError.
+// translate classifies errors no handler did (httpproblem.Handler); orders passes postgres.TranslateError.
 func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, translate ...func(error) error) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = problem.Handler(func(c echo.Context) *slog.Logger {
+	e.HTTPErrorHandler = httpproblem.Handler(func(c echo.Context) *slog.Logger {
 		return logging.From(c.Request().Context())
 	}, translate...)
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 )
@@ -18,7 +19,7 @@ func TestTranslateErrorTransient(t *testing.T) {
 	t.Parallel()
 	for _, code := range []string{"55P03", "57014", "40001", "40P01", "53300", "57P01", "57P02", "57P03", "08006", "08001"} {
 		err := postgres.TranslateError(fmt.Errorf("insert order: %w", &pgconn.PgError{Code: code}))
-		pe := problem.Resolve(err)
+		pe := httpproblem.Resolve(err)
 		assert.Equal(t, problem.KindUnavailable, pe.Kind, code)
 		assert.Positive(t, pe.RetryAfter, code)
 		assert.ErrorIs(t, err, postgres.ErrTransient, code)
@@ -28,7 +29,7 @@ func TestTranslateErrorTransient(t *testing.T) {
 	for _, code := range []string{"23503", "22021", "42601"} {
 		err := postgres.TranslateError(&pgconn.PgError{Code: code})
 		assert.False(t, errors.Is(err, postgres.ErrTransient), code)
-		assert.Equal(t, problem.KindInternal, problem.Resolve(err).Kind, code)
+		assert.Equal(t, problem.KindInternal, httpproblem.Resolve(err).Kind, code)
 	}
-	assert.Equal(t, problem.KindInternal, problem.Resolve(postgres.TranslateError(errors.New("a bug"))).Kind)
+	assert.Equal(t, problem.KindInternal, httpproblem.Resolve(postgres.TranslateError(errors.New("a bug"))).Kind)
 }

@@ -1,9 +1,10 @@
-// Package problem defines the typed errors that every layer returns and the one place that maps them to
-// RFC 9457 "Problem Details for HTTP APIs" responses (application/problem+json).
+// Package problem defines the typed errors that every layer returns: a Kind, a stable code and a detail,
+// free of any transport.
 //
 // Domain packages return *Error values (or wrap them with %w); they choose a Kind, never an HTTP status.
-// The Echo error handler in this package finds them with errors.As and picks the status from the Kind,
-// so a wrapped error still maps right and the mapping lives in one table.
+// The HTTP half is internal/platform/httpproblem: its Echo error handler finds them with errors.As and
+// picks the status from the Kind (RFC 9457 "Problem Details for HTTP APIs"), so a wrapped error still
+// maps right and the mapping lives in one table.
 package problem
 
 import (
@@ -15,7 +16,7 @@ import (
 // Kind classifies an error independently of the transport.
 type Kind int
 
-// The kinds, with the HTTP status each maps to in StatusOf.
+// The kinds, with the HTTP status each maps to in httpproblem.StatusOf.
 const (
 	KindInternal         Kind = iota // 500
 	KindInvalid                      // 400: the request is malformed or fails validation

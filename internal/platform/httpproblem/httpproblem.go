@@ -1,4 +1,7 @@
-package problem
+// Package httpproblem is the HTTP half of the problem errors: the one place that maps an error's kind to
+// an HTTP status and writes it as an RFC 9457 problem document (Handler, Echo's error handler). The
+// patterns' packages return *problem.Error values and never import Echo for it.
+package httpproblem
 
 import (
 	"encoding/json"
@@ -9,6 +12,8 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+
+	"idemshop/internal/platform/problem"
 )
 
 // ContentType is the media type of RFC 9457 problem responses.
@@ -26,58 +31,54 @@ type Body struct {
 }
 
 // StatusOf is the single mapping from error kinds to HTTP statuses.
-func StatusOf(k Kind) int {
+func StatusOf(k problem.Kind) int {
 	switch k {
-	case KindInvalid:
+	case problem.KindInvalid:
 		return http.StatusBadRequest
-	case KindUnauthorized:
+	case problem.KindUnauthorized:
 		return http.StatusUnauthorized
-	case KindNotFound:
+	case problem.KindNotFound:
 		return http.StatusNotFound
-	case KindConflict:
+	case problem.KindConflict:
 		return http.StatusConflict
-	case KindUnprocessable:
+	case problem.KindUnprocessable:
 		return http.StatusUnprocessableEntity
-	case KindTooLarge:
+	case problem.KindTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case KindUnavailable:
+	case problem.KindUnavailable:
 		return http.StatusServiceUnavailable
-	case KindMethodNotAllowed:
+	case problem.KindMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case KindForbidden:
+	case problem.KindForbidden:
 		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}
 }
 
-// Status is the HTTP status e maps to. Pages that render errors as HTML use it, so they answer with
-// the same status as the JSON API would.
-func (e *Error) Status() int { return StatusOf(e.Kind) }
-
-// fromEcho turns Echo's own errors (unknown route, wrong method, body limit) into *Error values.
-func fromEcho(he *echo.HTTPError) *Error {
+// fromEcho turns Echo's own errors (unknown route, wrong method, body limit) into *problem.Error values.
+func fromEcho(he *echo.HTTPError) *problem.Error {
 	switch he.Code {
 	case http.StatusNotFound:
-		return ErrNotFound.Wrap(he)
+		return problem.ErrNotFound.Wrap(he)
 	case http.StatusMethodNotAllowed:
-		return &Error{Kind: KindMethodNotAllowed, Code: "method_not_allowed", Detail: "method not allowed on this route", Err: he}
+		return &problem.Error{Kind: problem.KindMethodNotAllowed, Code: "method_not_allowed", Detail: "method not allowed on this route", Err: he}
 	case http.StatusRequestEntityTooLarge:
-		return ErrTooLarge.Wrap(he)
+		return problem.ErrTooLarge.Wrap(he)
 	case http.StatusUnauthorized:
-		return ErrUnauthorized.Wrap(he)
+		return problem.ErrUnauthorized.Wrap(he)
 	case http.StatusBadRequest:
-		return &Error{Kind: KindInvalid, Code: "bad_request", Detail: http.StatusText(he.Code), Err: he}
+		return &problem.Error{Kind: problem.KindInvalid, Code: "bad_request", Detail: http.StatusText(he.Code), Err: he}
 	case http.StatusServiceUnavailable:
-		return ErrUnavailable.Wrap(he)
+		return problem.ErrUnavailable.Wrap(he)
 	}
-	return ErrInternal.Wrap(he)
+	return problem.ErrInternal.Wrap(he)
 }
 
-// Resolve finds the *Error in err's chain, or classifies err as internal. An *echo.HTTPError found before
-// any *Error is translated, so a body-limit error wrapped by a handler still becomes 413.
-func Resolve(err error) *Error {
-	var pe *Error
+// Resolve finds the *problem.Error in err's chain, or classifies err as internal. An *echo.HTTPError found before
+// any *problem.Error is translated, so a body-limit error wrapped by a handler still becomes 413.
+func Resolve(err error) *problem.Error {
+	var pe *problem.Error
 	if errors.As(err, &pe) {
 		return pe
 	}
@@ -85,17 +86,17 @@ func Resolve(err error) *Error {
 	if errors.As(err, &he) {
 		return fromEcho(he)
 	}
-	return ErrInternal.Wrap(err)
+	return problem.ErrInternal.Wrap(err)
 }
 
 // Write renders pe as an RFC 9457 response.
-func Write(c echo.Context, pe *Error) error {
+func Write(c echo.Context, pe *problem.Error) error {
 	status := StatusOf(pe.Kind)
 	if pe.RetryAfter > 0 {
 		secs := int(math.Ceil(pe.RetryAfter.Seconds()))
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 	}
-	if pe.Kind == KindUnauthorized {
+	if pe.Kind == problem.KindUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="idemshop"`)
 	}
 	body, err := json.Marshal(Body{
@@ -123,16 +124,16 @@ func Handler(logger func(echo.Context) *slog.Logger, translate ...func(error) er
 		}
 		pe := Resolve(err)
 		for _, tr := range translate {
-			if pe.Kind != KindInternal {
+			if pe.Kind != problem.KindInternal {
 				break
 			}
 			pe = Resolve(tr(err))
 		}
 		lg := logger(c)
 		switch pe.Kind {
-		case KindInternal:
+		case problem.KindInternal:
 			lg.Error("request failed", "err", err)
-		case KindUnavailable:
+		case problem.KindUnavailable:
 			lg.Warn("request failed for now", "code", pe.Code, "err", err)
 		default:
 			lg.Debug("request refused", "code", pe.Code, "err", err)

@@ -1,15 +1,17 @@
-package problem
+package httpproblem
 
 import (
 	"errors"
 	"io"
 
 	"github.com/labstack/echo/v4"
+
+	"idemshop/internal/platform/problem"
 )
 
 // ErrBodyUnreadable is a request body that ended early or stalled past the server's read timeout: the
 // client's fault, not the server's, so 400 rather than 500.
-var ErrBodyUnreadable = New(KindInvalid, "body_unreadable", "the request body could not be read completely")
+var ErrBodyUnreadable = problem.New(problem.KindInvalid, "body_unreadable", "the request body could not be read completely")
 
 // ReadBody reads a whole request body. The body limit's 413 passes through unchanged; any other read
 // failure (a truncated body, a client that stalls) is ErrBodyUnreadable.

@@ -1,0 +1,58 @@
+package httpproblem_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/httpproblem"
+	"idemshop/internal/platform/problem"
+)
+
+func TestResolveFindsWrappedErrors(t *testing.T) {
+	t.Parallel()
+	conflict := problem.New(problem.KindConflict, "busy", "try later")
+	cases := []struct {
+		name string
+		err  error
+		code string
+	}{
+		{"domain error wrapped twice", fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", conflict)), "busy"},
+		{"echo body limit wrapped", fmt.Errorf("read body: %w", echo.ErrStatusRequestEntityTooLarge), "body_too_large"},
+		{"echo not found", echo.ErrNotFound, "not_found"},
+		{"echo method", echo.ErrMethodNotAllowed, "method_not_allowed"},
+		{"plain error", errors.New("boom"), "internal"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.code, httpproblem.Resolve(tc.err).Code)
+		})
+	}
+}
+
+func TestHandlerWritesRFC9457(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	e.HTTPErrorHandler = httpproblem.Handler(func(echo.Context) *slog.Logger { return slog.New(slog.DiscardHandler) })
+	e.GET("/x", func(echo.Context) error {
+		return fmt.Errorf("wrapped: %w", problem.New(problem.KindConflict, "busy", "try later").WithRetryAfter(1500*time.Millisecond))
+	})
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/x", nil))
+	assert.Equal(t, http.StatusConflict, rec.Code)
+	assert.Equal(t, httpproblem.ContentType, rec.Header().Get("Content-Type"))
+	assert.Equal(t, "2", rec.Header().Get("Retry-After"), "rounded up to whole seconds")
+	var b httpproblem.Body
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b))
+	assert.Equal(t, httpproblem.Body{Type: "about:blank", Title: "Conflict", Status: 409, Detail: "try later",
+		Instance: "/x", Code: "busy"}, b)
+}

@@ -237,9 +237,9 @@ func (r *runner) checkPaidOnce(ctx context.Context, f *lab.Fixture, productID in
 	var c struct {
 		NotPaid, AppliedNotOnce, OutboxNotOnce, LedgerNotOnce, Stock, Balance int64
 	}
-	err = db.Raw(`WITH o AS (SELECT id, status FROM orders WHERE user_id = @u AND id = ANY(CAST(@ids AS bigint[]))),
+	err = db.Raw(`WITH o AS (SELECT id, status FROM orders WHERE user_id = @u AND id IN @ids),
 		cb AS (SELECT order_id, count(*) FILTER (WHERE applied) AS applied FROM payment_callbacks
-		       WHERE order_id = ANY(CAST(@ids AS bigint[])) GROUP BY order_id),
+		       WHERE order_id IN @ids GROUP BY order_id),
 		ob AS (SELECT (payload->>'order_id')::bigint AS oid, count(*) AS n FROM outbox
 		       WHERE routing_key = 'order.paid' AND (payload->>'user_id')::bigint = @u GROUP BY 1),
 		lg AS (SELECT biz_id, count(*) AS n FROM points_ledger WHERE user_id = @u GROUP BY 1)
@@ -251,7 +251,7 @@ func (r *runner) checkPaidOnce(ctx context.Context, f *lab.Fixture, productID in
 		       (SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = @u), 0)) AS balance
 		FROM o LEFT JOIN cb ON cb.order_id = o.id LEFT JOIN ob ON ob.oid = o.id
 		       LEFT JOIN lg ON lg.biz_id = 'order-paid:' || o.id`,
-		map[string]any{"u": f.UserID, "p": productID, "ids": int64Array(ids)}).Scan(&c).Error
+		map[string]any{"u": f.UserID, "p": productID, "ids": ids}).Scan(&c).Error // GORM expands a slice after IN
 	if err != nil {
 		return nil, err
 	}
@@ -274,14 +274,3 @@ func (r *runner) checkPaidOnce(ctx context.Context, f *lab.Fixture, productID in
 	return vs, nil
 }
 
-// int64Array renders ids as a PostgreSQL array literal.
-func int64Array(ids []int64) string {
-	b := []byte{'{'}
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, id, 10)
-	}
-	return string(append(b, '}'))
-}

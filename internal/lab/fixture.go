@@ -81,29 +81,17 @@ func (f *Fixture) Close(ctx context.Context) error {
 		`DELETE FROM points_ledger WHERE user_id = @u`,
 		`DELETE FROM points_accounts WHERE user_id = @u`,
 		`DELETE FROM idempotency_keys WHERE user_id = @u`,
-		`DELETE FROM orders WHERE user_id = @u OR product_id = ANY(CAST(@p AS bigint[]))`,
-		`DELETE FROM products WHERE id = ANY(CAST(@p AS bigint[]))`,
+		`DELETE FROM orders WHERE user_id = @u OR product_id IN @p`,
+		`DELETE FROM products WHERE id IN @p`,
 		`DELETE FROM users WHERE id = @u`,
 	}
-	args := map[string]any{"u": f.UserID, "p": int64Array(f.products)}
+	args := map[string]any{"u": f.UserID, "p": f.products} // GORM expands a slice after IN
 	for _, s := range stmts {
 		if err := f.env.DB.WithContext(ctx).Exec(s, args).Error; err != nil {
 			return fmt.Errorf("lab cleanup: %w", err)
 		}
 	}
 	return nil
-}
-
-// int64Array renders ids as a PostgreSQL array literal for ANY().
-func int64Array(ids []int64) string {
-	b := []byte{'{'}
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, id, 10)
-	}
-	return string(append(b, '}'))
 }
 
 // Response is one HTTP answer.

@@ -292,7 +292,7 @@ func (r *s5Row) waiters(ctx context.Context) (n, oldestMs int64, err error) {
 func (r *s5Row) settled(ctx context.Context, ids []int64) (int64, error) {
 	var n int64
 	err := r.watch.QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1::bigint[]) AND status <> 'PENDING'`,
-		int64Array(ids)).Scan(&n)
+		ids).Scan(&n) // pgx encodes a []int64 as a bigint[]
 	if err != nil {
 		return 0, fmt.Errorf("S5: count settled orders: %w", err)
 	}

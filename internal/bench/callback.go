@@ -273,4 +273,3 @@ func (r *runner) checkPaidOnce(ctx context.Context, f *lab.Fixture, productID in
 	}
 	return vs, nil
 }
-

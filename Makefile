@@ -45,7 +45,7 @@ bench: ## Go benchmarks of the guarded paths against their baselines (same run)
 
 # Guard mutants (docs/testing.md): each breaks one guard (the mutated file is swapped in with
 # `go test -overlay`; the tree is never written), and the tests named for it must fail. Part of
-# `make test`, after the suite: they run with -race too, so they reuse its build cache.
+# `make test`, after the suite; without -race, so they reuse the build cache `go vet` filled.
 .PHONY: mutants
 mutants: ## break each guard on purpose; its tests must fail (ONLY=<id>,<id>; the list: internal/mutants)
 	$(GO) run ./cmd/mutants $(if $(ONLY),-only $(ONLY))

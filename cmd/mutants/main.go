@@ -4,9 +4,9 @@
 // never written. It prints a table (mutant, guard, the test that killed it, or why it was not killed)
 // and exits 1 if any mutant survived, timed out or was invalid.
 //
-// The tests run in the module directory with the suite's own flags (-race), so they share the build
-// cache of `go test -race ./...`: after the suite, a mutant recompiles only its own package and the
-// ones above it. Do not edit the tree during a run: the mutated file is read once, the others live.
+// The tests run in the module directory without -race and without vet (the suite runs both; a mutant
+// only needs an assertion to fail), so they share the build cache `go vet ./...` filled in `make lint`:
+// a mutant recompiles only its own package and the ones above it, and links a smaller binary. Do not edit the tree during a run: the mutated file is read once, the others live.
 // A mutant whose test reads its file from disk (ReadsSource) runs in a copy of the tree instead.
 //
 //	go run ./cmd/mutants                       # every mutant, two at a time
@@ -65,7 +65,7 @@ func run() int {
 	flag.BoolVar(&o.check, "check", false, "only check the list against the tree (every original occurs exactly once)")
 	flag.BoolVar(&o.list, "list", false, "print the mutants and exit")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (mutated files, overlays and logs)")
-	flag.BoolVar(&o.race, "race", true, "run the tests with -race, as the suite does (shares its build cache)")
+	flag.BoolVar(&o.race, "race", false, "run the tests with -race (twice as slow; the suite already runs them with it)")
 	flag.BoolVar(&o.verbose, "v", false, "print each mutant's go test output as it finishes")
 	flag.Parse()
 	if o.jobs < 1 || o.jobs > 2 {
@@ -275,11 +275,11 @@ func writeOverlay(dir, path string, mutated []byte) (string, error) {
 	return overlay, os.WriteFile(overlay, js, 0o644)
 }
 
-// goTest runs `go test -count=1 -failfast [-race] [-overlay F] -timeout T -run R pkgs` in dir (the
-// module directory, or a copy of it) and returns its combined output. -ldflags=-s -w only shortens the link: a test binary is
+// goTest runs `go test -count=1 -failfast -vet=off [-race] [-overlay F] -timeout T -run R pkgs` in dir
+// (the module directory, or a copy of it) and returns its combined output. -ldflags=-s -w only shortens the link: a test binary is
 // linked anew for every mutant, and its symbol table is never read.
 func goTest(ctx context.Context, o options, dir, overlay, runRE string, pkgs []string) ([]byte, error) {
-	args := []string{"test", "-count=1", "-failfast", "-ldflags=-s -w", "-timeout", o.timeout.String(), "-run", runRE}
+	args := []string{"test", "-count=1", "-failfast", "-vet=off", "-ldflags=-s -w", "-timeout", o.timeout.String(), "-run", runRE}
 	if o.race {
 		args = append(args, "-race")
 	}

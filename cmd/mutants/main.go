@@ -65,7 +65,7 @@ func run() int {
 	flag.BoolVar(&o.check, "check", false, "only check the list against the tree (every original occurs exactly once)")
 	flag.BoolVar(&o.list, "list", false, "print the mutants and exit")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (mutated files, overlays and logs)")
-	flag.BoolVar(&o.race, "race", false, "run the tests with -race (twice as slow; the suite already runs them with it)")
+	flag.BoolVar(&o.race, "race", false, "run the tests with -race (slower: 7m54s instead of 6m4s for the list in CI; the suite already runs them with it)")
 	flag.BoolVar(&o.verbose, "v", false, "print each mutant's go test output as it finishes")
 	flag.Parse()
 	if o.jobs < 1 || o.jobs > 2 {

@@ -160,14 +160,19 @@ func printIncident(w io.Writer, rep lab.IncidentReport, asJSON bool) {
 	fmt.Fprintf(tw, "  stock delta\t%d\t(want %d)\n", rep.StockDelta, rep.WantStock)
 	fmt.Fprintf(tw, "  points delta\t%d\t(want %d)\n", rep.PointsDelta, rep.WantPoints)
 	_ = tw.Flush()
-	if len(rep.Violations) == 0 {
+	printViolations(w, rep.Violations)
+}
+
+// printViolations ends a text report: "every invariant held", or the violations (the first ten).
+func printViolations(w io.Writer, violations []string) {
+	if len(violations) == 0 {
 		fmt.Fprintln(w, "  every invariant held")
 		return
 	}
-	fmt.Fprintf(w, "  %d violations:\n", len(rep.Violations))
-	for i, v := range rep.Violations {
+	fmt.Fprintf(w, "  %d violations:\n", len(violations))
+	for i, v := range violations {
 		if i == 10 {
-			fmt.Fprintf(w, "    ... and %d more\n", len(rep.Violations)-10)
+			fmt.Fprintf(w, "    ... and %d more\n", len(violations)-10)
 			break
 		}
 		fmt.Fprintln(w, "    -", v)

@@ -129,18 +129,7 @@ func printReplay(w io.Writer, rep play.Report, asJSON bool) {
 		}
 		fmt.Fprintf(w, "  rows kept: user %d, orders %v\n", rep.UserID, ids)
 	}
-	if len(rep.Violations) == 0 {
-		fmt.Fprintln(w, "  every invariant held")
-		return
-	}
-	fmt.Fprintf(w, "  %d violations:\n", len(rep.Violations))
-	for i, v := range rep.Violations {
-		if i == 10 {
-			fmt.Fprintf(w, "    ... and %d more\n", len(rep.Violations)-10)
-			break
-		}
-		fmt.Fprintln(w, "    -", v)
-	}
+	printViolations(w, rep.Violations)
 }
 
 // answers writes the answer counts as "200 x12, 503 x1".

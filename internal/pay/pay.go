@@ -444,8 +444,4 @@ func isRetryable(err error) bool {
 }
 
 // problemBody is the stored form of an error answer: the RFC 9457 document the client would get.
-func problemBody(pe *problem.Error) ([]byte, error) {
-	st := httpproblem.StatusOf(pe.Kind)
-	return json.Marshal(httpproblem.Body{Type: "about:blank", Title: http.StatusText(st), Status: st,
-		Detail: pe.Detail, Code: pe.Code})
-}
+func problemBody(pe *problem.Error) ([]byte, error) { return httpproblem.Document(pe, "") }

@@ -89,6 +89,14 @@ func Resolve(err error) *problem.Error {
 	return problem.ErrInternal.Wrap(err)
 }
 
+// Document is pe's RFC 9457 document (instance may be empty), as Write sends it and as a stored answer
+// (a pay record's refusal) replays it.
+func Document(pe *problem.Error, instance string) ([]byte, error) {
+	status := StatusOf(pe.Kind)
+	return json.Marshal(Body{Type: "about:blank", Title: http.StatusText(status), Status: status,
+		Detail: pe.Detail, Instance: instance, Code: pe.Code})
+}
+
 // Write renders pe as an RFC 9457 response.
 func Write(c echo.Context, pe *problem.Error) error {
 	status := StatusOf(pe.Kind)
@@ -99,14 +107,7 @@ func Write(c echo.Context, pe *problem.Error) error {
 	if pe.Kind == problem.KindUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="idemshop"`)
 	}
-	body, err := json.Marshal(Body{
-		Type:     "about:blank",
-		Title:    http.StatusText(status),
-		Status:   status,
-		Detail:   pe.Detail,
-		Instance: c.Request().URL.Path,
-		Code:     pe.Code,
-	})
+	body, err := Document(pe, c.Request().URL.Path)
 	if err != nil {
 		return err
 	}

@@ -204,7 +204,9 @@ func TestReplay(t *testing.T) {
 	rcv := newReceiver(t, nil)
 	p := h.create(t, "order-replay", 1000, rcv.url())
 	h.approve(t, p.ID)
-	waitFor(t, patience, func() bool { return rcv.count() == 1 }, "the first callback")
+	// The first delivery must have ended (its attempt logged), not only reached the receiver: the log
+	// is in the order attempts end, and the check below reads the replays as entries 2 to 4.
+	waitFor(t, patience, func() bool { return rcv.count() == 1 && finalCount(h.deliveries(t, "")) == 1 }, "the first callback")
 
 	var resp struct {
 		PaymentID   string   `json:"payment_id"`

@@ -23,10 +23,12 @@ export LOG_LEVEL="${LOG_LEVEL:-info}"                       # loadtest's own lin
 echo "== building"
 go build -o "$bin/" ./cmd/... ./loadtest || exit 2
 
-# The soak drops its database and removes its private PostgreSQL/Redis/RabbitMQ (SOAK_FAULTS=infra|all)
-# itself, on Ctrl-C too; this only catches a soak that was killed outright.
+# The soak drops its database, deletes its Redis keys and RabbitMQ topology and removes its private
+# PostgreSQL/Redis/RabbitMQ (SOAK_FAULTS=infra|all) itself, on Ctrl-C too; this catches a soak that was
+# killed outright, and anything else declared under its prefix (scripts/cleanup.sh).
+source scripts/cleanup.sh
 cleanup() {
-  psql "$pg_server/postgres?sslmode=disable" -qc "DROP DATABASE IF EXISTS \"idemshop_$SOAK_RUN_ID\" WITH (FORCE)" >/dev/null 2>&1
+  cleanup_run "$pg_server" "idemshop_$SOAK_RUN_ID" "$SOAK_RUN_ID:"
   if [ -d "${TMPDIR:-/tmp}/idemshop-soak-infra-$SOAK_RUN_ID" ]; then
     timeout 60 "$bin/loadtest" soak --cleanup
   fi

@@ -1,9 +1,11 @@
 # Sourced by demo.sh and bench.sh: build the binaries and start payments-mock, orders (lab mode) and
 # points-consumer against the local PostgreSQL, Redis and RabbitMQ, on a fresh database and fresh
-# Redis/AMQP name prefixes; stop them and drop the database on exit.
+# Redis/AMQP name prefixes; on exit (a failure or Ctrl-C too) stop them, drop the database and delete the
+# Redis keys and RabbitMQ objects under the run's prefix (scripts/cleanup.sh).
 #
 # Callers set: kind (a word for names), and may set BIN, <KIND>_PG_SERVER and <KIND>_*_PORT.
 
+source scripts/cleanup.sh
 run_id="${kind}_$(date +%s)_$$"
 bin="${BIN:-bin}"
 upper=$(echo "$kind" | tr '[:lower:]' '[:upper:]')
@@ -34,8 +36,8 @@ stop_stack() {
     for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$p" 2>/dev/null
   done
-  psql "$pg_server/postgres?sslmode=disable" -qc "DROP DATABASE IF EXISTS \"idemshop_$run_id\" WITH (FORCE)" >/dev/null 2>&1
-  echo "== stopped; logs in $logs"
+  cleanup_run "$pg_server" "idemshop_$run_id" "$run_id:"
+  echo "== stopped; database idemshop_$run_id and everything under $run_id: cleaned up; logs in $logs"
 }
 trap stop_stack EXIT
 

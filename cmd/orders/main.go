@@ -4,16 +4,20 @@
 //	orders migrate       create the database if missing, apply migrations, exit
 //	orders sweep --once  resolve stuck pay records and send pending refunds once, exit
 //	orders reconcile --once  compare orders and unfinished pay records with the platform once, exit
+//	orders teardown [name...]  delete this run's Redis keys and RabbitMQ objects (by prefix), exit
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,6 +27,7 @@ import (
 	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/redisx"
 )
 
@@ -53,11 +58,100 @@ func run() error {
 	case cmd == "migrate":
 		return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
 	case (cmd == "sweep" || cmd == "reconcile") && len(os.Args) == 3 && os.Args[2] == "--once":
+		return runOnce(ctx, cmd, cfg, logger)
 	case cmd == "serve":
+		return serve(ctx, stop, cfg, logger)
+	case cmd == "teardown":
+		return teardown(ctx, cfg, logger, os.Args[2:])
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate, sweep --once or reconcile --once)", strings.Join(os.Args[1:], " "))
+		return fmt.Errorf("unknown command %q (want serve, migrate, sweep --once, reconcile --once or teardown)", strings.Join(os.Args[1:], " "))
 	}
+}
 
+// serve runs the API until ctx ends. It listens at once and answers /healthz while it waits for
+// PostgreSQL (docs/reliability.md, "Start-up order"); /readyz says 503 "starting" until the database is
+// there, migrated and the application is built. Redis and RabbitMQ are not waited for: Redis is an
+// efficiency layer, and the outbox relay reconnects on its own, so both only degrade /readyz.
+func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logger *slog.Logger) error {
+	// Values that no waiting can fix stop the process before it listens.
+	if err := postgres.CheckURL(cfg.Postgres.URL); err != nil {
+		return err
+	}
+	if err := rabbitmq.CheckURL(cfg.AMQPURL); err != nil {
+		return err
+	}
+	redisx.UseLogger(logger)
+	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout) // connects lazily: never waits
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	ln, err := httpserver.Listen(cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	gate := httpserver.NewStarting(reg)
+	served := make(chan error, 1)
+	go func() {
+		err := httpserver.Serve(ctx, ln, gate, cfg.HTTP.Server(cfg.HTTPAddr))
+		stop() // a server that failed takes the wait and the workers down with it
+		served <- err
+	}()
+	// fail ends a start-up that did not get to serve: a signal during the wait is a clean exit (the
+	// server's own result), anything else is the start-up's error.
+	fail := func(err error) error {
+		cancelled := ctx.Err() != nil
+		stop()
+		serr := <-served
+		if cancelled {
+			logger.Info("orders stopped before it was ready")
+			return serr
+		}
+		return err
+	}
+	logger.Info("orders starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab)
+
+	db, err := postgres.OpenWhenUp(ctx, cfg.Postgres.URL, postgres.Options{
+		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
+	}, postgres.Wait{
+		Backoff: cfg.Startup.Backoff(), Logger: logger,
+		Failed: func(err error) { gate.Waiting("postgres", err) },
+		// orders owns the schema: with MIGRATE_ON_START it creates and migrates the database itself;
+		// without it (a separate `orders migrate` job) it waits until that job is done.
+		Create: cfg.MigrateOnStart, Migrated: !cfg.MigrateOnStart,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer postgres.Close(db)
+	if cfg.MigrateOnStart {
+		if err := postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger); err != nil {
+			return fail(err)
+		}
+	}
+	gate.Up("postgres")
+	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger, DB: db, Redis: rdb, Registry: reg})
+	if err != nil {
+		return fail(err)
+	}
+	gate.Open(app.Echo)
+	logger.Info("orders ready", "addr", cfg.HTTPAddr)
+
+	var workers sync.WaitGroup
+	workers.Go(func() { app.RunWorkers(ctx) })
+	err = <-served
+	stop() // the server is down: stop the workers too, then close connections (deferred, in reverse order)
+	workers.Wait()
+	logger.Info("orders stopped")
+	return err
+}
+
+// runOnce runs one sweep or reconciliation and exits. It does not wait for PostgreSQL: a scheduled
+// one-shot job should fail and say so, and the next run will find the database.
+func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Logger) error {
 	if cfg.MigrateOnStart {
 		if err := postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger); err != nil {
 			return err
@@ -78,29 +172,56 @@ func run() error {
 	defer rdb.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger, DB: db, Redis: rdb, Registry: reg})
 	if err != nil {
 		return err
 	}
-
-	switch cmd {
-	case "sweep":
+	if cmd == "sweep" {
 		done, err := app.Sweeper.RunOnce(ctx)
 		logger.Info("sweep done", "results", done)
 		return err
-	case "reconcile":
-		rep, err := app.Reconciler.RunOnce(ctx)
-		logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records)
+	}
+	rep, err := app.Reconciler.RunOnce(ctx)
+	logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records)
+	return err
+}
+
+// teardown removes what a run under its own prefixes left on the shared Redis and RabbitMQ (scripts/
+// demo.sh, bench.sh and soak.sh call it at exit): every key under REDIS_KEY_PREFIX, the shop's topology
+// under AMQP_NAME_PREFIX, and each further queue or exchange named in names (the scripts list them
+// with rabbitmqctl: the lab declares topologies of its own under the prefix). It refuses to run
+// without both prefixes set explicitly, and ignores a name outside AMQP_NAME_PREFIX: the defaults are
+// a shop's real names, never a run's.
+func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names []string) error {
+	// The environment, not cfg: an empty REDIS_KEY_PREFIX parses as the shop's default prefix.
+	if os.Getenv("REDIS_KEY_PREFIX") == "" || os.Getenv("AMQP_NAME_PREFIX") == "" {
+		return errors.New("teardown needs REDIS_KEY_PREFIX and AMQP_NAME_PREFIX set to the run's prefixes")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var errs []error
+	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout)
+	if err != nil {
 		return err
 	}
-
-	var workers sync.WaitGroup
-	workers.Go(func() { app.RunWorkers(ctx) })
-	logger.Info("orders starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab)
-	err = httpserver.Run(ctx, app.Echo, cfg.HTTP.Server(cfg.HTTPAddr), nil)
-	stop() // the server is down: stop the workers too, then close connections (deferred, in reverse order)
-	workers.Wait()
-	logger.Info("orders stopped")
-	return err
+	defer rdb.Close()
+	if err := redisx.DeletePrefix(ctx, rdb, cfg.Redis.KeyPrefix); err != nil {
+		errs = append(errs, err)
+	}
+	conn, err := rabbitmq.Dial(ctx, cfg.AMQPURL)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("delete AMQP objects %s*: %w", cfg.NamePrefix, err))
+		return errors.Join(errs...)
+	}
+	defer conn.Close()
+	rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix))
+	var extra []string
+	for _, n := range names {
+		if strings.HasPrefix(n, cfg.NamePrefix) {
+			extra = append(extra, n)
+		}
+	}
+	rabbitmq.DeleteNames(conn, extra...)
+	logger.Info("teardown done", "redis_prefix", cfg.Redis.KeyPrefix, "amqp_prefix", cfg.NamePrefix, "extra_names", len(extra))
+	return errors.Join(errs...)
 }

@@ -43,20 +43,19 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	db, err := postgres.Open(ctx, cfg.Postgres.URL, postgres.Options{
-		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
-	})
-	if err != nil {
+	// Values that no waiting can fix stop the process before it listens.
+	if err := postgres.CheckURL(cfg.Postgres.URL); err != nil {
 		return err
 	}
-	defer postgres.Close(db)
+	if err := rabbitmq.CheckURL(cfg.AMQPURL); err != nil {
+		return err
+	}
 	redisx.UseLogger(logger)
-	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout)
+	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout) // connects lazily: never waits
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-
 	var fault func(points.FaultPoint)
 	if cfg.Lab && cfg.Fault != "" { // config refuses POINTS_FAULT without ORDERS_LAB
 		if fault, err = points.LabFault(points.FaultPoint(cfg.Fault), logger); err != nil {
@@ -65,6 +64,51 @@ func run() error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Listen at once and answer /healthz while waiting for the database; /readyz says 503 "starting"
+	// until then (docs/reliability.md, "Start-up order").
+	ln, err := httpserver.Listen(cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	gate := httpserver.NewStarting(reg)
+	served := make(chan error, 1)
+	go func() {
+		err := httpserver.Serve(ctx, ln, gate, cfg.HTTP.Server(cfg.HTTPAddr))
+		stop() // a server that failed takes the wait and the consumer down with it
+		served <- err
+	}()
+	// fail ends a start-up that did not get to consume: a signal during the wait is a clean exit (the
+	// server's own result), anything else is the start-up's error.
+	fail := func(err error) error {
+		cancelled := ctx.Err() != nil
+		stop()
+		serr := <-served
+		if cancelled {
+			logger.Info("points-consumer stopped before it was ready")
+			return serr
+		}
+		return err
+	}
+	logger.Info("points-consumer starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab, "prefetch", cfg.Prefetch,
+		"batch_size", cfg.BatchSize, "lease_ttl", cfg.LeaseTTL)
+
+	// The database belongs to orders, which creates and migrates it: the consumer waits until it
+	// exists and is migrated, and never creates it (two creators would race on the schema).
+	db, err := postgres.OpenWhenUp(ctx, cfg.Postgres.URL, postgres.Options{
+		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
+	}, postgres.Wait{
+		Backoff: cfg.Startup.Backoff(), Logger: logger, Migrated: true,
+		Failed: func(err error) { gate.Waiting("postgres", err) },
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer postgres.Close(db)
+	gate.Up("postgres")
+
+	// The broker is not waited for here: the consumer's session loop reconnects with its own backoff
+	// (AMQP_RECONNECT_*), and /readyz reports rabbitmq down, a critical check, until it answers.
 	consumer, err := points.NewConsumer(db, rdb, points.ConsumerConfig{
 		AMQPURL: cfg.AMQPURL, Topology: rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix),
 		Prefetch: cfg.Prefetch, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, KeyPrefix: cfg.Redis.KeyPrefix,
@@ -72,7 +116,7 @@ func run() error {
 		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: fault,
 	}, logger, reg)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 
 	e := httpserver.New(logger, reg, cfg.BodyLimitBytes)
@@ -89,12 +133,12 @@ func run() error {
 			return rdb.Ping(ctx).Err()
 		}},
 	)
+	gate.Open(e)
+	logger.Info("points-consumer ready", "addr", cfg.HTTPAddr)
 
-	logger.Info("points-consumer starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab, "prefetch", cfg.Prefetch,
-		"batch_size", cfg.BatchSize, "lease_ttl", cfg.LeaseTTL)
 	var workers sync.WaitGroup
 	workers.Go(func() { _ = consumer.Run(ctx) })
-	err = httpserver.Run(ctx, e, cfg.HTTP.Server(cfg.HTTPAddr), nil)
+	err = <-served
 	// On SIGTERM the consumer cancels its subscription, finishes the messages it holds and returns;
 	// connections close after it (deferred, in reverse order).
 	stop()

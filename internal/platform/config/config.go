@@ -64,6 +64,7 @@ type Orders struct {
 	HTTP
 	Postgres
 	Redis
+	Startup
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	OutboxRelay
 	PaymentsURL          string `env:"PAYMENTS_URL" envDefault:"http://127.0.0.1:8081"`
@@ -131,6 +132,7 @@ func (c Orders) Validate() error {
 	c.HTTP.check(&ck)
 	c.Postgres.check(&ck)
 	c.Redis.check(&ck)
+	c.Startup.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
 	ck.absoluteURL("PAYMENTS_URL", c.PaymentsURL)
 	ck.absoluteURL("CALLBACK_URL", c.CallbackURL)

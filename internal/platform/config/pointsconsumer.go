@@ -37,6 +37,7 @@ type PointsConsumer struct {
 	HTTP
 	Postgres
 	Redis
+	Startup
 	Reconnect
 	AMQPNames
 	AMQPURL string `env:"AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
@@ -77,6 +78,7 @@ func (c PointsConsumer) Validate() error {
 	c.HTTP.check(&ck)
 	c.Postgres.check(&ck)
 	c.Redis.check(&ck)
+	c.Startup.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
 	c.Reconnect.check(&ck)
 	ck.positive("POINTS_LEASE_TTL", c.LeaseTTL)

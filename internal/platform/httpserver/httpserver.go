@@ -133,20 +133,35 @@ func MountOps(e *echo.Echo, g prometheus.Gatherer, probeTimeout time.Duration, c
 // up to cfg.ShutdownTimeout for in-flight requests, and returns. ready, when non-nil, receives the bound
 // address once the listener is open (useful with ":0").
 func Run(ctx context.Context, e *echo.Echo, cfg Config, ready func(addr net.Addr)) error {
+	ln, err := Listen(cfg.Addr)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	return Serve(ctx, ln, e, cfg)
+}
+
+// Listen opens the TCP listener for addr. A process that must answer /healthz while it still waits for
+// its dependencies listens first, so that a taken port fails it at once rather than after the wait.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve is Run on an open listener with any handler (a Starting gate, say); it closes ln.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) error {
 	srv := &http.Server{
 		Addr:              cfg.Addr,
-		Handler:           e,
+		Handler:           h,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-	}
-	if ready != nil {
-		ready(ln.Addr())
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

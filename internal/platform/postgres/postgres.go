@@ -71,6 +71,9 @@ func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
 		SkipDefaultTransaction: true,
 		Logger:                 lg,
 		TranslateError:         false,
+		// The ping below is bounded by ctx; GORM's own would not be, and it logs each failure at ERROR,
+		// once per attempt while a process waits for its database at start.
+		DisableAutomaticPing: true,
 	})
 	if err != nil {
 		_ = sqlDB.Close()

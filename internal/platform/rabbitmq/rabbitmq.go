@@ -46,3 +46,12 @@ func Ping(ctx context.Context, url string) error {
 	}
 	return conn.Close()
 }
+
+// CheckURL refuses an AMQP_URL that no reconnect can make usable, so that the mistake stops the
+// process at start instead of feeding the reconnect loop forever.
+func CheckURL(url string) error {
+	if _, err := amqp.ParseURI(url); err != nil {
+		return fmt.Errorf("parse AMQP_URL: %w", err)
+	}
+	return nil
+}

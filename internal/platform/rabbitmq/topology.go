@@ -173,3 +173,21 @@ func Delete(conn *amqp.Connection, t Topology) {
 		_ = ch.Close()
 	}
 }
+
+// DeleteNames deletes each name as a queue and as an exchange (a run's leftovers, whose kind the caller
+// does not know), each on a fresh channel: deleting what does not exist closes the channel.
+func DeleteNames(conn *amqp.Connection, names ...string) {
+	for _, n := range names {
+		for _, del := range []func(*amqp.Channel) error{
+			func(ch *amqp.Channel) error { _, err := ch.QueueDelete(n, false, false, false); return err },
+			func(ch *amqp.Channel) error { return ch.ExchangeDelete(n, false, false) },
+		} {
+			ch, err := conn.Channel()
+			if err != nil {
+				return
+			}
+			_ = del(ch)
+			_ = ch.Close()
+		}
+	}
+}

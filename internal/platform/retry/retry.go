@@ -1,9 +1,10 @@
-// Package retry holds the two waiting helpers the long-running workers share: a sleep that ends with
-// its context, and the reconnect loop of a broker session.
+// Package retry holds the waiting helpers the long-running processes share: a sleep that ends with
+// its context, the reconnect loop of a broker session, and the start-up wait for a dependency.
 package retry
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -46,6 +47,71 @@ func Sessions(ctx context.Context, logger *slog.Logger, min, max time.Duration,
 		logger.Warn("session ended; reconnecting", "err", err, "retry_in", wait)
 		if !Sleep(ctx, wait) {
 			return
+		}
+	}
+}
+
+// Backoff shapes a wait for a dependency: exponential from Min to Max (jittered by 30%), each attempt
+// bounded by AttemptTimeout so that a server that accepts and then hangs cannot stall the wait.
+type Backoff struct {
+	Min, Max, AttemptTimeout time.Duration
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks an error that waiting cannot fix (a malformed URL, a refused password): Until
+// returns it at once instead of trying again.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err: err}
+}
+
+// Until calls attempt until it succeeds, ctx ends or it fails with a Permanent error, and returns nil,
+// ctx's error, or that error (unwrapped). After each failure it calls failed (when non-nil, so a
+// readiness endpoint can say what the process waits for), logs one line naming what, the error and the
+// next wait (the first at info: a dependency that is still starting is normal; later ones at warn),
+// and waits b's backoff.
+func Until(ctx context.Context, logger *slog.Logger, what string, b Backoff, failed func(error),
+	attempt func(ctx context.Context) error) error {
+	bo := &backoff.ExponentialBackOff{InitialInterval: b.Min, MaxInterval: b.Max, Multiplier: 2, RandomizationFactor: 0.3}
+	bo.Reset()
+	start := time.Now()
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, b.AttemptTimeout)
+		err := attempt(actx)
+		cancel()
+		if err == nil {
+			if n > 1 {
+				logger.Info("dependency is up", "dependency", what, "attempts", n, "waited", time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var perm permanentError
+		if errors.As(err, &perm) {
+			return perm.err
+		}
+		if failed != nil {
+			failed(err)
+		}
+		wait := bo.NextBackOff()
+		level := slog.LevelWarn
+		if n == 1 {
+			level = slog.LevelInfo
+		}
+		logger.Log(ctx, level, "waiting for a dependency", "dependency", what, "attempt", n, "err", err, "retry_in", wait)
+		if !Sleep(ctx, wait) {
+			return ctx.Err()
 		}
 	}
 }

@@ -1,0 +1,72 @@
+package main_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/testenv"
+)
+
+// `orders teardown` (what scripts/cleanup.sh runs at the end of make demo, bench-quick and soak)
+// deletes the run's Redis keys, its topology and the extra names it is given under its prefix, and
+// nothing outside the prefix; without explicit prefixes it refuses.
+func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	env := testenv.New(t)
+	ctx := context.Background()
+	run := env.Prefix + "run:"
+	for _, k := range []string{run + "idem:1", run + "points:dedup:2", env.Prefix + "other"} {
+		require.NoError(t, env.Redis.Set(ctx, k, "x", time.Hour).Err())
+	}
+	top := rabbitmq.OrderPaidTopology().WithPrefix(run)
+	lab := rabbitmq.OrderPaidTopology().WithPrefix(run + "lab-s6-1:")
+	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange,
+		lab.Queue, lab.DeadLetterQueue, lab.Exchange, lab.DeadLetterExchange} {
+		env.Queue(n[len(env.Prefix):]) // deleted at the end whatever happens
+	}
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, rabbitmq.Declare(ch, top))
+	require.NoError(t, rabbitmq.Declare(ch, lab))
+
+	refused := exec.Command(bin, "teardown")
+	refused.Env = append(os.Environ(), "REDIS_KEY_PREFIX=", "AMQP_NAME_PREFIX="+run, "REDIS_URL="+env.RedisURL)
+	out, err := refused.CombinedOutput()
+	require.Error(t, err, "an empty Redis prefix would mean the shop's default one")
+	assert.Contains(t, string(out), "teardown needs")
+
+	cmd := exec.Command(bin, "teardown", lab.Queue, lab.DeadLetterQueue, lab.Exchange, lab.DeadLetterExchange,
+		"points.order-paid") // outside the prefix: ignored
+	cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
+		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL)
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	left, err := env.Redis.Keys(ctx, env.Prefix+"*").Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{env.Prefix + "other"}, left)
+	for _, q := range []string{top.Queue, top.DeadLetterQueue, lab.Queue, lab.DeadLetterQueue} {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		assert.Error(t, err, "queue %s is gone", q)
+	}
+	for _, x := range []string{top.Exchange, top.DeadLetterExchange, lab.Exchange, lab.DeadLetterExchange} {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		assert.Error(t, ch.ExchangeDeclarePassive(x, amqp.ExchangeTopic, true, false, false, false, nil),
+			"exchange %s is gone", x)
+	}
+}

@@ -1,0 +1,253 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/platform/redisx"
+	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
+)
+
+// PostgreSQL does not answer when orders starts (the proxy in front of it refuses every connection):
+// orders stays up, /healthz answers, /readyz says "starting", and once the server answers it creates
+// and migrates its database and becomes ready (docs/reliability.md, "Start-up order").
+func TestWaitsForPostgres(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	svc := testenv.Find(t)
+	_, dbURL := freshDatabase(t, svc, "owait")
+	proxy, viaProxy := tcpproxy.ForURL(t, dbURL)
+	proxy.Cut()
+
+	prefix := cleanPrefix(t, svc, "owait")
+	p := launch(t, bin, "DATABASE_URL="+viaProxy, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix)
+	waitFor(t, 15*time.Second, func() bool { return p.logs.Contains("attempt=3") }, "three attempts; logs:\n%s", p.logs)
+	p.requireRunning(t)
+	r := p.get("/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, r.code)
+	assert.Equal(t, "starting", r.readiness.Status)
+	assert.Contains(t, r.readiness.Checks, "postgres", "says what it waits for")
+	assert.Equal(t, http.StatusServiceUnavailable, p.get("/v1/products").code, "no traffic before ready")
+
+	proxy.Restore()
+	waitFor(t, 30*time.Second, func() bool { return p.get("/readyz").code == http.StatusOK },
+		"ready once PostgreSQL answers; logs:\n%s", p.logs)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+p.addr+"/v1/products", nil)
+	req.Header.Set("Authorization", "Bearer alice-token")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the database was created, migrated and seeded")
+	p.stop(t)
+}
+
+// With MIGRATE_ON_START=false a separate `orders migrate` job owns the schema (docker-compose.yml):
+// orders waits for the database to exist and be migrated rather than failing.
+func TestWaitsForTheMigrateJob(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	svc := testenv.Find(t)
+	_, dbURL := freshDatabase(t, svc, "omigr")
+	prefix := cleanPrefix(t, svc, "omigr")
+	p := launch(t, bin, "DATABASE_URL="+dbURL, "MIGRATE_ON_START=false", "REDIS_URL="+svc.RedisURL,
+		"AMQP_URL="+svc.AMQPURL, "REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix)
+	waitFor(t, 15*time.Second, func() bool {
+		return strings.Contains(p.get("/readyz").readiness.Checks["postgres"], "does not exist")
+	}, "waits for the database; logs:\n%s", p.logs)
+	p.requireRunning(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, postgres.EnsureAndMigrate(ctx, dbURL, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	waitFor(t, 20*time.Second, func() bool { return p.get("/readyz").code == http.StatusOK },
+		"ready once migrated; logs:\n%s", p.logs)
+	p.stop(t)
+}
+
+// SIGTERM during the wait: a prompt exit with status 0.
+func TestSignalDuringTheWaitExitsZero(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	svc := testenv.Find(t)
+	_, dbURL := freshDatabase(t, svc, "osig")
+	prefix := cleanPrefix(t, svc, "osig")
+	p := launch(t, bin, "DATABASE_URL="+dbURL, "MIGRATE_ON_START=false", "STARTUP_RETRY_MIN=5s",
+		"STARTUP_RETRY_MAX=5s", "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix)
+	waitFor(t, 15*time.Second, func() bool { return p.logs.Contains("waiting for a dependency") }, "waiting; logs:\n%s", p.logs)
+	start := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited:
+		assert.NoError(t, err, "exit 0; logs:\n%s", p.logs)
+	case <-time.After(3 * time.Second):
+		t.Fatalf("still running 3s after SIGTERM; logs:\n%s", p.logs)
+	}
+	assert.Less(t, time.Since(start), 3*time.Second)
+	assert.Contains(t, p.logs.String(), "stopped before it was ready")
+}
+
+// Redis is not there at start: orders is ready but degraded (Redis is an efficiency layer), and the
+// check turns ok once a redis-server starts on that port.
+func TestRedisStartedLater(t *testing.T) {
+	t.Parallel()
+	redisServer, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not on PATH")
+	}
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	svc := testenv.Find(t)
+	_, dbURL := freshDatabase(t, svc, "oredis")
+	redisAddr := testenv.FreeAddr(t)
+	prefix := cleanPrefix(t, svc, "oredis")
+	p := launch(t, bin, "DATABASE_URL="+dbURL, "REDIS_URL=redis://"+redisAddr+"/0", "AMQP_URL="+svc.AMQPURL,
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix)
+	waitFor(t, 30*time.Second, func() bool {
+		r := p.get("/readyz")
+		return r.code == http.StatusOK && r.readiness.Status == "degraded" &&
+			strings.HasPrefix(r.readiness.Checks["redis"], "down")
+	}, "ready, degraded without Redis; logs:\n%s", p.logs)
+
+	_, port, _ := strings.Cut(redisAddr, ":")
+	rs := exec.Command(redisServer, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	require.NoError(t, rs.Start())
+	t.Cleanup(func() { _ = rs.Process.Kill(); _ = rs.Wait() })
+	waitFor(t, 15*time.Second, func() bool {
+		r := p.get("/readyz")
+		return r.code == http.StatusOK && r.readiness.Status == "ok"
+	}, "ok once Redis answers; logs:\n%s", p.logs)
+	p.stop(t)
+}
+
+// --- helpers ---
+
+type proc struct {
+	cmd    *exec.Cmd
+	logs   *testenv.Output
+	addr   string
+	exited chan error
+}
+
+// launch starts bin with short start-up backoffs and does not wait for readiness, only for /healthz,
+// which must answer at once.
+func launch(t *testing.T, bin string, extra ...string) *proc {
+	t.Helper()
+	p := &proc{logs: &testenv.Output{}, addr: testenv.FreeAddr(t), exited: make(chan error, 1)}
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = append(os.Environ(), append([]string{"HTTP_ADDR=" + p.addr, "STARTUP_RETRY_MIN=20ms",
+		"STARTUP_RETRY_MAX=200ms", "STARTUP_ATTEMPT_TIMEOUT=2s", "AMQP_RECONNECT_MIN=50ms",
+		"AMQP_RECONNECT_MAX=500ms", "LOG_LEVEL=debug"}, extra...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(t, p.cmd.Start())
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	waitFor(t, 10*time.Second, func() bool { return p.get("/healthz").code == http.StatusOK },
+		"/healthz answers at once; logs:\n%s", p.logs)
+	return p
+}
+
+func (p *proc) requireRunning(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("the process exited (%v); logs:\n%s", err, p.logs)
+	default:
+	}
+}
+
+// stop sends SIGTERM and requires exit 0.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited:
+		assert.NoError(t, err, "exit 0; logs:\n%s", p.logs)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("still running 20s after SIGTERM; logs:\n%s", p.logs)
+	}
+}
+
+type answer struct {
+	code      int
+	readiness struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+}
+
+func (p *proc) get(path string) answer {
+	var a answer
+	c := http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get("http://" + p.addr + path)
+	if err != nil {
+		return a
+	}
+	defer resp.Body.Close()
+	a.code = resp.StatusCode
+	b, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(b, &a.readiness)
+	return a
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, timeout, 25*time.Millisecond, append([]any{msg}, args...)...)
+}
+
+// freshDatabase names a database that does not exist yet, and drops it when t ends.
+func freshDatabase(t *testing.T, svc testenv.Services, tag string) (name, url string) {
+	t.Helper()
+	name = fmt.Sprintf("idemshop_test_%d_%s", os.Getpid(), tag)
+	url = strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
+	require.NotEqual(t, svc.PostgresURL, url)
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, svc.PostgresURL)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		require.NoError(t, err)
+	}
+	drop()
+	t.Cleanup(drop)
+	return name, url
+}
+
+// cleanPrefix returns a Redis and AMQP prefix for tag, and deletes what orders created under it (the
+// relay declares the topology; the guards write keys) when t ends.
+func cleanPrefix(t *testing.T, svc testenv.Services, tag string) string {
+	prefix := fmt.Sprintf("%s-%d:", tag, os.Getpid())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if conn, err := rabbitmq.Dial(ctx, svc.AMQPURL); err == nil {
+			rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(prefix))
+			_ = conn.Close()
+		}
+		if rdb, err := redisx.Open(svc.RedisURL, time.Second); err == nil {
+			_ = redisx.DeletePrefix(ctx, rdb, prefix)
+			_ = rdb.Close()
+		}
+	})
+	return prefix
+}

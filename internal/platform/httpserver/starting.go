@@ -1,0 +1,105 @@
+package httpserver
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"idemshop/internal/platform/httpproblem"
+	"idemshop/internal/platform/problem"
+)
+
+// Starting is the handler of a process that is alive but still waiting for its dependencies (docs/
+// reliability.md, "Start-up order"). Until Open it answers /healthz 200, /readyz 503 with what it
+// waits for, /metrics from its gatherer, and everything else 503 with Retry-After; after Open every
+// request goes to the application's handler, which has its own /healthz and /readyz. An orchestrator
+// therefore keeps the process alive (liveness) and sends it no traffic (readiness) while it waits,
+// instead of restarting it in a loop.
+type Starting struct {
+	metrics http.Handler
+	next    atomic.Pointer[http.Handler]
+
+	mu      sync.Mutex
+	waiting map[string]string
+}
+
+// NewStarting returns a gate that serves g on /metrics while it is closed.
+func NewStarting(g prometheus.Gatherer) *Starting {
+	return &Starting{metrics: promhttp.HandlerFor(g, promhttp.HandlerOpts{}), waiting: map[string]string{}}
+}
+
+// Waiting records that the process waits for dependency name, and why (its last error); /readyz shows it.
+func (s *Starting) Waiting(name string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting[name] = "waiting: " + err.Error()
+}
+
+// Up records that dependency name answered.
+func (s *Starting) Up(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting[name] = "ok"
+}
+
+// Open hands every later request to h.
+func (s *Starting) Open(h http.Handler) { s.next.Store(&h) }
+
+func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := s.next.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	switch r.URL.Path {
+	case "/healthz":
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	case "/readyz":
+		s.mu.Lock()
+		checks := make(map[string]string, len(s.waiting))
+		for k, v := range s.waiting {
+			checks[k] = v
+		}
+		s.mu.Unlock()
+		writeJSON(w, http.StatusServiceUnavailable, Readiness{Status: "starting", Checks: checks})
+	case "/metrics":
+		s.metrics.ServeHTTP(w, r)
+	default:
+		body, err := httpproblem.Document(problem.ErrUnavailable.WithDetail("starting: waiting for "+s.waitingFor()), r.URL.Path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", httpproblem.ContentType)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(body)
+	}
+}
+
+func (s *Starting) waitingFor() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for k, v := range s.waiting {
+		if v != "ok" {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "start-up to finish"
+	}
+	return strings.Join(names, ", ")
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -105,6 +106,13 @@ func (s *stack) stop() {
 // loadtest runs the loadtest binary and returns its exit code and stdout.
 func (s *stack) loadtest(ordersURL string, args ...string) (int, []byte) {
 	s.t.Helper()
+	code, stdout, _ := s.loadtestStreams(ordersURL, args...)
+	return code, stdout
+}
+
+// loadtestStreams runs the loadtest binary and returns its exit code, stdout and stderr.
+func (s *stack) loadtestStreams(ordersURL string, args ...string) (int, []byte, []byte) {
+	s.t.Helper()
 	cmd := exec.Command(filepath.Join(s.bin, "loadtest"), args...)
 	cmd.Env = append(append([]string{}, s.env...), "ORDERS_URL="+ordersURL, "PAYMENTS_URL="+s.mockURL)
 	var stdout, stderr bytes.Buffer
@@ -117,7 +125,7 @@ func (s *stack) loadtest(ordersURL string, args ...string) (int, []byte) {
 		require.NoError(s.t, err)
 	}
 	s.t.Logf("loadtest %v: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
-	return code, stdout.Bytes()
+	return code, stdout.Bytes(), stderr.Bytes()
 }
 
 type incident struct {
@@ -241,20 +249,41 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 		code, out := s.loadtest("http://"+a, "lab", "--json", "all")
 		var rep struct {
 			Scenarios []struct {
-				ID      string                    `json:"id"`
-				Error   string                    `json:"error"`
-				Unsafe  struct{ Reproduced bool } `json:"unsafe"`
-				Guarded struct{ OK bool }         `json:"guarded"`
+				ID     string `json:"id"`
+				Error  string `json:"error"`
+				Unsafe struct {
+					Reproduced bool
+					NoTwin     bool `json:"no_twin"`
+				} `json:"unsafe"`
+				Guarded struct{ OK bool } `json:"guarded"`
 			} `json:"scenarios"`
 		}
 		require.NoError(t, json.Unmarshal(out, &rep))
 		require.Len(t, rep.Scenarios, 12)
 		for _, sc := range rep.Scenarios {
 			assert.Empty(t, sc.Error, sc.ID)
-			assert.True(t, sc.Unsafe.Reproduced, "%s unsafe side reproduced", sc.ID)
+			// S9 has no unsafe variant: it says so, and claims no reproduction.
+			assert.Equal(t, sc.ID == "S9", sc.Unsafe.NoTwin, "%s: no unsafe twin", sc.ID)
+			assert.NotEqual(t, sc.Unsafe.NoTwin, sc.Unsafe.Reproduced, "%s unsafe side reproduced (or has no twin)", sc.ID)
 			assert.True(t, sc.Guarded.OK, "%s guarded side held", sc.ID)
 		}
 		assert.Equal(t, 0, code)
+	})
+	t.Run("lab text report fits 100 columns, logs stay out", func(t *testing.T) {
+		// S9 is the noisy one: it starts an orders without Redis in the loadtest process. Its lines (and
+		// the stack's LOG_LEVEL=warn) must not reach either stream by default.
+		code, out, errOut := s.loadtestStreams("http://"+a, "lab", "S1", "S9")
+		assert.Equal(t, 0, code)
+		lines := 0
+		for line := range strings.Lines(string(out)) {
+			lines++
+			assert.LessOrEqual(t, utf8.RuneCountInString(strings.TrimRight(line, "\n")), 100, "fits 100 columns: %q", line)
+			assert.NotContains(t, line, "level=", "a log line in the report")
+		}
+		assert.Equal(t, 5, lines, "header, column names, S1, S9, count")
+		assert.Contains(t, string(out), "2 of 2 passed")
+		assert.NotContains(t, string(errOut), "level=INFO")
+		assert.NotContains(t, string(errOut), "level=WARN")
 	})
 }
 

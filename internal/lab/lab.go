@@ -55,9 +55,14 @@ type Side struct {
 	Detail   string           `json:"detail"`
 }
 
-// Unsafe is the unsafe half: Reproduced says the failure showed.
+// Unsafe is the unsafe half: Reproduced says the failure showed. NoTwin marks a scenario that has no
+// unsafe variant at all (S9: Redis is an efficiency layer, so there is no unguarded handler to run
+// without it): nothing ran on that side, Reproduced stays false, and the verdict rests on the guarded
+// side alone. It is a state of its own rather than a Reproduced set to true, so that the report can say
+// "no twin" instead of claiming a failure it never showed.
 type Unsafe struct {
 	Reproduced bool `json:"reproduced"`
+	NoTwin     bool `json:"no_twin,omitempty"`
 	Side
 }
 
@@ -77,8 +82,11 @@ type Result struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// Passed: the unsafe side reproduced the failure and the guarded side held.
-func (r Result) Passed() bool { return r.Error == "" && r.Unsafe.Reproduced && r.Guarded.OK }
+// Passed: the unsafe side reproduced the failure (or the scenario has no unsafe twin) and the guarded
+// side held.
+func (r Result) Passed() bool {
+	return r.Error == "" && (r.Unsafe.Reproduced || r.Unsafe.NoTwin) && r.Guarded.OK
+}
 
 // Scenario is one row of the lab table.
 type Scenario struct {
@@ -86,7 +94,7 @@ type Scenario struct {
 	Title   string
 	Unsafe  string // the failure the unsafe variant shows
 	Guarded string // what the guard guarantees
-	// Run measures both sides. GuardedOnly scenarios (S9) report Unsafe.Reproduced = true.
+	// Run measures both sides. A scenario without an unsafe variant (S9) reports Unsafe.NoTwin.
 	Run func(ctx context.Context, env *Env) (Unsafe, Guarded, error)
 }
 

@@ -31,7 +31,7 @@ const s9DeadRedis = "redis://127.0.0.1:1/0"
 // goes straight to the conditional UPDATE, and every order must still be paid exactly once, without a
 // 5xx. What Redis buys is measured as the latency of both storms. There is no unsafe variant.
 func runS9(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
-	u := Unsafe{Reproduced: true, Side: Side{Detail: "n/a"}}
+	u := Unsafe{NoTwin: true, Side: Side{Detail: "no unsafe twin: the guarded handler is run with Redis down, and with it up"}}
 	var g Guarded
 	url, stop, err := s9DegradedOrders(ctx, env)
 	if err != nil {

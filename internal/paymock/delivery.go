@@ -40,11 +40,18 @@ type delivery struct {
 	released time.Time
 }
 
-// dispatch sends ev to pay's notify_url: copies <= 0 means the configured duplicates, parallel nil the
-// configured mode. Everything chaos decides and every id is fixed here, synchronously, so that two runs
-// with the same seed and the same calls log the same deliveries; only the sending is in the background.
-// It returns the delivery ids, and false when Close has begun and nothing will be sent.
+// dispatch sends ev to pay's notify_url (nothing when it has none): copies <= 0 means the configured
+// duplicates, parallel nil the configured mode. Everything chaos decides and every id is fixed here,
+// synchronously, so that two runs with the same seed and the same calls log the same deliveries; only
+// the sending is in the background. It returns the delivery ids, and false when Close has begun and
+// nothing will be sent.
 func (p *Platform) dispatch(pay Payment, ev Event, source string, copies int, parallel *bool) ([]string, bool) {
+	if pay.NotifyURL == "" {
+		// Nobody asked to be told: nothing to send, nothing drawn from the chaos RNG, nothing logged
+		// as a delivery. The event still happened; the query API shows it.
+		p.logger.Debug("callback not sent: the payment has no notify_url", "event_id", ev.EventID, "payment_id", ev.PaymentID)
+		return nil, true
+	}
 	plan := p.chaos.planDispatch(copies, parallel, len(p.cfg.RetrySchedule)+1)
 	body, err := json.Marshal(ev)
 	if err != nil {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"html"
 	"html/template"
@@ -176,6 +177,17 @@ concurrency {{.R.Config.Concurrency}} · {{printf "%.1f" .R.Seconds}} s.
 // WriteHTML renders the report as one static HTML page with inline SVG plots.
 func WriteHTML(w io.Writer, rep Report) error {
 	return page.Execute(w, struct{ R Report }{rep})
+}
+
+// WriteJSON writes the report as indented JSON, one document: the shape `loadtest bench --json` prints
+// and `--json-file` saves, so that a run can be compared with the last one.
+func WriteJSON(w io.Writer, rep Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return fmt.Errorf("bench: encode JSON report: %w", err)
+	}
+	return nil
 }
 
 // Series returns the result's latency series (template helper).

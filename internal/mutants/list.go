@@ -373,4 +373,14 @@ var List = []Mutant{
 		Replacement: "\t\tdefault:\n\t\t\tm.outcome = OutcomeDuplicate",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestHeldLeaseIsWaitedOutThenCredited$",
 	},
+
+	// ── The outbox relay wakes on commit (LISTEN/NOTIFY, internal/outbox/listen.go) ──
+	{
+		ID: "relay-wake-on-notify", Guard: "relay: wake on notify",
+		File: "internal/outbox/listen.go",
+		// Notifications are counted and dropped: the relay publishes only on its poll (an hour away).
+		Original:    "\t\tr.metrics.notifications.Inc()\n\t\tr.wakeUp()",
+		Replacement: "\t\tr.metrics.notifications.Inc()",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayWakesOnCommitWithoutWaitingForThePoll$",
+	},
 }

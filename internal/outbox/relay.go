@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,9 @@ import (
 )
 
 // RelayConfig tunes a Relay. Every interval is configurable so that tests can run it fast.
+//
+// The relay drains the outbox when a commit notifies it (Notify, LISTEN/NOTIFY, listen.go) or when
+// PollInterval has passed since its last drain, whichever comes first.
 type RelayConfig struct {
 	AMQPURL string
 	// Topology is declared at every (re)connect; rows are published to Topology.Exchange with their
@@ -23,7 +27,10 @@ type RelayConfig struct {
 	Topology rabbitmq.Topology
 	// BatchSize is the most rows locked, published and marked in one transaction.
 	BatchSize int
-	// PollInterval is the pause after a batch that was not full (nothing more is waiting).
+	// PollInterval is the longest pause after a batch that was not full (nothing more is waiting) when
+	// no notification comes. It is the fallback: it bounds the lag of a row that no notification
+	// announced (its writer did not call Notify, which no writer does yet, or the listen connection was
+	// down), and costs one empty poll per interval when the shop is quiet.
 	PollInterval time.Duration
 	// ConfirmTimeout bounds the wait for the broker's confirms of one batch.
 	ConfirmTimeout time.Duration
@@ -51,6 +58,10 @@ type relayMetrics struct {
 	published prometheus.Counter
 	returned  prometheus.Counter
 	lag       prometheus.Histogram
+	// polls counts drains (one SELECT of pending rows each) by result: "rows" or "empty".
+	polls         *prometheus.CounterVec
+	listening     prometheus.Gauge
+	notifications prometheus.Counter
 }
 
 func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
@@ -72,8 +83,21 @@ func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 			Help:    "Time from the outbox insert (created_at) to the broker's publisher confirm.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms .. ~65 s
 		}),
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemshop_outbox_polls_total",
+			Help: "Times the relay looked for pending outbox rows, by result (rows, empty).",
+		}, []string{"result"}),
+		listening: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemshop_outbox_listening",
+			Help: "1 while the relay's LISTEN connection is up (woken on commit), 0 while it only polls.",
+		}),
+		notifications: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemshop_outbox_notifications_total",
+			Help: "Notifications received on the outbox channel (outbox.Notify); several may wake the relay once.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.pending, m.published, m.returned, m.lag} {
+	for _, c := range []prometheus.Collector{m.pending, m.published, m.returned, m.lag, m.polls, m.listening,
+		m.notifications} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("outbox: register metrics: %w", err)
 		}
@@ -106,9 +130,16 @@ type Relay struct {
 	logger  *slog.Logger
 	metrics *relayMetrics
 
+	// wake carries the listener's wake-ups to the publishing loop (listen.go). It holds one: while a
+	// wake-up is pending, more notifications add nothing, so a burst of commits costs one drain.
+	wake chan struct{}
+
 	// beforeMark, when set by a test, runs after the confirms and before the rows are marked; an
 	// error from it rolls the batch back, which is what a crash at that point leaves behind.
 	beforeMark func() error
+	// beforeListen, when set by a test, runs before each listen connection is opened; an error fails
+	// that attempt, as an unreachable database would.
+	beforeListen func() error
 }
 
 // NewRelay returns a relay over db that registers its metrics on reg.
@@ -123,13 +154,23 @@ func NewRelay(db *gorm.DB, cfg RelayConfig, logger *slog.Logger, reg prometheus.
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{db: db, cfg: cfg, logger: logger.With("component", "outbox-relay"), metrics: m}, nil
+	m.polls.WithLabelValues("rows")
+	m.polls.WithLabelValues("empty") // both series exported from the start, at zero
+	return &Relay{db: db, cfg: cfg, logger: logger.With("component", "outbox-relay"), metrics: m,
+		wake: make(chan struct{}, 1)}, nil
 }
 
-// Run publishes until ctx is done. A lost broker or database ends the session; Run waits an
-// exponential backoff and reconnects. It returns nil once ctx is done.
+// Run publishes until ctx is done. Two loops run side by side, each reconnecting with the same
+// exponential backoff after a failure: the broker session (session, below) publishes, and the listener
+// (listen.go) holds the LISTEN connection that wakes it. A lost listener only slows the relay down to
+// its poll. Run returns nil once ctx is done.
 func (r *Relay) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		retry.Sessions(ctx, r.logger.With("part", "listener"), r.cfg.ReconnectMin, r.cfg.ReconnectMax, r.listen)
+	})
 	retry.Sessions(ctx, r.logger, r.cfg.ReconnectMin, r.cfg.ReconnectMax, r.session)
+	wg.Wait()
 	r.logger.Info("outbox relay stopped")
 	return nil
 }
@@ -166,6 +207,11 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 			return err
 		}
 		progress()
+		if n == 0 {
+			r.metrics.polls.WithLabelValues("empty").Inc()
+		} else {
+			r.metrics.polls.WithLabelValues("rows").Inc()
+		}
 		r.updatePending(ctx)
 		if n == r.cfg.BatchSize && ctx.Err() == nil {
 			continue // more may be waiting: no pause under a backlog
@@ -175,7 +221,8 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 			return nil
 		case e := <-closed:
 			return fmt.Errorf("channel closed: %v", e)
-		case <-time.After(r.cfg.PollInterval):
+		case <-r.wake: // a commit notified new rows (listen.go): drain now
+		case <-time.After(r.cfg.PollInterval): // the fallback: finds rows no notification announced
 		}
 	}
 }

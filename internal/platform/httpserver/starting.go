@@ -15,8 +15,8 @@ import (
 	"idemshop/internal/platform/problem"
 )
 
-// Starting is the handler of a process that is alive but still waiting for its dependencies (docs/
-// reliability.md, "Start-up order"). Until Open it answers /healthz 200, /readyz 503 with what it
+// Starting is the handler of a process that is alive but still waiting for its dependencies
+// (docs/reliability.md, "Start-up order"). Until Open it answers /healthz 200, /readyz 503 with what it
 // waits for, /metrics from its gatherer, and everything else 503 with Retry-After; after Open every
 // request goes to the application's handler, which has its own /healthz and /readyz. An orchestrator
 // therefore keeps the process alive (liveness) and sends it no traffic (readiness) while it waits,

@@ -238,7 +238,7 @@ func connectionLost(err error) bool {
 
 // handledLogger keeps GORM's ERROR lines for failures nobody handles. A statement that failed for a
 // transient reason (ErrTransient: the caller answers 503 or retries) is logged at WARN, and an expected
-// unique violation at DEBUG: an operator's ERROR lines must mean "look at this".
+// unique violation or a cancelled statement at DEBUG: an operator's ERROR lines must mean "look at this".
 type handledLogger struct {
 	gormlogger.Interface
 	logger *slog.Logger
@@ -254,6 +254,10 @@ func (l handledLogger) Trace(ctx context.Context, begin time.Time, fc func() (st
 		level := slog.LevelWarn
 		switch {
 		case errors.Is(translated, ErrDuplicate):
+			level = slog.LevelDebug
+		case errors.Is(err, context.Canceled):
+			// The caller gave up (a shutdown, a client that went away): nothing to look at. It used to
+			// leave one ERROR line per worker query in flight at every SIGTERM.
 			level = slog.LevelDebug
 		case errors.Is(translated, ErrTransient):
 		default:

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/postgres"
@@ -56,9 +57,9 @@ func run() error {
 		return err
 	}
 	defer rdb.Close()
-	var fault func(points.FaultPoint)
+	var crash fault.Hook
 	if cfg.Lab && cfg.Fault != "" { // config refuses POINTS_FAULT without ORDERS_LAB
-		if fault, err = points.LabFault(points.FaultPoint(cfg.Fault), logger); err != nil {
+		if crash, err = fault.Kill("POINTS_FAULT", fault.Point(cfg.Fault), points.Points, logger); err != nil {
 			return err
 		}
 	}
@@ -113,7 +114,7 @@ func run() error {
 		AMQPURL: cfg.AMQPURL, Topology: rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix),
 		Prefetch: cfg.Prefetch, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, KeyPrefix: cfg.Redis.KeyPrefix,
 		LeaseTTL: cfg.LeaseTTL, DoneTTL: cfg.DoneTTL, LeasePoll: cfg.LeasePoll,
-		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: fault,
+		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: crash,
 	}, logger, reg)
 	if err != nil {
 		return fail(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/events"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
@@ -32,15 +33,15 @@ func TestCrashWindowsAreGuarded(t *testing.T) {
 	t.Parallel()
 	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	cases := map[string]struct {
-		fault         points.FaultPoint
+		fault         fault.Point
 		rowsAfterKill int64  // what the dead process left committed
 		secondOutcome string // how the redelivery is counted
 	}{
 		"S6 killed after the commit, before the ack": {
-			fault: points.FaultAfterCommit, rowsAfterKill: 1, secondOutcome: points.OutcomeDuplicate,
+			fault: points.CrashAfterCommit, rowsAfterKill: 1, secondOutcome: points.OutcomeDuplicate,
 		},
 		"S11 killed after the claim, before the commit": {
-			fault: points.FaultAfterClaim, rowsAfterKill: 0, secondOutcome: points.OutcomeApplied,
+			fault: points.CrashAfterClaim, rowsAfterKill: 0, secondOutcome: points.OutcomeApplied,
 		},
 	}
 	for name, tc := range cases {
@@ -112,7 +113,7 @@ func TestFaultNeedsLabMode(t *testing.T) {
 	t.Parallel()
 	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "POINTS_FAULT=exit-after-commit", "ORDERS_LAB=false")
+	cmd.Env = append(os.Environ(), "POINTS_FAULT=crash-after-commit", "ORDERS_LAB=false")
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "POINTS_FAULT needs ORDERS_LAB=true")

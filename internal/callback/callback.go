@@ -74,6 +74,23 @@ type OrderLock interface {
 	Lock(ctx context.Context, orderID int64) (unlock func(), err error)
 }
 
+// Applier is the callback's swap point, as idempotency.Runner is the order route's: the step that
+// turns a verified, checked callback into the order's new state, inside the callback's transaction.
+// Guarded is production's. The lab's twins, NoStateGuard (S1) and DropEarlyRefund (S12) in
+// callback_unsafe.go and CheckThenWriteStock (S5) in callback_stock_unsafe.go, differ from it by the
+// guard alone. A Service gets one at construction and keeps it.
+type Applier struct {
+	name  string
+	apply func(s *Service, ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error)
+	// resendFastPath answers a resend of an event the order already reflects from its audit row,
+	// before the lock and the transaction. It is a guard too, so S1's twin runs without it.
+	resendFastPath bool
+}
+
+// Guarded is the applier of production: the state-machine UPDATE decides, the stock decrement is
+// conditional, and a resend is answered without a transaction.
+var Guarded = Applier{name: "guarded", apply: (*Service).apply, resendFastPath: true}
+
 // Service applies payment callbacks.
 type Service struct {
 	db       *gorm.DB
@@ -81,15 +98,17 @@ type Service struct {
 	verifier paysig.Verifier
 	lock     OrderLock
 	metrics  *Metrics
+	applier  Applier
 	now      func() time.Time
 }
 
-// NewService returns a Service. lock may be nil (no efficiency lock); the others must not be.
-func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics) (*Service, error) {
-	if db == nil || repo == nil || m == nil || len(verifier.Secret) == 0 {
-		return nil, errors.New("callback: NewService needs a db, an orders repository, metrics and a verifier secret")
+// NewService returns a Service that applies callbacks with applier (Guarded, except in the lab). lock
+// may be nil (no efficiency lock); the others must not be.
+func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics, applier Applier) (*Service, error) {
+	if db == nil || repo == nil || m == nil || len(verifier.Secret) == 0 || applier.apply == nil {
+		return nil, errors.New("callback: NewService needs a db, an orders repository, metrics, a verifier secret and an applier")
 	}
-	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, now: time.Now}, nil
+	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, applier: applier, now: time.Now}, nil
 }
 
 // Handle verifies, checks and applies one callback. raw is the request body exactly as received;
@@ -98,15 +117,6 @@ func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, 
 // (404, so the platform retries), ErrAmountMismatch (400). Every callback is recorded in
 // payment_callbacks, rejected ones included.
 func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Outcome, error) {
-	return s.handle(ctx, signature, raw, s.apply, true)
-}
-
-// applyFunc applies a verified, checked callback inside the callback transaction.
-type applyFunc func(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error)
-
-// handle runs every callback route. skipResends enables the resend fast path, which is itself a guard
-// (the unsafe S1 twin runs without it).
-func (s *Service) handle(ctx context.Context, signature string, raw []byte, apply applyFunc, skipResends bool) (Outcome, error) {
 	lg := logging.From(ctx)
 
 	// 1. The signature covers the raw bytes, so it is checked before anything is decoded.
@@ -154,7 +164,7 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 	// only moves forward, so if it already has the status this callback asks for, nothing this callback
 	// could do would change it. (Skipping on a stale read is safe here, acting on one would not be: the
 	// conditional UPDATE below stays the only way anything is applied.)
-	if skipResends && already(cb.Status, o.Status) {
+	if s.applier.resendFastPath && already(cb.Status, o.Status) {
 		s.audit(ctx, lg, cb, orderID, true, OutcomeDuplicate, "already "+string(o.Status))
 		s.metrics.count(OutcomeDuplicate)
 		lg.Info("payment callback", "outcome", OutcomeDuplicate, "reason", "already "+string(o.Status))
@@ -179,7 +189,7 @@ func (s *Service) handle(ctx context.Context, signature string, raw []byte, appl
 	auditLater := false
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		outcome, reason, err = apply(ctx, tx, cb, o)
+		outcome, reason, err = s.applier.apply(s, ctx, tx, cb, o)
 		if err != nil {
 			return err
 		}
@@ -484,3 +494,6 @@ func (cb Callback) cleaned() Callback {
 	cb.Currency = pgtext.Clean(cb.Currency, callbackIDMax)
 	return cb
 }
+
+// String is the applier's name, for logs: "guarded", "s1-no-state-guard", ...
+func (a Applier) String() string { return a.name }

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"gorm.io/gorm"
 
 	"idemshop/internal/lock"
@@ -28,19 +27,32 @@ func FlashSaleLockName(productID int64) string {
 	return "lab:stock:product:" + strconv.FormatInt(productID, 10)
 }
 
-// flashSaleLock is the lock the naive team trusted with the stock: one lease per product, taken before
+// CheckThenWriteStock is the S5 applier: Guarded with the stock step written as check-then-write. The
+// assembly gives its service a FlashSaleLock in place of the per-order efficiency lock.
+var CheckThenWriteStock = Applier{name: "s5-check-then-write-stock", apply: (*Service).applyStockUnsafe, resendFastPath: true}
+
+// FlashSaleLock is the lock the naive team trusted with the stock: one lease per product, taken before
 // the callback transaction and released after its commit. While the lease lasts it does exclude other
 // callbacks; nothing tells its holder when it has stopped lasting.
-type flashSaleLock struct {
+type FlashSaleLock struct {
 	locker *lock.Locker
-	svc    *Service
+	db     *gorm.DB
+	orders *orders.Repository
 	ttl    time.Duration
 	wait   time.Duration
 }
 
+// NewFlashSaleLock returns S5's lock: a fenceless lease of ttl per product, queueing up to wait.
+func NewFlashSaleLock(locker *lock.Locker, db *gorm.DB, repo *orders.Repository, ttl, wait time.Duration) (*FlashSaleLock, error) {
+	if locker == nil || db == nil || repo == nil || ttl < time.Millisecond || wait < 0 {
+		return nil, errors.New("callback: NewFlashSaleLock needs a locker, a db, an orders repository, ttl >= 1ms and wait >= 0")
+	}
+	return &FlashSaleLock{locker: locker, db: db, orders: repo, ttl: ttl, wait: wait}, nil
+}
+
 // Lock takes the product's lease for the order's product (the OrderLock interface hands in the order).
-func (l *flashSaleLock) Lock(ctx context.Context, orderID int64) (func(), error) {
-	o, err := l.svc.orders.Lookup(ctx, l.svc.db, orderID)
+func (l *FlashSaleLock) Lock(ctx context.Context, orderID int64) (func(), error) {
+	o, err := l.orders.Lookup(ctx, l.db, orderID)
 	if err != nil {
 		return nil, err
 	}
@@ -53,21 +65,6 @@ func (l *flashSaleLock) Lock(ctx context.Context, orderID int64) (func(), error)
 		defer cancel()
 		_ = l.locker.Release(rctx, lease) // ErrLost: the lease ran out under us, which is the bug shown
 	}, nil
-}
-
-// MountUnsafeStock adds the S5 twin of the callback route at path: the same verification, state guard
-// and audit as POST /v1/payments/callback, with the flash-sale lock (lease ttl, queueing up to wait) in
-// place of the per-order efficiency lock, and the check-then-write stock step. Lab mode only.
-func (h *Handler) MountUnsafeStock(e *echo.Echo, path string, locker *lock.Locker, ttl, wait time.Duration) error {
-	if locker == nil || ttl < time.Millisecond || wait < 0 {
-		return errors.New("callback: MountUnsafeStock needs a locker, ttl >= 1ms and wait >= 0")
-	}
-	svc := *h.svc // the same database, repository, verifier and metrics; only the lock differs
-	svc.lock = &flashSaleLock{locker: locker, svc: &svc, ttl: ttl, wait: wait}
-	e.POST(path, serveCallback(func(ctx context.Context, sig string, raw []byte) (Outcome, error) {
-		return svc.handle(ctx, sig, raw, svc.applyStockUnsafe, true) // S5 keeps the state guard
-	}))
-	return nil
 }
 
 // applyStockUnsafe is apply with the stock step written as check-then-write

@@ -2,9 +2,10 @@ package callback
 
 // LAB ONLY — the triple-callback incident (lab scenario S1), as the naive handler was written: no state
 // guard. Every copy of a "payment succeeded" callback marks the order paid, deducts the stock and
-// credits the points, so three copies deduct and credit three times. Mounted only with ORDERS_LAB=true,
-// at POST /lab/unsafe/payments/callback. Compare applyUnsafe with apply in callback.go: the guard is the
-// `WHERE status IN (...)` of Transition, and what happens only when it changed a row.
+// credits the points, so three copies deduct and credit three times. The assembly mounts a service with
+// this applier only with ORDERS_LAB=true, at POST /lab/unsafe/payments/callback. Compare applyUnsafe with
+// apply in callback.go: the guard is the `WHERE status IN (...)` of Transition, and what happens only
+// when it changed a row.
 
 import (
 	"context"
@@ -16,11 +17,9 @@ import (
 	"idemshop/internal/orders"
 )
 
-// HandleUnsafe is Handle without the state-machine guard. Signature, parsing, amount checks and the
-// audit row are the same.
-func (s *Service) HandleUnsafe(ctx context.Context, signature string, raw []byte) (Outcome, error) {
-	return s.handle(ctx, signature, raw, s.applyUnsafe, false)
-}
+// NoStateGuard is the S1 applier: no state guard, and no resend fast path (itself a guard). Signature,
+// parsing, amount checks and the audit row are the same as Guarded's.
+var NoStateGuard = Applier{name: "s1-no-state-guard", apply: (*Service).applyUnsafe}
 
 func (s *Service) applyUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error) {
 	if cb.Status != StatusSuccess {
@@ -62,11 +61,9 @@ func (s *Service) applyUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o o
 // guarded handler records every refund whatever the order's status (order_refund_events,
 // orders.refunded_cents), and settleSuccess refunds the order when it finds that refund there.
 
-// HandleUnsafeEarlyRefund is Handle with the pre-fix refund rule. Signature, parsing, amount checks,
-// the resend fast path, the efficiency lock and the audit row are the same.
-func (s *Service) HandleUnsafeEarlyRefund(ctx context.Context, signature string, raw []byte) (Outcome, error) {
-	return s.handle(ctx, signature, raw, s.applyEarlyRefundUnsafe, true)
-}
+// DropEarlyRefund is the S12 applier: Guarded with the pre-fix refund rule. Signature, parsing, amount
+// checks, the resend fast path, the efficiency lock and the audit row are the same.
+var DropEarlyRefund = Applier{name: "s12-drop-early-refund", apply: (*Service).applyEarlyRefundUnsafe, resendFastPath: true}
 
 // applyEarlyRefundUnsafe drops a REFUNDED event for an order that is neither PAID nor REFUND_REQUIRED:
 // 200 "stale", nothing recorded. Every other event goes through the guarded steps of apply.

@@ -30,19 +30,11 @@ func NewHandler(svc *Service) (*Handler, error) {
 }
 
 // Mount adds POST /v1/payments/callback to e (outside the authenticated /v1 group).
-func (h *Handler) Mount(e *echo.Echo) {
-	e.POST("/v1/payments/callback", serveCallback(h.svc.Handle))
-}
+func (h *Handler) Mount(e *echo.Echo) { h.MountAt(e, "/v1/payments/callback") }
 
-// MountUnsafe adds the lab's unguarded twin, POST /lab/unsafe/payments/callback (S1). Lab mode only.
-func (h *Handler) MountUnsafe(e *echo.Echo) {
-	e.POST("/lab/unsafe/payments/callback", serveCallback(h.svc.HandleUnsafe))
-}
-
-// MountUnsafeEarlyRefund adds the lab's S12 twin, POST /lab/unsafe/s12/payments/callback, where a refund
-// that arrives before its order is PAID is acknowledged and dropped. Lab mode only.
-func (h *Handler) MountUnsafeEarlyRefund(e *echo.Echo) {
-	e.POST("/lab/unsafe/s12/payments/callback", serveCallback(h.svc.HandleUnsafeEarlyRefund))
+// MountAt adds the callback route at path; the lab mounts its twins' services this way.
+func (h *Handler) MountAt(e *echo.Echo, path string) {
+	e.POST(path, serveCallback(h.svc.Handle))
 }
 
 // callbackAck is what the platform waits for: any 2xx with this body stops its retries.

@@ -8,13 +8,13 @@ import (
 )
 
 // runS11: points-consumer claims the order in Redis, then crashes before its commit; the broker
-// redelivers. Unsafe: points.UnsafeClaimFirst, whose claim is the final "done" (SET NX, no lease), so
+// redelivers. Unsafe: points.ClaimFirst, whose claim is the final "done" (SET NX, no lease), so
 // the redelivery takes the order for credited and acks it. Guarded: the real consumer, whose claim is a
 // lease that runs out; the redelivery waits for it and credits once. The crash harness is in s6.go.
 func runS11(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	var u Unsafe
 	var g Guarded
-	m, err := runConsumerCrash(ctx, env, SideName("S11", true), points.UnsafeClaimFirst, points.FaultAfterClaim)
+	m, err := runConsumerCrash(ctx, env, SideName("S11", true), points.ClaimFirst, points.CrashAfterClaim)
 	if err != nil {
 		return u, g, fmt.Errorf("S11 unsafe: %w", err)
 	}
@@ -27,7 +27,7 @@ func runS11(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	u.Detail = fmt.Sprintf("crash after the claim left \"done\" and %d ledger rows; the redelivery was acked as a duplicate: %d ledger rows, balance %d, %d points lost",
 		m["ledger_rows_after_crash"], m["ledger_rows"], m["balance"], per-m["balance"])
 
-	m, err = runConsumerCrash(ctx, env, SideName("S11", false), "", points.FaultAfterClaim)
+	m, err = runConsumerCrash(ctx, env, SideName("S11", false), points.Guarded, points.CrashAfterClaim)
 	if err != nil {
 		return u, g, fmt.Errorf("S11 guarded: %w", err)
 	}

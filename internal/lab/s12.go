@@ -13,7 +13,7 @@ import (
 // runS12: the platform refunds a payment in full and its REFUNDED event reaches the shop before the
 // SUCCESS it refunds (a delayed delivery). The lab sends the two signed events itself, in that order, to
 // a PENDING order. Unsafe: POST /lab/unsafe/s12/payments/callback, where a refund of an order that is
-// not PAID is answered 200 "stale" and dropped (callback.Service.HandleUnsafeEarlyRefund): the SUCCESS then
+// not PAID is answered 200 "stale" and dropped (callback.DropEarlyRefund): the SUCCESS then
 // marks the order PAID, takes the stock and writes order.paid, and nothing gives them back. Guarded:
 // POST /v1/payments/callback records the refund as a fact (refunded_cents), and the SUCCESS, finding it,
 // refunds the order in its own transaction: stock back and order.refunded written, once each.

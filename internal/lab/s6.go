@@ -19,18 +19,19 @@ import (
 
 	"idemshop/internal/events"
 	"idemshop/internal/invariants"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
 )
 
 // runS6: points-consumer crashes after its commit, before its ack, and the broker redelivers.
-// Unsafe: points.UnsafeNoDedup, which remembers broker message ids in memory and keys the ledger row by
+// Unsafe: points.NoDedup, which remembers broker message ids in memory and keys the ledger row by
 // the delivery. Guarded: the real consumer, which keys its Redis lease and the ledger's unique biz_id
 // on the order id.
 func runS6(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	var u Unsafe
 	var g Guarded
-	m, err := runConsumerCrash(ctx, env, SideName("S6", true), points.UnsafeNoDedup, points.FaultAfterCommit)
+	m, err := runConsumerCrash(ctx, env, SideName("S6", true), points.NoDedup, points.CrashAfterCommit)
 	if err != nil {
 		return u, g, fmt.Errorf("S6 unsafe: %w", err)
 	}
@@ -40,7 +41,7 @@ func runS6(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	u.Detail = fmt.Sprintf("crash after commit (%d ledger row); the redelivery was credited again: %d ledger rows, balance %d for one order worth %d",
 		m["ledger_rows_after_crash"], m["ledger_rows"], m["balance"], per)
 
-	m, err = runConsumerCrash(ctx, env, SideName("S6", false), "", points.FaultAfterCommit)
+	m, err = runConsumerCrash(ctx, env, SideName("S6", false), points.Guarded, points.CrashAfterCommit)
 	if err != nil {
 		return u, g, fmt.Errorf("S6 guarded: %w", err)
 	}
@@ -60,16 +61,16 @@ func runS6(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 const consumerLeaseTTL = time.Second
 
 // runConsumerCrash is one side of S6 or S11, in process; fixture names the side's fixture
-// ("S6-unsafe", ...). A consumer (the guarded one, or the broken
-// twin named by mode) takes one order.paid for a fixture order and crashes at point; a second
-// consumer of the same kind takes the broker's redelivery. It measures, on the database, the fixture
+// ("S6-unsafe", ...). A consumer with the dedup newDedup returns (points.Guarded, or a broken twin)
+// takes one order.paid for a fixture order and crashes at point; a second consumer of the same kind,
+// with a dedup of its own (a restarted process remembers nothing), takes the broker's redelivery. It measures, on the database, the fixture
 // user's ledger rows and balance after the crash and at the end, and how the second consumer counted
 // the redelivery.
 //
 // It runs on broker objects and Redis keys of its own (a random name under the env's prefixes), so
 // the demo points-consumer never sees this message and this crash never touches its state; both are
 // deleted at the end, as is the fixture.
-func runConsumerCrash(ctx context.Context, env *Env, fixture string, mode points.UnsafeMode, point points.FaultPoint) (_ map[string]int64, err error) {
+func runConsumerCrash(ctx context.Context, env *Env, fixture string, newDedup func() points.Dedup, point fault.Point) (_ map[string]int64, err error) {
 	within := env.Quiet
 	if within <= 0 {
 		within = 15 * time.Second
@@ -123,11 +124,12 @@ func runConsumerCrash(ctx context.Context, env *Env, fixture string, mode points
 	cfg := points.ConsumerConfig{
 		AMQPURL: env.AMQPURL, Topology: top, Prefetch: 1, BatchSize: 1, KeyPrefix: redisPrefix,
 		LeaseTTL: consumerLeaseTTL, DoneTTL: time.Hour, LeasePoll: 50 * time.Millisecond,
-		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, Unsafe: mode,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second,
 	}
 	crashed := make(chan struct{})
 	firstCfg := cfg
-	firstCfg.Fault = func(p points.FaultPoint) {
+	firstCfg.Dedup = newDedup()
+	firstCfg.Fault = func(_ context.Context, p fault.Point) {
 		if p != point {
 			return
 		}
@@ -166,7 +168,9 @@ func runConsumerCrash(ctx context.Context, env *Env, fixture string, mode points
 
 	// The redelivery goes to a fresh consumer of the same kind: a restarted process, with empty memory.
 	redelivered := time.Now()
-	second, err := startLabConsumer(ctx, env, logger, cfg)
+	secondCfg := cfg
+	secondCfg.Dedup = newDedup()
+	second, err := startLabConsumer(ctx, env, logger, secondCfg)
 	if err != nil {
 		return nil, err
 	}

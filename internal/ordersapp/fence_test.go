@@ -13,6 +13,7 @@ import (
 
 	"idemshop/internal/lock"
 	"idemshop/internal/pay"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/testenv"
 )
 
@@ -64,7 +65,7 @@ func TestPayStaleHolderFencedWhileNewerWorks(t *testing.T) {
 	bClaimed := holdCall(2) // B's AfterClaim (A's is the first)
 	// A lease far longer than the test: B, held after its claim, must still hold its own when released.
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		faults: pay.Faults{BeforeWrite: aWrites.hook, AfterClaim: bClaimed.hook}})
+		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashBeforeWrite: aWrites.hook, pay.CrashAfterClaim: bClaimed.hook})})
 	t.Cleanup(aWrites.release) // after the replica's: runs before its server closes
 	t.Cleanup(bClaimed.release)
 	id, _ := rp.newOrder(alice, 1, 1)

@@ -20,10 +20,10 @@ import (
 
 	"idemshop/internal/idempotency"
 	"idemshop/internal/ordersapp"
-	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/redisx"
@@ -43,7 +43,7 @@ type replicaOpts struct {
 	redis  *redis.Client      // nil: the env's
 	runner idempotency.Runner // nil: the real Guard
 	logger *slog.Logger       // nil: discard
-	faults pay.Faults         // pay flow hooks
+	fault  fault.Hook         // pay flow crash-window hook
 	cfg    func(*config.Orders)
 }
 
@@ -87,7 +87,7 @@ func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
 		})
 	}
 	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger,
-		DB: db, Redis: rdb, Registry: reg, Runner: o.runner, PayFaults: o.faults})
+		DB: db, Redis: rdb, Registry: reg, Runner: o.runner, PayFault: o.fault})
 	require.NoError(t, err)
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: app.Echo}}
 	srv.Start()

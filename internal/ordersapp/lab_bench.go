@@ -22,7 +22,7 @@ func mountLabBench(p labParts) error {
 	if err != nil {
 		return fmt.Errorf("lab bench: %w", err)
 	}
-	h, err := orders.NewHandler(p.repo, runner, p.callbacks.Service())
+	h, err := orders.NewHandler(p.repo, runner, p.settler)
 	if err != nil {
 		return fmt.Errorf("lab bench: %w", err)
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // mountLabFormToken mounts the unsafe twin of the one-time form token (S4): POST
-// /lab/unsafe/v1/rewards/redeem deletes the token before the redeem transaction. Its store has the
-// guarded store's Redis and key prefix, so it takes the tokens POST /v1/form-tokens issues.
+// /lab/unsafe/v1/rewards/redeem, the redeem route over a service whose token use is
+// rewards.ConsumeFirst (the token is deleted before the redeem transaction). Its store has the guarded
+// store's Redis and key prefix, so it takes the tokens POST /v1/form-tokens issues.
 func mountLabFormToken(p labParts) error {
 	cfg := p.d.Config
 	store, err := formtoken.New(p.d.Redis, formtoken.Options{
@@ -25,15 +26,16 @@ func mountLabFormToken(p labParts) error {
 	if err != nil {
 		return fmt.Errorf("lab S4: %w", err)
 	}
-	// A registry of its own: the guarded route already registered idemshop_rewards_redeem_total on
-	// d.Registry, and lab submits must not count as the guarded route's anyway.
-	svc, err := rewards.NewService(store, repo, rewards.NewMetrics(prometheus.NewRegistry()),
+	// A registry of its own: lab submits must not count as the guarded route's.
+	svc, err := rewards.NewService(store, repo, rewards.NewMetrics(prometheus.NewRegistry()), rewards.ConsumeFirst,
 		max(cfg.FormTokenInFlightLease, 5*time.Second))
 	if err != nil {
 		return fmt.Errorf("lab S4: %w", err)
 	}
-	if err := rewards.MountUnsafe(p.v1, svc); err != nil {
+	h, err := rewards.NewHandler(svc, p.redeemView, min(cfg.FormTokenInFlightLease, 5*time.Second))
+	if err != nil {
 		return fmt.Errorf("lab S4: %w", err)
 	}
+	h.Mount(p.v1)
 	return nil
 }

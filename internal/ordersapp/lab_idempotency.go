@@ -27,7 +27,7 @@ func mountLabIdempotency(p labParts) error {
 		prefix string
 		runner idempotency.Runner
 	}{{"/s2", s2}, {"/s3", s3}, {"/s10", s10}} {
-		h, err := orders.NewHandler(p.repo, m.runner, p.callbacks.Service())
+		h, err := orders.NewHandler(p.repo, m.runner, p.settler)
 		if err != nil {
 			return fmt.Errorf("lab %s: %w", m.prefix, err)
 		}

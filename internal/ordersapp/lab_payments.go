@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
 	"idemshop/internal/pay"
@@ -28,8 +29,11 @@ func mountLabPayments(p labParts) error {
 	if err != nil {
 		return fmt.Errorf("lab S5: %w", err)
 	}
-	if err := p.callbacks.MountUnsafeStock(p.e, "/lab/unsafe/s5/payments/callback", locker,
-		cfg.LabStockLockTTL, labStockLockWait); err != nil {
+	flashSale, err := callback.NewFlashSaleLock(locker, p.d.DB, p.repo, cfg.LabStockLockTTL, labStockLockWait)
+	if err != nil {
+		return fmt.Errorf("lab S5: %w", err)
+	}
+	if err := mountLabCallback(p, "/lab/unsafe/s5/payments/callback", callback.CheckThenWriteStock, flashSale); err != nil {
 		return fmt.Errorf("lab S5: %w", err)
 	}
 
@@ -43,16 +47,12 @@ func mountLabPayments(p labParts) error {
 	if err != nil {
 		return fmt.Errorf("lab S7: %w", err)
 	}
-	payer, err := pay.NewPayer(p.d.DB, p.repo, store, p.idemMetrics, nil, client, p.callbacks.Service(),
+	payer, err := pay.NewPayer(p.d.DB, p.repo, store, p.idemMetrics, nil, client, p.settler,
 		pay.Config{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease},
-		pay.Faults{})
+		nil)
 	if err != nil {
 		return fmt.Errorf("lab S7: %w", err)
 	}
-	h, err := pay.NewHandler(payer, p.idemMetrics)
-	if err != nil {
-		return fmt.Errorf("lab S7: %w", err)
-	}
-	h.MountUnsafe(p.v1)
+	p.v1.POST("/s7/orders/:id/pay", pay.ServeUnsafe(payer))
 	return nil
 }

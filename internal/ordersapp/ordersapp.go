@@ -19,9 +19,9 @@ import (
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/outbox"
-	"idemshop/internal/pay"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
@@ -39,8 +39,8 @@ type Deps struct {
 	// Runner overrides the idempotency layer of POST /v1/orders; nil means the real Guard. Benchmarks
 	// set it to a baseline without the key layer.
 	Runner idempotency.Runner
-	// PayFaults are test hooks in the pay flow's crash windows (nil: none).
-	PayFaults pay.Faults
+	// PayFault is a test hook at the pay flow's crash windows (pay.Points; nil: none).
+	PayFault fault.Hook
 }
 
 // App is the assembled application: the HTTP handler plus its background workers.
@@ -84,7 +84,11 @@ func New(d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	callbackRoute, err := newCallbackRoute(d, repo)
+	orderLock, err := newCallbackOrderLock(d)
+	if err != nil {
+		return nil, err
+	}
+	callbackRoute, err := newCallbackRoute(d, repo, callback.Guarded, orderLock, d.Registry)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +116,8 @@ func New(d Deps) (*App, error) {
 	v1 := e.Group("/v1", authn.Middleware())
 	orderRoutes.Mount(v1)
 	idemMetrics.ExpectRoute("/v1/orders") // POST, behind the Idempotency-Key runner
-	if err := mountRedeem(e, v1, d); err != nil {
+	pages, err := mountRedeem(e, v1, d)
+	if err != nil {
 		return nil, err
 	}
 	sweeper, reconciler, err := mountPay(v1, d, repo, idemMetrics, callbackRoute.Service())
@@ -121,7 +126,7 @@ func New(d Deps) (*App, error) {
 	}
 	if cfg.Lab {
 		err := mountLab(labParts{d: d, e: e, v1: e.Group("/lab/unsafe/v1", authn.Middleware()), authn: authn,
-			repo: repo, idemMetrics: idemMetrics, callbacks: callbackRoute})
+			repo: repo, idemMetrics: idemMetrics, settler: callbackRoute.Service(), orderLock: orderLock, redeemView: pages})
 		if err != nil {
 			return nil, err
 		}
@@ -145,17 +150,21 @@ func New(d Deps) (*App, error) {
 	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, cfg: cfg, logger: d.Logger}, nil
 }
 
-func newCallbackRoute(d Deps, repo *orders.Repository) (*callback.Handler, error) {
+// newCallbackOrderLock returns the callbacks' efficiency lock, one Redis lease per order.
+func newCallbackOrderLock(d Deps) (*callback.RedisOrderLock, error) {
 	locker, err := lock.New(d.Redis, d.Config.Redis.KeyPrefix)
 	if err != nil {
 		return nil, err
 	}
-	orderLock, err := callback.NewRedisOrderLock(locker, d.Config.CallbackLockTTL, d.Config.CallbackLockWait)
-	if err != nil {
-		return nil, err
-	}
+	return callback.NewRedisOrderLock(locker, d.Config.CallbackLockTTL, d.Config.CallbackLockWait)
+}
+
+// newCallbackRoute returns a callback route that applies with applier (callback.Guarded, or a lab twin)
+// behind orderLock, and counts in reg.
+func newCallbackRoute(d Deps, repo *orders.Repository, applier callback.Applier, orderLock callback.OrderLock,
+	reg prometheus.Registerer) (*callback.Handler, error) {
 	svc, err := callback.NewService(d.DB, repo, paysig.Verifier{Secret: []byte(d.Config.PaymentWebhookSecret)},
-		orderLock, callback.NewMetrics(d.Registry))
+		orderLock, callback.NewMetrics(reg), applier)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"idemshop/internal/orders"
 	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/refunds"
 	"idemshop/internal/sweeper"
 )
@@ -32,15 +33,14 @@ func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	faults := d.PayFaults
-	if cfg.Lab && cfg.PayFault != "" {
-		if faults, err = pay.CrashFaults(cfg.PayFault); err != nil {
+	hook := d.PayFault
+	if cfg.Lab && cfg.PayFault != "" { // config refuses PAY_FAULT without ORDERS_LAB
+		if hook, err = fault.Kill("PAY_FAULT", fault.Point(cfg.PayFault), pay.Points, d.Logger); err != nil {
 			return nil, nil, err
 		}
-		d.Logger.Warn("LAB MODE: the pay flow will crash this process on purpose", "pay_fault", cfg.PayFault)
 	}
 	payer, err := pay.NewPayer(d.DB, repo, store, m, locker, client, settler,
-		pay.Config{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease}, faults)
+		pay.Config{CallbackURL: cfg.CallbackURL, PaymentsURL: cfg.PaymentsURL, Lease: cfg.PayLease}, hook)
 	if err != nil {
 		return nil, nil, err
 	}

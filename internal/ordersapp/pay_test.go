@@ -20,6 +20,7 @@ import (
 	"idemshop/internal/payclient"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
 )
@@ -265,7 +266,7 @@ func TestPayStaleHolderIsFencedOut(t *testing.T) {
 	mock := newMock(t, nil)
 	g := newGate()
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		faults: pay.Faults{BeforeWrite: g.hook}})
+		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashBeforeWrite: g.hook})})
 	t.Cleanup(g.release) // after the replica's: runs before its server closes
 	id, _ := rp.newOrder(alice, 1, 1)
 
@@ -304,7 +305,7 @@ func TestPayHolderThatLostItsLeaseDoesNotWrite(t *testing.T) {
 	mock := newMock(t, nil)
 	g := newGate()
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		faults: pay.Faults{AfterRPC: g.hook}})
+		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashAfterRPC: g.hook})})
 	t.Cleanup(g.release)
 	id, _ := rp.newOrder(alice, 1, 1)
 	locker, err := lock.New(env.Redis, env.Prefix)
@@ -483,7 +484,7 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 	env := testenv.New(t)
 	mock := newMock(t, nil)
 	g := newGate()
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease), faults: pay.Faults{AfterRPC: g.hook}})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease), fault: fault.On(map[fault.Point]func(context.Context){pay.CrashAfterRPC: g.hook})})
 	t.Cleanup(g.release)
 	id, _ := rp.newOrder(alice, 1, 1)
 

@@ -28,6 +28,7 @@ import (
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/problem"
@@ -61,19 +62,19 @@ type Config struct {
 	Lease time.Duration
 }
 
-// Faults are test and lab hooks at the three crash windows of the flow. Nil hooks do nothing; the
-// production wiring leaves them nil unless ORDERS_LAB=true and PAY_FAULT is set.
-type Faults struct {
-	AfterClaim  func(ctx context.Context)
-	AfterRPC    func(ctx context.Context)
-	BeforeWrite func(ctx context.Context)
-}
+// The crash windows of the flow (internal/platform/fault). The production wiring passes no hook; with
+// ORDERS_LAB=true, PAY_FAULT arms one of them.
+const (
+	// CrashAfterClaim is after the record is claimed (PROCESSING, fenced), before the platform call.
+	CrashAfterClaim fault.Point = "crash-after-claim"
+	// CrashAfterRPC is after the platform created the payment, before the lease is checked.
+	CrashAfterRPC fault.Point = "crash-after-rpc"
+	// CrashBeforeWrite is after the lease check, before the fenced write of the result.
+	CrashBeforeWrite fault.Point = "crash-before-write"
+)
 
-func run(hook func(context.Context), ctx context.Context) {
-	if hook != nil {
-		hook(ctx)
-	}
-}
+// Points are the flow's crash windows, in order.
+var Points = []fault.Point{CrashAfterClaim, CrashAfterRPC, CrashBeforeWrite}
 
 // Payer runs POST /v1/orders/{id}/pay.
 type Payer struct {
@@ -85,13 +86,14 @@ type Payer struct {
 	platform *payclient.Client
 	settler  *callback.Service // applies what the platform says of a payment, through the callbacks' guarded steps
 	cfg      Config
-	faults   Faults
+	fault    fault.Hook // lab and tests only; nil in production
 }
 
 // NewPayer returns the pay flow. locker may be nil. settler is the callback service: what the platform
-// answers about a payment moves the order through the same guarded steps as its callbacks.
+// answers about a payment moves the order through the same guarded steps as its callbacks. hook is
+// called at each crash window (Points); nil in production.
 func NewPayer(db *gorm.DB, repo *orders.Repository, store *idempotency.Store, m *idempotency.Metrics,
-	locker *lock.Locker, platform *payclient.Client, settler *callback.Service, cfg Config, faults Faults) (*Payer, error) {
+	locker *lock.Locker, platform *payclient.Client, settler *callback.Service, cfg Config, hook fault.Hook) (*Payer, error) {
 	if db == nil || repo == nil || store == nil || m == nil || platform == nil || settler == nil {
 		return nil, errors.New("pay: NewPayer needs db, orders, store, metrics, a platform client and a settler")
 	}
@@ -99,7 +101,7 @@ func NewPayer(db *gorm.DB, repo *orders.Repository, store *idempotency.Store, m 
 		return nil, errors.New("pay: NewPayer needs a lease > 0 and a callback URL")
 	}
 	return &Payer{db: db, orders: repo, store: store, metrics: m, locker: locker, platform: platform,
-		settler: settler, cfg: cfg, faults: faults}, nil
+		settler: settler, cfg: cfg, fault: hook}, nil
 }
 
 // payResponse is the 201 body of the pay route.
@@ -169,7 +171,7 @@ func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, erro
 	work, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), detachedWorkLimit)
 	defer cancelWork()
 	ctx = work
-	run(p.faults.AfterClaim, ctx)
+	p.fault.At(ctx, CrashAfterClaim)
 
 	payment, rpcErr, err := p.callPlatform(ctx, lg, r.Route, o, lease)
 	if err != nil {
@@ -272,7 +274,7 @@ func (p *Payer) callPlatform(ctx context.Context, lg *slog.Logger, route string,
 	payment, _, rpcErr = p.platform.CreatePayment(ctx, payclient.CreatePaymentRequest{
 		MerchantOrderNo: strconv.FormatInt(o.ID, 10), AmountCents: o.AmountCents, Currency: o.Currency,
 		NotifyURL: p.cfg.CallbackURL})
-	run(p.faults.AfterRPC, ctx)
+	p.fault.At(ctx, CrashAfterRPC)
 	stopWatch()
 	if err := p.stillHeld(ctx, lease, lost); err != nil {
 		// Someone else may hold the lease now. Stop before writing; the fence would refuse the write
@@ -281,7 +283,7 @@ func (p *Payer) callPlatform(ctx context.Context, lg *slog.Logger, route string,
 		p.metrics.Count(route, idempotency.OutcomeInFlight)
 		return payclient.Payment{}, nil, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
 	}
-	run(p.faults.BeforeWrite, ctx)
+	p.fault.At(ctx, CrashBeforeWrite)
 	if rpcErr != nil {
 		lg.Warn("payment platform call failed", "err", rpcErr)
 	}

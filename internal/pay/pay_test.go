@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/httpproblem"
 )
 
@@ -88,16 +91,14 @@ func TestOutcome(t *testing.T) {
 	assert.True(t, errors.Is(r.answer, ErrOutcomeUnknown), "%v", r.answer)
 }
 
-func TestCrashFaults(t *testing.T) {
-	f, err := CrashFaults("")
-	require.NoError(t, err)
-	assert.Nil(t, f.AfterClaim)
-	for _, point := range []string{"crash-after-claim", "crash-after-rpc", "crash-before-write"} {
-		_, err := CrashFaults(point)
-		assert.NoError(t, err, point)
+// Every crash window is one PAY_FAULT names: "crash-<after what>", the scheme of internal/platform/fault.
+func TestPointsAreArmable(t *testing.T) {
+	for _, p := range Points {
+		h, err := fault.Kill("PAY_FAULT", p, Points, slog.New(slog.DiscardHandler))
+		require.NoError(t, err, p)
+		assert.NotNil(t, h, p)
+		assert.True(t, strings.HasPrefix(string(p), "crash-"), p)
 	}
-	_, err = CrashFaults("crash-somewhere")
-	assert.Error(t, err)
 }
 
 // A stored result answers with its body, unless the answer needs more than the body (a 503's Retry-After).

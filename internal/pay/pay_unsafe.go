@@ -64,10 +64,11 @@ func (p *Payer) PayUnsafe(ctx context.Context, userID, orderID int64, requestID 
 	return idempotency.Answer{Status: http.StatusCreated, Body: body}, nil
 }
 
-// MountUnsafe adds POST /s7/orders/:id/pay to g, which must already authenticate (the lab's
-// /lab/unsafe/v1 group). Lab mode only.
-func (h *Handler) MountUnsafe(g *echo.Group) {
-	g.POST("/s7/orders/:id/pay", func(c echo.Context) error {
+// ServeUnsafe is the S7 twin of Handler.pay, for POST /orders/:id/pay in an authenticated group (the
+// lab's /lab/unsafe/v1/s7): no Idempotency-Key is read, and the request's X-Request-ID goes to
+// PayUnsafe. Lab mode only; the assembly mounts it.
+func ServeUnsafe(p *Payer) echo.HandlerFunc {
+	return func(c echo.Context) error {
 		u, err := auth.MustUser(c)
 		if err != nil {
 			return err
@@ -76,10 +77,10 @@ func (h *Handler) MountUnsafe(g *echo.Group) {
 		if err != nil || id <= 0 {
 			return orders.ErrOrderNotFound
 		}
-		ans, err := h.payer.PayUnsafe(c.Request().Context(), u.ID, id, c.Response().Header().Get(echo.HeaderXRequestID))
+		ans, err := p.PayUnsafe(c.Request().Context(), u.ID, id, c.Response().Header().Get(echo.HeaderXRequestID))
 		if err != nil {
 			return err
 		}
 		return ans.Write(c)
-	})
+	}
 }

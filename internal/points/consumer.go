@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/events"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/retry"
 )
@@ -48,11 +49,11 @@ type ConsumerConfig struct {
 	// ReconnectMin and ReconnectMax bound the exponential backoff after a lost broker, and between
 	// in-place retries of a transient database failure.
 	ReconnectMin, ReconnectMax time.Duration
-	// Fault, when non-nil, is called at each crash point (fault.go; lab mode only).
-	Fault func(FaultPoint)
-	// Unsafe, when set, swaps the two-layer dedup for a deliberately broken twin (consumer_unsafe.go;
-	// lab mode only). Empty is the guarded consumer.
-	Unsafe UnsafeMode
+	// Fault is called at each crash window (Points; internal/platform/fault). Nil in production.
+	Fault fault.Hook
+	// Dedup is the consumer's dedup; nil is Guarded(). Only the lab passes one of its broken twins
+	// (consumer_unsafe.go), and a fresh one per consumer: a Dedup may keep state.
+	Dedup Dedup
 }
 
 func (c ConsumerConfig) validate() error {
@@ -67,7 +68,7 @@ func (c ConsumerConfig) validate() error {
 		return fmt.Errorf("points: bad consumer config (prefetch %d, batch %d, lease %s, done %s, poll %s, reconnect %s..%s)",
 			c.Prefetch, c.BatchSize, c.LeaseTTL, c.DoneTTL, c.LeasePoll, c.ReconnectMin, c.ReconnectMax)
 	}
-	return c.Unsafe.validate()
+	return nil
 }
 
 // Outcomes of a message, the label values of idemshop_points_messages_total.
@@ -86,7 +87,7 @@ type Consumer struct {
 	cfg      ConsumerConfig
 	logger   *slog.Logger
 	messages *prometheus.CounterVec
-	unsafe   *unsafeDedup // lab only (consumer_unsafe.go); nil runs the guarded handle
+	dedup    Dedup
 }
 
 // NewConsumer returns a consumer writing through db, leasing in rdb, with metrics registered on reg.
@@ -111,10 +112,18 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 	for _, o := range []string{OutcomeApplied, OutcomeDuplicate, OutcomeFailed, OutcomeDeadLettered} {
 		messages.WithLabelValues(o) // export every outcome at 0 from the start
 	}
+	dedup := cfg.Dedup
+	if dedup == nil {
+		dedup = Guarded()
+	}
+	if _, guarded := dedup.(twoLayer); !guarded {
+		logger.Warn("LAB UNSAFE: points-consumer runs a deliberately broken dedup; points WILL be credited twice or lost",
+			"dedup", dedup.Name())
+	}
 	return &Consumer{
 		ledger: ledger, cfg: cfg, logger: logger.With("component", "points-consumer"), messages: messages,
 		leases: &leases{rdb: rdb, prefix: cfg.KeyPrefix, ttl: cfg.LeaseTTL, doneTTL: cfg.DoneTTL},
-		unsafe: newUnsafeDedup(cfg.Unsafe, logger),
+		dedup:  dedup,
 	}, nil
 }
 
@@ -260,6 +269,29 @@ func (m *message) follow(d *message) {
 	m.dups = append(m.dups, d)
 }
 
+// Dedup is the consumer's swap point, as idempotency.Runner is the order route's: it takes one batch
+// of deliveries through decode, claim, apply and settle. Guarded() is the two-layer dedup below; the
+// lab's broken twins, NoDedup() (S6) and ClaimFirst() (S11) in consumer_unsafe.go, make the same calls
+// and differ from it by the guard alone.
+type Dedup interface {
+	// Name is what the consumer logs: "two-layer", "s6-no-dedup" or "s11-claim-first".
+	Name() string
+	handle(c *Consumer, ctx, work context.Context, ch *amqp.Channel, held *deferredSet, ds []amqp.Delivery)
+}
+
+// Guarded returns the dedup of production: a Redis lease per order in front, the ledger's unique
+// biz_id behind.
+func Guarded() Dedup { return twoLayer{} }
+
+type twoLayer struct{}
+
+func (twoLayer) Name() string { return "two-layer" }
+
+// handle takes one batch through the consumer's dedup.
+func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, held *deferredSet, ds []amqp.Delivery) {
+	c.dedup.handle(c, ctx, work, ch, held, ds)
+}
+
 // handle runs one batch through the two dedup layers and settles every delivery of it, except the
 // ones whose lease someone else holds: those are set aside in held (see setAside).
 //
@@ -275,11 +307,7 @@ func (m *message) follow(d *message) {
 //  4. mark the leases done (EX DoneTTL), release the ones of failed messages;
 //  5. nack the failures one by one (requeue), then ack every success (one multiple-ack when no
 //     deferred message has a lower delivery tag).
-func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, held *deferredSet, ds []amqp.Delivery) {
-	if c.unsafe != nil { // lab only: this function's broken twin, consumer_unsafe.go
-		c.handleUnsafe(ctx, work, ch, ds)
-		return
-	}
+func (twoLayer) handle(c *Consumer, ctx, work context.Context, ch *amqp.Channel, held *deferredSet, ds []amqp.Delivery) {
 	msgs := make([]*message, len(ds))
 	byBiz := make(map[string]*message, len(ds))
 	var firsts []*message
@@ -324,7 +352,7 @@ func (c *Consumer) process(ctx, work context.Context, ch *amqp.Channel, held *de
 	toApply, waiting := c.claim(work, firsts, token)
 	c.setAside(ctx, held, waiting)
 	if slices.ContainsFunc(toApply, func(m *message) bool { return m.leased }) {
-		c.fault(FaultAfterClaim)
+		c.cfg.Fault.At(work, CrashAfterClaim)
 	}
 	c.apply(ctx, work, toApply)
 	for _, m := range toApply {
@@ -344,7 +372,7 @@ func (c *Consumer) process(ctx, work context.Context, ch *amqp.Channel, held *de
 		}
 	}
 	if len(doneIDs) > 0 {
-		c.fault(FaultAfterCommit)
+		c.cfg.Fault.At(work, CrashAfterCommit)
 	}
 	// Both are best effort: a lease that is not marked done expires and the ledger answers the
 	// duplicate; a lease that is not released makes the redelivery wait until it expires.
@@ -646,11 +674,5 @@ func (c *Consumer) settle(ch *amqp.Channel, held *deferredSet, msgs []*message) 
 			c.logger.Warn("ack failed; the redeliveries will be duplicates", "err", err)
 			return
 		}
-	}
-}
-
-func (c *Consumer) fault(p FaultPoint) {
-	if c.cfg.Fault != nil {
-		c.cfg.Fault(p)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/events"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
 	"idemshop/internal/testenv/tcpproxy"
@@ -110,8 +111,8 @@ func TestConnectionLossMidStreamReconnectsAndCreditsOnce(t *testing.T) {
 	cut := make(chan struct{})
 	// The hook runs on the consumer's goroutine after the 5th commit, before the leases are marked
 	// done and the batch is acked: the cut lands exactly in the S6 window.
-	cfg.Fault = func(p points.FaultPoint) {
-		if p == points.FaultAfterCommit && commits.Add(1) == 5 {
+	cfg.Fault = func(_ context.Context, p fault.Point) {
+		if p == points.CrashAfterCommit && commits.Add(1) == 5 {
 			proxy.Cut()
 			close(cut)
 		}

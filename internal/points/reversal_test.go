@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/events"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
 )
@@ -88,8 +89,8 @@ func TestReversalRepeatedReversesOnce(t *testing.T) {
 		var armed atomic.Bool
 		crashed := make(chan struct{})
 		first := cfg
-		first.Fault = func(p points.FaultPoint) {
-			if p == points.FaultAfterCommit && armed.Load() {
+		first.Fault = func(_ context.Context, p fault.Point) {
+			if p == points.CrashAfterCommit && armed.Load() {
 				close(crashed)
 				// The consumer's goroutine ends here: no done marker, no ack; its deferred conn.Close
 				// runs, so the broker puts the reversal back in the queue (as a kill -9 would).

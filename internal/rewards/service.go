@@ -54,27 +54,45 @@ type Answer struct {
 	Replayed bool
 }
 
+// TokenUse is how a redeem uses its form token: the service's swap point, chosen at NewService, as
+// idempotency.Runner is the order route's. BeginThenComplete is production's; ConsumeFirst
+// (redeem_unsafe.go) is lab S4's twin, which differs from it by the guard alone.
+type TokenUse struct {
+	name   string
+	redeem func(s *Service, ctx context.Context, userID int64, tokenID, rewardID string) (Answer, string, error)
+}
+
+// BeginThenComplete takes the token IN_FLIGHT before the transaction, completes it with the result
+// after the commit, and gives it back when nothing was committed (formtoken.Store Begin, Complete,
+// Release).
+var BeginThenComplete = TokenUse{name: "begin-then-complete", redeem: (*Service).redeem}
+
+// String is the token use's name, for logs.
+func (u TokenUse) String() string { return u.name }
+
 // Service runs a redeem: form token first, then the database transaction.
 type Service struct {
 	tokens  *formtoken.Store
 	repo    *Repository
 	metrics *Metrics
+	use     TokenUse
 	// workTimeout bounds the work once the token is IN_FLIGHT; see Redeem.
 	workTimeout time.Duration
 }
 
-// NewService returns the redeem service. workTimeout bounds the transaction and the token updates after
+// NewService returns the redeem service, using its form tokens as use says (BeginThenComplete, except
+// in the lab). workTimeout bounds the transaction and the token updates after
 // the token was taken. Keep it close to the in-flight lease: a submit that outlives the lease may see
 // another take the token, and then the coupon's UNIQUE index on the token id is what stops a second
 // coupon (the loser's transaction rolls back and it replays the winner's result).
-func NewService(tokens *formtoken.Store, repo *Repository, metrics *Metrics, workTimeout time.Duration) (*Service, error) {
-	if tokens == nil || repo == nil || metrics == nil {
-		return nil, errors.New("rewards: NewService needs a token store, a repository and metrics")
+func NewService(tokens *formtoken.Store, repo *Repository, metrics *Metrics, use TokenUse, workTimeout time.Duration) (*Service, error) {
+	if tokens == nil || repo == nil || metrics == nil || use.redeem == nil {
+		return nil, errors.New("rewards: NewService needs a token store, a repository, metrics and a token use")
 	}
 	if workTimeout <= 0 {
 		return nil, fmt.Errorf("rewards: work timeout must be > 0, got %s", workTimeout)
 	}
-	return &Service{tokens: tokens, repo: repo, metrics: metrics, workTimeout: workTimeout}, nil
+	return &Service{tokens: tokens, repo: repo, metrics: metrics, use: use, workTimeout: workTimeout}, nil
 }
 
 // Catalogue lists the rewards.
@@ -91,7 +109,7 @@ func (s *Service) Coupons(ctx context.Context, userID int64, limit int) ([]Coupo
 // formtoken.ErrTokenInUse (409, Retry-After), ErrInsufficientPoints (409), formtoken.ErrStoreUnavailable
 // (503, Retry-After), or an internal error.
 func (s *Service) Redeem(ctx context.Context, userID int64, tokenID, rewardID string) (Answer, error) {
-	a, outcome, err := s.redeem(ctx, userID, tokenID, rewardID)
+	a, outcome, err := s.use.redeem(s, ctx, userID, tokenID, rewardID)
 	s.metrics.count(outcome)
 	return a, err
 }

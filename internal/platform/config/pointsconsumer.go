@@ -58,7 +58,7 @@ type PointsConsumer struct {
 	DoneTTL time.Duration `env:"POINTS_DONE_TTL" envDefault:"24h"`
 	// LeasePoll is how often a message whose order is claimed by someone else re-checks the lease.
 	LeasePoll time.Duration `env:"POINTS_LEASE_POLL" envDefault:"100ms"`
-	// Fault names a lab crash point: exit-after-claim or exit-after-commit. Needs ORDERS_LAB=true.
+	// Fault names a lab crash point: crash-after-claim or crash-after-commit. Needs ORDERS_LAB=true.
 	Fault             string        `env:"POINTS_FAULT"`
 	ReadyProbeTimeout time.Duration `env:"READY_PROBE_TIMEOUT" envDefault:"2s"`
 }
@@ -95,14 +95,16 @@ func (c PointsConsumer) Validate() error {
 	if c.LeasePoll > 0 && c.LeasePoll > c.LeaseTTL {
 		ck.add(fmt.Errorf("POINTS_LEASE_POLL must be <= POINTS_LEASE_TTL, got %s", c.LeasePoll))
 	}
+	// The names are points.Points; checked here too so that a typo stops the process before it waits
+	// for its database.
 	switch c.Fault {
 	case "":
-	case "exit-after-claim", "exit-after-commit":
+	case "crash-after-claim", "crash-after-commit":
 		if !c.Lab {
 			ck.add(errors.New("POINTS_FAULT needs ORDERS_LAB=true (crash hooks exist only in lab mode)"))
 		}
 	default:
-		ck.add(fmt.Errorf("POINTS_FAULT must be exit-after-claim or exit-after-commit, got %q", c.Fault))
+		ck.add(fmt.Errorf("POINTS_FAULT must be crash-after-claim or crash-after-commit, got %q", c.Fault))
 	}
 	return ck.err()
 }

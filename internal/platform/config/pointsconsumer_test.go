@@ -30,8 +30,8 @@ func TestLoadPointsConsumerNamesTheBadVariable(t *testing.T) {
 	}{
 		"unparsable lease":       {map[string]string{"POINTS_LEASE_TTL": "soon"}, "POINTS_LEASE_TTL"},
 		"batch above prefetch":   {map[string]string{"POINTS_PREFETCH": "10", "POINTS_BATCH_SIZE": "20"}, "POINTS_BATCH_SIZE"},
-		"fault without lab mode": {map[string]string{"POINTS_FAULT": "exit-after-commit"}, "ORDERS_LAB=true"},
-		"unknown fault":          {map[string]string{"ORDERS_LAB": "true", "POINTS_FAULT": "explode"}, "POINTS_FAULT"},
+		"fault without lab mode": {map[string]string{"POINTS_FAULT": "crash-after-commit"}, "ORDERS_LAB=true"},
+		"unknown fault":          {map[string]string{"ORDERS_LAB": "true", "POINTS_FAULT": "exit-after-commit"}, "POINTS_FAULT"},
 		"reconnect max below min": {map[string]string{"AMQP_RECONNECT_MIN": "2s", "AMQP_RECONNECT_MAX": "1s"},
 			"AMQP_RECONNECT_MAX"},
 	}

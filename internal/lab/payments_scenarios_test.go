@@ -112,7 +112,11 @@ func TestS7(t *testing.T) {
 func TestS8(t *testing.T) {
 	t.Parallel()
 	env := newLabEnv(t, nil)
+	before := fenceRejections(t, env)
 	runScenario(t, env, "S8")
+	// The guarded side's late write ran in the orders process and was refused there: its metric moved
+	// by one (the unsafe twin's write is never refused, and counts on a registry of its own).
+	assert.Equal(t, before+1, fenceRejections(t, env), "orders' idemshop_idempotency_fence_rejections_total")
 	record := func(s rows) (state string, status, fence int64, code, paymentID string) {
 		var rec struct {
 			State          string
@@ -291,4 +295,21 @@ func s12Replay(t *testing.T, env *lab.Env, path string) s12Rows {
 		  COALESCE((SELECT balance FROM points_accounts a WHERE a.user_id = o.user_id), 0) AS balance
 		FROM orders o JOIN products p ON p.id = o.product_id WHERE o.id = ?`, o.ID).Scan(&got).Error)
 	return got
+}
+
+// fenceRejections reads idemshop_idempotency_fence_rejections_total from the orders process's /metrics.
+func fenceRejections(t *testing.T, env *lab.Env) float64 {
+	t.Helper()
+	r, err := env.Do(context.Background(), http.MethodGet, env.OrdersURL+"/metrics", nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, r.Status)
+	for line := range strings.SplitSeq(string(r.Body), "\n") {
+		if v, ok := strings.CutPrefix(line, "idemshop_idempotency_fence_rejections_total "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		}
+	}
+	t.Fatal("idemshop_idempotency_fence_rejections_total is not on orders' /metrics")
+	return 0
 }

@@ -18,12 +18,14 @@ import (
 // takeover comes quickly; the scenario waits for its end by polling, never by sleeping.
 const s8Lease = 300 * time.Millisecond
 
-// runS8 plays ladder step 4 in-process, on the record store the pay flow uses. Holder A claims a pay
+// runS8 plays ladder step 4 on the record store the pay flow uses. Holder A claims a pay
 // record with fencing token t and is paused (its platform call hangs). Its lease runs out; B (a retry,
 // or the sweeper) takes the record over with token t+1, finds the payment and finishes COMPLETED. Then
-// A wakes up and writes its stale result, FAILED_RETRYABLE. Unsafe: idempotency.Store.FinishUnfenced
-// overwrites B's result. Guarded: idempotency.Store.Finish carries A's token, and the database refuses
-// it (ErrFenced).
+// A wakes up and writes its stale result, FAILED_RETRYABLE, through the orders process (its lab route
+// POST /lab[/unsafe]/v1/s8/records/{id}/finish, internal/ordersapp/lab_s8.go). Unsafe:
+// idempotency.Store.FinishUnfenced overwrites B's result. Guarded: idempotency.Store.Finish carries A's
+// token, the database refuses it (ErrFenced, 409 "fenced"), and orders counts it in
+// idemshop_idempotency_fence_rejections_total.
 func runS8(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	var u Unsafe
 	var g Guarded
@@ -137,16 +139,22 @@ func s8Side(ctx context.Context, env *Env, f *Fixture, unsafe bool) (map[string]
 	// A wakes up: its platform call failed, so it records "retry". Its lock is long gone; it does not know.
 	bodyA, _ := json.Marshal(map[string]any{"type": "about:blank", "title": "Service Unavailable", "status": 503,
 		"code": "payment_unavailable", "detail": "the payment platform is unavailable; retry with the same Idempotency-Key"})
-	var lateErr error
+	// It writes through the orders process, as a pay flow there would: the guarded route calls
+	// Store.Finish with A's token on the shop's metrics (a refusal counts in orders' /metrics), the
+	// unsafe one Store.FinishUnfenced.
+	route := "/lab/v1/s8/records/%d/finish"
 	if unsafe {
-		lateErr = store.FinishUnfenced(ctx, env.DB, a.Record.ID, idempotency.StateFailedRetryable,
-			http.StatusServiceUnavailable, bodyA)
-	} else {
-		lateErr = store.Finish(ctx, env.DB, a.Record.ID, a.Record.Fence, idempotency.StateFailedRetryable,
-			http.StatusServiceUnavailable, bodyA)
+		route = "/lab/unsafe/v1/s8/records/%d/finish"
 	}
-	if lateErr != nil && !errors.Is(lateErr, idempotency.ErrFenced) {
-		return nil, fmt.Errorf("S8: A's late write: %w", lateErr)
+	late, _ := json.Marshal(map[string]any{"fence": a.Record.Fence, "state": idempotency.StateFailedRetryable,
+		"status": http.StatusServiceUnavailable, "body": json.RawMessage(bodyA)})
+	lr, err := f.Do(ctx, http.MethodPost, fmt.Sprintf(route, a.Record.ID), late)
+	if err != nil {
+		return nil, fmt.Errorf("S8: A's late write: %w", err)
+	}
+	rejected := lr.Status == http.StatusConflict && lr.Code() == "fenced"
+	if lr.Status != http.StatusNoContent && !rejected {
+		return nil, fmt.Errorf("S8: A's late write: HTTP %d %s", lr.Status, lr.Body)
 	}
 
 	rec, err := idempotency.Find(ctx, env.DB, scope)
@@ -159,7 +167,7 @@ func s8Side(ctx context.Context, env *Env, f *Fixture, unsafe bool) (map[string]
 	return map[string]int64{
 		"fence_a":             a.Record.Fence,
 		"fence_b":             b.Record.Fence,
-		"late_write_rejected": asCount(errors.Is(lateErr, idempotency.ErrFenced)),
+		"late_write_rejected": asCount(rejected),
 		"stored_is_a":         asCount(rec.State == idempotency.StateFailedRetryable && string(rec.ResponseBody) == string(bodyA)),
 		"stored_is_b":         asCount(rec.State == idempotency.StateCompleted && string(rec.ResponseBody) == string(bodyB)),
 		"stored_fence":        rec.Fence,

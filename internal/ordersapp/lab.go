@@ -17,8 +17,8 @@ import (
 // that each unsafe twin differs from its guarded one by the guard alone. Every twin is mounted here, in
 // the assembly, through its pattern's swap point: an idempotency.Runner (S2, S3, S10), a
 // callback.Applier (S1, S5, S12), a rewards.TokenUse (S4), a handler of the pay flow's twin (S7).
-// points.Dedup (S6, S11) is swapped in process by the lab itself, and S8 drives
-// idempotency.Store.FinishUnfenced in process.
+// points.Dedup (S6, S11) is swapped in process by the lab itself; S8's late write runs here, through
+// idempotency.Store.Finish or FinishUnfenced (lab_s8.go).
 type labParts struct {
 	d           Deps
 	e           *echo.Echo
@@ -35,7 +35,7 @@ type labParts struct {
 // never by default. Unsafe routes live under /lab/unsafe.
 func mountLab(p labParts) error {
 	p.d.Logger.Warn("LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production")
-	for _, mount := range []func(labParts) error{mountLabCallbacks, mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench} {
+	for _, mount := range []func(labParts) error{mountLabCallbacks, mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench, mountLabS8} {
 		if err := mount(p); err != nil {
 			return err
 		}

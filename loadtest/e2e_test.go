@@ -44,14 +44,21 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
+	return newNamedStack(t, "lab")
+}
+
+// newNamedStack is newStack on a database, Redis prefix and broker names of its own, named name: two
+// stacks of one test process never share rows, keys or queues.
+func newNamedStack(t *testing.T, name string) *stack {
+	t.Helper()
 	svc := testenv.Find(t)
 	var dir string
 	for _, pkg := range []string{"cmd/orders", "cmd/payments-mock", "cmd/points-consumer", "loadtest"} {
 		dir = filepath.Dir(testenv.Build(t, "idemshop/"+pkg))
 	}
 
-	run := fmt.Sprintf("e2e%d", os.Getpid())
-	db := "idemshop_test_" + fmt.Sprint(os.Getpid()) + "_lab"
+	run := fmt.Sprintf("e2e%d%s", os.Getpid(), name)
+	db := "idemshop_test_" + fmt.Sprint(os.Getpid()) + "_" + name
 	t.Cleanup(func() {
 		ctx := context.Background()
 		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"idemshop/internal/decisions"
 	"idemshop/internal/events"
 	"idemshop/internal/orders"
 	"idemshop/internal/outbox"
@@ -99,16 +100,19 @@ type Service struct {
 	lock     OrderLock
 	metrics  *Metrics
 	applier  Applier
+	sink     decisions.Sink // the lab's live view; nil in production
 	now      func() time.Time
 }
 
 // NewService returns a Service that applies callbacks with applier (Guarded, except in the lab). lock
-// may be nil (no efficiency lock); the others must not be.
-func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics, applier Applier) (*Service, error) {
+// may be nil (no efficiency lock), and sink (which is told every callback's outcome) too; the others
+// must not be.
+func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics, applier Applier,
+	sink decisions.Sink) (*Service, error) {
 	if db == nil || repo == nil || m == nil || len(verifier.Secret) == 0 || applier.apply == nil {
 		return nil, errors.New("callback: NewService needs a db, an orders repository, metrics, a verifier secret and an applier")
 	}
-	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, applier: applier, now: time.Now}, nil
+	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, applier: applier, sink: sink, now: time.Now}, nil
 }
 
 // Handle verifies, checks and applies one callback. raw is the request body exactly as received;
@@ -167,6 +171,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	if s.applier.resendFastPath && already(cb.Status, o.Status) {
 		s.audit(ctx, lg, cb, orderID, true, OutcomeDuplicate, "already "+string(o.Status))
 		s.metrics.count(OutcomeDuplicate)
+		s.report(cb, orderID, OutcomeDuplicate, "already "+string(o.Status))
 		lg.Info("payment callback", "outcome", OutcomeDuplicate, "reason", "already "+string(o.Status))
 		return OutcomeDuplicate, nil
 	}
@@ -207,6 +212,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		s.audit(ctx, lg, cb, orderID, true, outcome, reason)
 	}
 	s.metrics.count(outcome)
+	s.report(cb, orderID, outcome, reason)
 	lg.Info("payment callback", "outcome", outcome, "reason", reason)
 	return outcome, nil
 }
@@ -470,7 +476,14 @@ func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigO
 		orderID = id
 	}
 	s.audit(ctx, lg, cb, orderID, sigOK, OutcomeRejected, reason)
+	s.report(cb, orderID, OutcomeRejected, reason)
 	lg.Warn("payment callback rejected", "reason", reason, "signature_ok", sigOK)
+}
+
+// report tells the sink (the lab's live view) what this callback did; the bus numbers its copies.
+func (s *Service) report(cb Callback, orderID int64, outcome Outcome, reason string) {
+	decisions.Emit(s.sink, decisions.Decision{Type: decisions.TypeCallback, Outcome: string(outcome),
+		EventID: cb.EventID, OrderID: orderID, Guard: s.applier.String(), Detail: reason})
 }
 
 // audit inserts the audit row on its own, outside any business transaction, and only logs a failure:

@@ -9,6 +9,7 @@ import (
 	"idemshop/internal/auth"
 	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
+	"idemshop/internal/labview"
 	"idemshop/internal/orders"
 	"idemshop/internal/rewards"
 )
@@ -29,13 +30,14 @@ type labParts struct {
 	settler     *callback.Service  // the guarded callback service (the orders routes count its callbacks)
 	orderLock   callback.OrderLock // the guarded callback route's efficiency lock
 	redeemView  rewards.View       // the redeem pages, for the S4 twin\'s form posts
+	live        *labview.Live      // the live view of every guard decision (GET /lab)
 }
 
 // mountLab mounts the deliberately unsafe variants of the lab table (docs/design.md). Only with ORDERS_LAB=true;
 // never by default. Unsafe routes live under /lab/unsafe.
 func mountLab(p labParts) error {
 	p.d.Logger.Warn("LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production")
-	for _, mount := range []func(labParts) error{mountLabCallbacks, mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench, mountLabS8} {
+	for _, mount := range []func(labParts) error{mountLabCallbacks, mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench, mountLabS8, mountLabLive} {
 		if err := mount(p); err != nil {
 			return err
 		}

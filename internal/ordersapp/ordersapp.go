@@ -15,7 +15,9 @@ import (
 
 	"idemshop/internal/auth"
 	"idemshop/internal/callback"
+	"idemshop/internal/decisions"
 	"idemshop/internal/idempotency"
+	"idemshop/internal/labview"
 	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/outbox"
@@ -41,6 +43,19 @@ type Deps struct {
 	Runner idempotency.Runner
 	// PayFault is a test hook at the pay flow's crash windows (pay.Points; nil: none).
 	PayFault fault.Hook
+
+	// decisions is where the guards report what they decide: the live view's bus with ORDERS_LAB=true
+	// (New sets it), nil otherwise, so production guards report to nobody.
+	decisions *decisions.Bus
+}
+
+// sink is the guards' decisions.Sink: nil unless the live view runs (a nil *Bus would be a non-nil
+// interface, so it is turned into a nil one here).
+func (d Deps) sink() decisions.Sink {
+	if d.decisions == nil {
+		return nil
+	}
+	return d.decisions
 }
 
 // App is the assembled application: the HTTP handler plus its background workers.
@@ -51,6 +66,7 @@ type App struct {
 	// Reconciler compares orders with the payment platform and moves them to its state.
 	Reconciler *sweeper.Reconciler
 	Relay      *outbox.Relay
+	live       *labview.Live // GET /lab; nil unless ORDERS_LAB=true
 	cfg        config.Orders
 	logger     *slog.Logger
 }
@@ -61,7 +77,14 @@ func New(d Deps) (*App, error) {
 		return nil, errors.New("ordersapp: New needs Logger, DB, Redis and Registry")
 	}
 	cfg := d.Config
-	idemMetrics := idempotency.NewMetrics(d.Registry)
+	var live *labview.Live
+	if cfg.Lab {
+		var err error
+		if d.decisions, live, err = newLabLive(d); err != nil {
+			return nil, err
+		}
+	}
+	idemMetrics := idempotency.NewMetricsWithSink(d.Registry, d.sink())
 	runner := d.Runner
 	if runner == nil {
 		g, err := idempotency.NewGuard(d.DB, idemMetrics, idempotency.GuardOptions{
@@ -126,7 +149,8 @@ func New(d Deps) (*App, error) {
 	}
 	if cfg.Lab {
 		err := mountLab(labParts{d: d, e: e, v1: e.Group("/lab/unsafe/v1", authn.Middleware()), authn: authn,
-			repo: repo, idemMetrics: idemMetrics, settler: callbackRoute.Service(), orderLock: orderLock, redeemView: pages})
+			repo: repo, idemMetrics: idemMetrics, settler: callbackRoute.Service(), orderLock: orderLock, redeemView: pages,
+			live: live})
 		if err != nil {
 			return nil, err
 		}
@@ -143,11 +167,12 @@ func New(d Deps) (*App, error) {
 		PollInterval:   cfg.OutboxPollInterval,
 		ConfirmTimeout: cfg.OutboxConfirmTimeout,
 		ReconnectMin:   cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max,
+		Decisions: d.sink(),
 	}, d.Logger, d.Registry)
 	if err != nil {
 		return nil, err
 	}
-	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, cfg: cfg, logger: d.Logger}, nil
+	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
 }
 
 // newCallbackOrderLock returns the callbacks' efficiency lock, one Redis lease per order.
@@ -164,7 +189,7 @@ func newCallbackOrderLock(d Deps) (*callback.RedisOrderLock, error) {
 func newCallbackRoute(d Deps, repo *orders.Repository, applier callback.Applier, orderLock callback.OrderLock,
 	reg prometheus.Registerer) (*callback.Handler, error) {
 	svc, err := callback.NewService(d.DB, repo, paysig.Verifier{Secret: []byte(d.Config.PaymentWebhookSecret)},
-		orderLock, callback.NewMetrics(reg), applier)
+		orderLock, callback.NewMetrics(reg), applier, d.sink())
 	if err != nil {
 		return nil, err
 	}
@@ -182,5 +207,8 @@ func (a *App) RunWorkers(ctx context.Context) {
 			a.logger.Error("outbox relay stopped", "err", err)
 		}
 	})
+	if a.live != nil {
+		wg.Go(func() { a.live.Run(ctx) }) // ends the open event streams at shutdown
+	}
 	wg.Wait()
 }

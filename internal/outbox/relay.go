@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
+	"idemshop/internal/decisions"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/retry"
 )
@@ -36,6 +37,8 @@ type RelayConfig struct {
 	ConfirmTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the exponential backoff after a lost broker or database.
 	ReconnectMin, ReconnectMax time.Duration
+	// Decisions, when set (the lab's live view), is told of every row the broker confirmed.
+	Decisions decisions.Sink
 }
 
 func (c RelayConfig) validate() error {
@@ -366,6 +369,7 @@ func (r *Relay) publish(ctx context.Context, ch *amqp.Channel, returns <-chan am
 		}
 		confirmed = append(confirmed, row.ID)
 		r.metrics.published.Inc()
+		decisions.Emit(r.cfg.Decisions, decisions.Decision{Type: decisions.TypeOutbox, Outcome: "published", EventID: row.EventID, Detail: row.RoutingKey})
 		r.metrics.lag.Observe(time.Since(row.CreatedAt).Seconds())
 		r.logger.Debug("outbox row published", "event_id", row.EventID, "outbox_id", row.ID)
 	}

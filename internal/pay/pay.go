@@ -256,6 +256,7 @@ func (p *Payer) claim(ctx context.Context, r PayRequest, lease *lock.Lease) (rec
 		ans, err = idempotency.Replay(p.metrics, r.Route, cl.Record, r.Fingerprint, p.cfg.Lease)
 		return rec, false, ans, err
 	}
+	p.metrics.PayRecord(r.OrderID, cl.Record.Fence, idempotency.StateProcessing) // live view (lab) only
 	return cl.Record, true, ans, nil
 }
 
@@ -373,6 +374,7 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 	if r.state == idempotency.StateProcessing {
 		// Outcome unknown: the payment may exist. Leave the record PROCESSING; when its lease runs out,
 		// a retry or the sweeper asks the platform and finishes it.
+		p.metrics.PayRecord(o.ID, rec.Fence, r.state)
 		p.metrics.Count(route, idempotency.OutcomeExecuted)
 		return idempotency.Answer{}, r.answer
 	}
@@ -393,6 +395,7 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 	if err != nil {
 		return idempotency.Answer{}, err
 	}
+	p.metrics.PayRecord(o.ID, rec.Fence, r.state)
 	p.metrics.Count(route, idempotency.OutcomeExecuted)
 	return r.answerOf()
 }

@@ -115,6 +115,12 @@ type Orders struct {
 	// ample for a stock step that takes a few milliseconds, short so that a crashed holder does not stall
 	// the sale, and therefore shorter than the step once the database is slow.
 	LabStockLockTTL time.Duration `env:"LAB_STOCK_LOCK_TTL" envDefault:"50ms"`
+	// PointsMetricsURL is points-consumer's /metrics, which the live lab page (GET /lab, ORDERS_LAB=true
+	// only) polls for the messages it suppressed as duplicates: those leave no ledger row to read.
+	PointsMetricsURL string `env:"POINTS_METRICS_URL" envDefault:"http://127.0.0.1:8082/metrics"`
+	// PaymentsAdminToken is sent as the bearer token of payments-mock's admin API (its ADMIN_TOKEN),
+	// which the live lab page's platform controls go through. Empty: the mock answers loopback callers.
+	PaymentsAdminToken string `env:"PAYMENTS_ADMIN_TOKEN"`
 }
 
 // LoadOrders reads and validates the orders configuration from the environment.
@@ -136,6 +142,7 @@ func (c Orders) Validate() error {
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
 	ck.absoluteURL("PAYMENTS_URL", c.PaymentsURL)
 	ck.absoluteURL("CALLBACK_URL", c.CallbackURL)
+	ck.absoluteURL("POINTS_METRICS_URL", c.PointsMetricsURL)
 	if c.PaymentWebhookSecret == "" {
 		ck.add(errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
 	}

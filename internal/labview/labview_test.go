@@ -1,0 +1,137 @@
+package labview_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/decisions"
+	"idemshop/internal/labview"
+	"idemshop/internal/platform/httpserver"
+	"idemshop/internal/testenv"
+)
+
+// patience bounds a wait that normally takes milliseconds; it is a deadline for a failure only.
+const patience = time.Minute
+
+// A stream that outlives the server's WriteTimeout, sends heartbeats, and ends when the server shuts
+// down: graceful shutdown does not wait ShutdownTimeout for it.
+func TestEventStreamHeartbeatsAndEndsOnShutdown(t *testing.T) {
+	env := testenv.New(t)
+	bus := decisions.NewBus(10, 10)
+	cfg := labview.DefaultConfig()
+	cfg.PaymentsURL = "http://127.0.0.1:1" // never called here
+	cfg.Heartbeat = 20 * time.Millisecond
+	cfg.PollInterval = 10 * time.Millisecond
+	live, err := labview.New(bus, env.DB, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	e := httpserver.New(slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 1<<20)
+	live.Mount(e)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() {
+		served <- httpserver.Serve(ctx, ln, e, httpserver.Config{ReadHeaderTimeout: time.Second, ReadTimeout: time.Second,
+			WriteTimeout: 200 * time.Millisecond, IdleTimeout: time.Second, ShutdownTimeout: patience})
+	}()
+	ran := make(chan struct{})
+	go func() { live.Run(ctx); close(ran) }()
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/lab/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var mu sync.Mutex
+	var lines []string
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+		}
+	}()
+	has := func(pred func(string) bool) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range lines {
+			if pred(l) {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, "the stream to open", func() bool { return has(func(l string) bool { return strings.HasPrefix(l, ": idemshop") }) })
+
+	// Past the server's WriteTimeout (200 ms), the stream still carries decisions and heartbeats.
+	time.Sleep(300 * time.Millisecond) // the duration under test: longer than WriteTimeout
+	bus.Publish(decisions.Decision{Type: decisions.TypeFence, Outcome: "refused"})
+	waitFor(t, "the decision after WriteTimeout", func() bool {
+		return has(func(l string) bool {
+			return strings.HasPrefix(l, "data: ") && strings.Contains(l, `"outcome":"refused"`)
+		})
+	})
+	waitFor(t, "a heartbeat", func() bool { return has(func(l string) bool { return l == ": heartbeat" }) })
+
+	start := time.Now()
+	stop()
+	select {
+	case err := <-served:
+		require.NoError(t, err)
+	case <-time.After(patience):
+		t.Fatal("graceful shutdown waited on the open stream")
+	}
+	assert.Less(t, time.Since(start), 10*time.Second, "shutdown is prompt, not ShutdownTimeout")
+	<-ran
+	select {
+	case <-ended:
+	case <-time.After(patience):
+		t.Fatal("the client's stream did not end")
+	}
+}
+
+func TestSinceMustBeANumber(t *testing.T) {
+	env := testenv.New(t)
+	cfg := labview.DefaultConfig()
+	cfg.PaymentsURL = "http://127.0.0.1:1"
+	live, err := labview.New(decisions.NewBus(1, 1), env.DB, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	e := httpserver.New(slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 1<<20)
+	live.Mount(e)
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	resp, err := http.Get("http://" + ln.Addr().String() + "/lab/events?since=x")
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

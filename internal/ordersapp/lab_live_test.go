@@ -1,0 +1,274 @@
+package ordersapp_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/callback"
+	"idemshop/internal/decisions"
+	"idemshop/internal/paymock"
+	"idemshop/internal/paysig"
+	"idemshop/internal/platform/config"
+	"idemshop/internal/testenv"
+)
+
+func labMode(cfg *config.Orders) { cfg.Lab = true }
+
+// stream reads GET /lab/events in the background and keeps every data: line, decoded.
+type stream struct {
+	mu       sync.Mutex
+	comments []string
+	got      []decisions.Decision
+	ended    bool
+}
+
+func openStream(t *testing.T, url string) *stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*patience) // a bound for a failing run only
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	s := &stream{}
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			switch {
+			case strings.HasPrefix(line, ":"):
+				s.comments = append(s.comments, line)
+			case strings.HasPrefix(line, "data: "):
+				var d decisions.Decision
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d); err != nil {
+					t.Errorf("data line is not a decision: %q: %v", line, err)
+				}
+				s.got = append(s.got, d)
+			case line != "":
+				t.Errorf("unexpected line on the stream: %q", line)
+			}
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		s.ended = true
+		s.mu.Unlock()
+	}()
+	// The first comment says the subscription exists: a decision from now on is on the stream.
+	eventually(t, patience, "the stream's first line", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.comments) > 0
+	})
+	return s
+}
+
+// matching returns the decisions seen so far that keep.
+func (s *stream) matching(keep func(decisions.Decision) bool) []decisions.Decision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []decisions.Decision
+	for _, d := range s.got {
+		if keep(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// tripleCallback creates an order for alice and sends one signed SUCCESS callback for it three times,
+// the same bytes each time (the incident). It returns the event id.
+func tripleCallback(t *testing.T, rp *replica) (string, int64) {
+	t.Helper()
+	orderID, amount := rp.newOrder("alice-token", 1, 1)
+	eventID := fmt.Sprintf("evt-live-%d", time.Now().UnixNano())
+	body, err := json.Marshal(callbackFor(orderID, callback.StatusSuccess, amount, eventID))
+	require.NoError(t, err)
+	sig := paysig.Sign(demoSecret, time.Now(), body)
+	for range 3 {
+		r := rp.postRaw(body, sig)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	}
+	return eventID, orderID
+}
+
+func TestLabLiveIsNotMountedWithoutLabMode(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	for _, path := range []string{"/lab", "/lab/events", "/lab/counters", "/lab/platform/chaos"} {
+		assert.Equal(t, http.StatusNotFound, rp.call(http.MethodGet, path, "", "", nil).Status, path)
+	}
+	assert.Equal(t, http.StatusNotFound, rp.call(http.MethodPost, "/lab/earn", "", "", []byte(`{"user":"alice"}`)).Status)
+}
+
+// The incident on the event stream: three copies of one callback are one applied and two duplicates,
+// each with its copy number, and the order's Idempotency-Key request is there too.
+func TestLabLiveStreamsTheTripleCallback(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: labMode})
+	s := openStream(t, rp.srv.URL+"/lab/events")
+
+	eventID, orderID := tripleCallback(t, rp)
+	ofEvent := func(d decisions.Decision) bool { return d.Type == decisions.TypeCallback && d.EventID == eventID }
+	eventually(t, patience, "three callback decisions on the stream", func() bool { return len(s.matching(ofEvent)) >= 3 })
+
+	got := s.matching(ofEvent)
+	require.Len(t, got, 3)
+	outcomes := map[string]int{}
+	for i, d := range got {
+		outcomes[d.Outcome]++
+		assert.Equal(t, orderID, d.OrderID)
+		assert.Equal(t, i+1, d.Copy, "copy numbers count the deliveries of one event id")
+		assert.Equal(t, "guarded", d.Guard)
+	}
+	assert.Equal(t, map[string]int{"applied": 1, "duplicate": 2}, outcomes)
+	assert.Equal(t, "applied", got[0].Outcome, "sent one after the other, the first copy applies")
+	assert.NotEmpty(t, s.matching(func(d decisions.Decision) bool {
+		return d.Type == decisions.TypeIdempotency && d.Route == "/v1/orders" && d.Outcome == "executed"
+	}), "the order's Idempotency-Key request")
+
+	// A page that opens late gets the kept decisions with ?since.
+	late := openStream(t, rp.srv.URL+"/lab/events?since=0")
+	eventually(t, patience, "the backlog on a late stream", func() bool { return len(late.matching(ofEvent)) == 3 })
+
+	// The counters say the same: 3 received, 1 applied (of this test's own database).
+	r := rp.call(http.MethodGet, "/lab/counters", "", "", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var cs struct {
+		Callbacks struct{ Received, Applied, Duplicate int64 } `json:"callbacks"`
+	}
+	require.NoError(t, json.Unmarshal(r.Body, &cs))
+	assert.Equal(t, int64(3), cs.Callbacks.Received)
+	assert.Equal(t, int64(1), cs.Callbacks.Applied)
+	assert.Equal(t, int64(2), cs.Callbacks.Duplicate)
+}
+
+// Earn: 100 points through the ledger, for the redeem block.
+func TestLabLiveEarnCreditsPoints(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: labMode})
+	r := rp.call(http.MethodPost, "/lab/earn", "", "", []byte(`{"user":"alice"}`))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	assert.Equal(t, int64(100), balanceOf(t, env.DB, redeemAlice))
+	assert.Equal(t, http.StatusNotFound, rp.call(http.MethodPost, "/lab/earn", "", "", []byte(`{"user":"nobody"}`)).Status)
+	assert.Equal(t, http.StatusBadRequest, rp.call(http.MethodPost, "/lab/earn", "", "", []byte(`{`)).Status)
+}
+
+// The page's platform controls reach payments-mock through orders: set chaos, replay the newest
+// payment's last event three times, and see the three copies decided on the stream.
+func TestLabLivePlatformControls(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = 20 * time.Millisecond })
+	rp := newReplica(t, env, replicaOpts{cfg: func(cfg *config.Orders) {
+		labMode(cfg)
+		payTo(mock, 10*time.Second)(cfg)
+	}})
+	r := rp.call(http.MethodPut, "/lab/platform/chaos", "", "", []byte(`{"duplicates":1,"parallel":false}`))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Contains(t, string(r.Body), `"duplicates":1`)
+	r = rp.call(http.MethodPut, "/lab/platform/chaos", "", "", []byte(`{"duplicates":99}`))
+	assert.Equal(t, http.StatusBadRequest, r.Status, "payments-mock's own validation answers: %s", r.Body)
+
+	s := openStream(t, rp.srv.URL+"/lab/events")
+	orderID, _ := rp.newOrder("alice-token", 1, 1)
+	require.Equal(t, http.StatusCreated, rp.pay("alice-token", orderID, "live-pay").Status)
+	applied := func(d decisions.Decision) bool {
+		return d.Type == decisions.TypeCallback && d.OrderID == orderID && d.Outcome == "applied"
+	}
+	eventually(t, patience, "the payment's own callback", func() bool { return len(s.matching(applied)) > 0 })
+	assert.NotEmpty(t, s.matching(func(d decisions.Decision) bool {
+		return d.Type == decisions.TypePayRecord && d.OrderID == orderID && d.Outcome == "COMPLETED"
+	}), "the pay record's transition")
+
+	r = rp.call(http.MethodPost, "/lab/platform/replay", "", "", []byte(`{"times":3,"parallel":false}`))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	dup := func(d decisions.Decision) bool {
+		return d.Type == decisions.TypeCallback && d.OrderID == orderID && d.Outcome == "duplicate"
+	}
+	eventually(t, patience, "three replayed copies decided", func() bool { return len(s.matching(dup)) >= 3 })
+}
+
+// A headless browser opens /lab, then the triple callback happens, and the page shows it without a
+// reload: "1 applied, 2 duplicate" for that event.
+func TestBrowserLabShowsTheTripleCallbackLive(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: labMode})
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+	)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	require.NoError(t, chromedp.Do(bctx), "start chromium")
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+
+	// The page is open and its stream connected before anything happens: what it shows next can only
+	// have come live.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(rp.srv.URL+"/lab"),
+		chromedp.WaitVisible(chromedp.CSS("#status.live")),
+	), "open /lab")
+	eventID, _ := tripleCallback(t, rp)
+
+	sel := fmt.Sprintf(`#by-event tr[data-event=%q] td.outcomes`, eventID)
+	var shown string
+	eventually(t, patience, "the page to show the triple callback", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(
+			`(() => { const e = document.querySelector(%q); return e ? e.textContent : ""; })()`, sel)))
+		if err != nil {
+			t.Logf("evaluate: %v", err)
+			return false
+		}
+		shown = v
+		return v == "1 applied, 2 duplicate"
+	})
+	assert.Equal(t, "1 applied, 2 duplicate", shown)
+	copies, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(fmt.Sprintf(`#by-event tr[data-event=%q] td.copies`, eventID))))
+	require.NoError(t, err)
+	assert.Equal(t, "3", strings.TrimSpace(copies))
+	eventually(t, patience, "the counters to catch up", func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("cb-received")))
+		return err == nil && strings.TrimSpace(v) == "3"
+	})
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	shot := filepath.Join(artifactDir(t), "lab-live-triple-callback.png")
+	require.NoError(t, os.WriteFile(shot, png, 0o644))
+	t.Logf("screenshot: %s", shot)
+}

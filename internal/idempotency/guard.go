@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"idemshop/internal/platform/httpproblem"
-	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 )
@@ -31,21 +29,19 @@ type Runner interface {
 
 // GuardOptions configures NewGuard.
 type GuardOptions struct {
-	// Redis, when set, enables the in-flight marker; nil runs on the database alone.
-	Redis *redis.Client
-	// KeyPrefix namespaces the Redis keys, e.g. "idemshop:".
-	KeyPrefix string
-	// InFlightTTL is the marker's lease: how long a crashed request can keep its retries at 409.
-	InFlightTTL time.Duration
 	// RetryAfter is sent with 409 in-flight answers. Default 1 s.
 	RetryAfter time.Duration
 }
 
 // Guard is ladder step 1: request key + unique index + one transaction. It implements the whole
 // Idempotency-Key semantics table of docs/design.md for routes whose effect fits in one local transaction.
+//
+// It needs nothing but the database. A concurrent duplicate waits on the unique index until the first
+// request's transaction ends, then answers from what it committed: the same answer a later retry gets.
+// (An earlier version put a Redis "in flight" marker in front, to answer 409 or 422 at once; it cost a
+// round trip on every request and its trickiest lines, for answers that waiting gives as well.)
 type Guard struct {
 	db         *gorm.DB
-	marker     *inflight
 	metrics    *Metrics
 	retryAfter time.Duration
 }
@@ -59,60 +55,26 @@ func NewGuard(db *gorm.DB, metrics *Metrics, o GuardOptions) (*Guard, error) {
 	if g.retryAfter <= 0 {
 		g.retryAfter = time.Second
 	}
-	if o.Redis != nil {
-		if o.InFlightTTL <= 0 {
-			return nil, errors.New("idempotency: InFlightTTL must be > 0 with Redis")
-		}
-		g.marker = &inflight{rdb: o.Redis, prefix: o.KeyPrefix, ttl: o.InFlightTTL}
-	}
 	return g, nil
 }
 
 // Run answers one request on an Idempotency-Key route:
 //
 //  1. validate the key (400 idempotency_key_missing / idempotency_key_invalid) and fingerprint the body;
-//  2. if the Redis marker shows the key running, answer from the committed record or the marker
-//     (replay, 422 mismatch, or 409 in flight) without touching the transaction path;
-//  3. otherwise, in ONE transaction: insert the key row, run work, store the response; commit.
-//     A concurrent insert of the same (user, key) waits on the unique index for the first transaction,
-//     then either conflicts (replay or 422 from the committed row) or, if the first rolled back, wins.
-//     A wait longer than DB_LOCK_TIMEOUT answers 409 in flight.
+//  2. in ONE transaction: insert the key row, run work, store the response; commit. The key row's
+//     unique index decides between requests with the same (user, key):
+//     - a committed row: conflict; answer from it (replay, or 422 for another body), change nothing;
+//     - a row still being written by a running request: the INSERT waits for that transaction. If it
+//     commits, as above; if it rolls back, this request wins and runs. A wait longer than
+//     DB_LOCK_TIMEOUT answers 409 in flight (Retry-After): the running request's body is not visible
+//     before its commit, so a different body that arrives then learns its 422 on the retry.
 func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 	ctx := c.Request().Context()
 	r, err := readKeyedRequest(c, g.metrics, userID)
 	if err != nil {
 		return err
 	}
-	route, s, fp, key := r.route, r.scope, r.fp, r.scope.Key
-	lg := logging.From(ctx).With("idempotency_key", key)
-
-	// settled becomes true once a committed row answers for this key. From then on the marker is
-	// redundant (answerWhileHeld reads the row first), so it is left to expire instead of costing a
-	// round trip on the success path. When nothing was committed it must go now, or a corrected retry
-	// would be refused by a marker carrying the failed request's fingerprint.
-	settled := false
-	if g.marker != nil {
-		cl, heldFP, err := g.marker.acquire(ctx, s, fp)
-		if err != nil {
-			// The database alone guards this key now. The SET may still have been applied (the answer
-			// was lost), so the release below runs all the same.
-			lg.Warn("in-flight marker unavailable; the database alone guards this key", "err", err)
-		}
-		if err == nil && cl == nil {
-			return g.answerWhileHeld(c, route, s, fp, heldFP)
-		}
-		defer func() {
-			if settled {
-				return
-			}
-			// Release even if the client went away: its retry must not meet a stale marker.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if err := g.marker.release(rctx, cl); err != nil {
-				lg.Warn("in-flight marker not released; it expires with its lease", "err", err)
-			}
-		}()
-	}
+	route, s, fp := r.route, r.scope, r.fp
 
 	var (
 		status   int
@@ -146,10 +108,8 @@ func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
 		g.metrics.Count(route, OutcomeInFlight)
 		return ErrKeyInUse.WithRetryAfter(g.retryAfter)
 	case conflict:
-		settled = true
-		return g.answerFromRecord(c, route, existing, fp)
+		return Respond(c, g.metrics, route, *existing, fp, g.retryAfter)
 	}
-	settled = true
 	g.metrics.Count(route, OutcomeExecuted)
 	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
 }
@@ -167,31 +127,6 @@ func insertClaim(tx *gorm.DB, s Scope, method, path, fp string) (int64, error) {
 		return 0, fmt.Errorf("claim idempotency key: %w", postgres.TranslateError(err))
 	}
 	return id, nil
-}
-
-// answerWhileHeld answers a request whose key another request holds the in-flight marker for. The
-// committed record, if any, decides first (it is the truth); otherwise the marker's fingerprint tells
-// a different request (422) from a duplicate of the running one (409). Mismatch comes before in-flight.
-func (g *Guard) answerWhileHeld(c echo.Context, route string, s Scope, fp, heldFP string) error {
-	rec, err := Find(c.Request().Context(), g.db, s)
-	if err != nil {
-		return err
-	}
-	if rec != nil {
-		return g.answerFromRecord(c, route, rec, fp)
-	}
-	if heldFP != fp {
-		g.metrics.Count(route, OutcomeMismatch)
-		return ErrKeyReused
-	}
-	g.metrics.Count(route, OutcomeInFlight)
-	return ErrKeyInUse.WithRetryAfter(g.retryAfter)
-}
-
-// answerFromRecord replays a finished record, or refuses: 422 for another fingerprint (in any state),
-// 409 while the record is not finished.
-func (g *Guard) answerFromRecord(c echo.Context, route string, rec *Record, fp string) error {
-	return Respond(c, g.metrics, route, *rec, fp, g.retryAfter)
 }
 
 // Replay answers a request from an existing record, counting the outcome on route: ErrKeyReused (422)

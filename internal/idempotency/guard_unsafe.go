@@ -16,8 +16,6 @@ package idempotency
 //     same key but another body gets the first request's stored answer (a 201 for an order it did not
 //     ask for), and nobody notices. Guard compares fingerprints before replaying: 422.
 //
-// None of them uses the Redis in-flight marker: it only refines the answers of the guarded path and is
-// not what any of these failures is about.
 
 import (
 	"encoding/json"

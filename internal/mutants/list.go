@@ -7,21 +7,19 @@ package mutants
 // Snippets are Go strings: a tab is \t, a newline \n, and SQL inside backticks is quoted as is.
 var List = []Mutant{
 	// ── Step 1: Idempotency-Key + unique index + one transaction (internal/idempotency) ──
-	// With Redis up, the in-flight marker (left to expire after a commit) answers a retry from the
-	// committed row before the claim is reached: the claim's guards are proven by the Redis-down tests.
 	{
 		ID: "key-claim-on-conflict", Guard: "key claim: ON CONFLICT",
 		File:        "internal/idempotency/guard.go",
 		Original:    "\t\tON CONFLICT (user_id, idempotency_key) DO NOTHING\n\t\tRETURNING id`",
 		Replacement: "\t\tRETURNING id`",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightWithoutRedisIs409FromTheDatabase$",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestInFlightPastTheLockTimeoutIs409|TestInFlightDuplicateWaitsThenReplaysOr422)$",
 	},
 	{
 		ID: "key-claim-replays", Guard: "key claim: replay",
 		File:        "internal/idempotency/guard.go",
 		Original:    "if id == 0 {",
 		Replacement: "if false {",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightWithoutRedisIs409FromTheDatabase$",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightDuplicateWaitsThenReplaysOr422$",
 	},
 	{
 		ID: "fingerprint-compare", Guard: "fingerprint: 422",
@@ -31,32 +29,11 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSameKeyDifferentRequestIs422$",
 	},
 	{
-		ID: "inflight-422-first", Guard: "in flight: 422 first",
-		File:        "internal/idempotency/guard.go",
-		Original:    "if heldFP != fp {",
-		Replacement: "if false {",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightIs409AndMismatchComesFirst$",
-	},
-	{
 		ID: "inflight-db-409", Guard: "in flight: 409 (DB)",
 		File:        "internal/idempotency/guard.go",
 		Original:    "case errors.Is(err, postgres.ErrLockTimeout):",
 		Replacement: "case false:",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightWithoutRedisIs409FromTheDatabase$",
-	},
-	{
-		ID: "marker-release-failure", Guard: "marker released",
-		File:        "internal/idempotency/guard.go",
-		Original:    "if settled {",
-		Replacement: "if settled || true {",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestFailureAfterKeyRowRollsBackBothAndRetrySucceeds$",
-	},
-	{
-		ID: "marker-lost-reply", Guard: "marker: lost SET reply",
-		File:        "internal/idempotency/guard.go",
-		Original:    "if settled {",
-		Replacement: "if settled || err != nil {",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestMarkerSetWhoseReplyWasLostIsReleased$",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightPastTheLockTimeoutIs409$",
 	},
 	{
 		ID: "transient-503", Guard: "transient error: 503",

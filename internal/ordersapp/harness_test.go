@@ -53,7 +53,6 @@ func testConfig(env *testenv.Env) config.Orders {
 	cfg.Redis.URL = env.RedisURL
 	cfg.Redis.KeyPrefix = env.Prefix
 	cfg.AMQPURL = env.AMQPURL
-	cfg.IdempotencyInFlightTTL = 5 * time.Second
 	return cfg
 }
 

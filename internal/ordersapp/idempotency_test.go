@@ -4,24 +4,18 @@ package ordersapp_test
 // POST /v1/orders on real PostgreSQL and Redis, plus the concurrency and failure-injection proofs.
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"idemshop/internal/platform/config"
-	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
 )
 
@@ -171,55 +165,56 @@ func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
 	return n
 }
 
-// The first request is held inside its transaction by a row lock the test holds, not by a timeout:
-// its pool has no lock or statement timeout to run out (patientDB), and its in-flight marker's lease is
-// far longer than the test, so the duplicates meet the marker however slowly the test gets to them.
-func TestInFlightIs409AndMismatchComesFirst(t *testing.T) {
+// A duplicate that arrives while the first request is inside its transaction waits on the key row's
+// unique index and answers from what the first one committed: the same body with Idempotent-Replayed,
+// or 422 for another body. The first request is held by a row lock the test holds; every pool here has
+// no lock or statement timeout (patientDB), so nothing gives up while the test looks.
+func TestInFlightDuplicateWaitsThenReplaysOr422(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env),
-		cfg: func(c *config.Orders) { c.IdempotencyInFlightTTL = time.Hour }})
+	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
 	release := holdProduct(t, env.DB, 1)
 
 	firstDone := make(chan response, 1)
 	go func() { firstDone <- rp.createOrder(alice, "busy-1", mugOrder) }()
 	eventually(t, patience, "the first request to block inside its transaction", func() bool {
-		return waitersOnLocks(t, env.DB) > 0
+		return waitersOnLocks(t, env.DB) >= 1
 	})
-	marker := env.Prefix + fmt.Sprintf("idem:inflight:%d:busy-1", aliceID)
-	require.EqualValues(t, 1, env.Redis.Exists(context.Background(), marker).Val(), "in-flight marker is set")
-
-	dup := rp.createOrder(alice, "busy-1", mugOrder)
-	assert.Equal(t, http.StatusConflict, dup.Status)
-	assert.Equal(t, "idempotency_key_in_use", dup.problem(t).Code)
-	assert.Equal(t, "1", dup.Header.Get("Retry-After"))
-
-	other := rp.createOrder(alice, "busy-1", `{"product_id":1,"quantity":5}`)
-	assert.Equal(t, http.StatusUnprocessableEntity, other.Status, "the mismatch check comes before in-flight")
-	assert.Equal(t, "idempotency_key_reused", other.problem(t).Code)
-
-	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "in_flight"))
-	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
+	dupDone, otherDone := make(chan response, 1), make(chan response, 1)
+	go func() { dupDone <- rp.createOrder(alice, "busy-1", mugOrder) }()
+	go func() { otherDone <- rp.createOrder(alice, "busy-1", `{"product_id":1,"quantity":5}`) }()
+	eventually(t, patience, "both duplicates to wait on the first one's key row", func() bool {
+		return waitersOnLocks(t, env.DB) >= 3
+	})
+	assert.Zero(t, count(t, env.DB, "orders"), "nothing is committed while the first request is held")
 
 	release()
 	first := recv(t, firstDone)
 	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
-	after := rp.createOrder(alice, "busy-1", mugOrder)
-	assert.Equal(t, "true", after.Header.Get("Idempotent-Replayed"))
-	assert.Equal(t, string(first.Body), string(after.Body))
+	dup := recv(t, dupDone)
+	assert.Equal(t, http.StatusCreated, dup.Status, "%s", dup.Body)
+	assert.Equal(t, "true", dup.Header.Get("Idempotent-Replayed"), "the waiting duplicate replays")
+	assert.Equal(t, string(first.Body), string(dup.Body))
+	other := recv(t, otherDone)
+	assert.Equal(t, http.StatusUnprocessableEntity, other.Status, "%s", other.Body)
+	assert.Equal(t, "idempotency_key_reused", other.problem(t).Code)
+
+	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "executed"))
+	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "replayed"))
+	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
 }
 
-// Without Redis the database alone answers: the duplicate waits on the unique index for at most
-// DB_LOCK_TIMEOUT, then gets 409. Two replicas share the database, as in production. The first request
-// is held by the test's row lock on a pool without timeouts (patientDB): only the duplicate's
-// DB_LOCK_TIMEOUT can run out, and it waits on a row that stays locked until the test lets go.
-func TestInFlightWithoutRedisIs409FromTheDatabase(t *testing.T) {
+// A duplicate waits on the unique index for at most DB_LOCK_TIMEOUT, then gets 409 with Retry-After.
+// Two replicas share the database, as in production. The first request is held by the test's row lock
+// on a pool without timeouts (patientDB): only the duplicate's DB_LOCK_TIMEOUT can run out, and it
+// waits on a row that stays locked until the test lets go.
+func TestInFlightPastTheLockTimeoutIs409(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	slow := newReplica(t, env, replicaOpts{redis: deadRedis(t), db: patientDB(t, env)})
+	slow := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
 	impatient := testenv.OpenDB(t, env.DatabaseURL, 300*time.Millisecond)
-	fast := newReplica(t, env, replicaOpts{redis: deadRedis(t), db: impatient})
+	fast := newReplica(t, env, replicaOpts{db: impatient})
 	release := holdProduct(t, env.DB, 1)
 
 	firstDone := make(chan response, 1)
@@ -248,7 +243,6 @@ func TestFailedValidationStoresNothingSoCorrectedRetryRuns(t *testing.T) {
 
 	bad := rp.createOrder(alice, "fix-1", `{"product_id":1,"quantity":0}`)
 	require.Equal(t, http.StatusBadRequest, bad.Status)
-	assert.Zero(t, env.Redis.Exists(context.Background(), env.Prefix+fmt.Sprintf("idem:inflight:%d:fix-1", aliceID)).Val())
 	assert.Equal(t, "validation_failed", bad.problem(t).Code)
 	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
 
@@ -305,54 +299,50 @@ func orderID(t testing.TB, r response) int64 {
 	return o.ID
 }
 
-// 50 goroutines behind a barrier send the same key and body: one order, identical 201s or 409s, no 5xx.
-// Run with Redis (marker answers most duplicates) and without (the unique index alone decides).
+// 50 goroutines behind a barrier send the same key and body: one order, and every answer the same
+// 201 body (the losers wait for the winner's commit and replay it) or, for a loser that waited past
+// DB_LOCK_TIMEOUT on a slow machine, 409; never a 5xx.
 func TestConcurrentSameKeyCreatesOneOrder(t *testing.T) {
 	t.Parallel()
-	for _, redisUp := range []bool{true, false} {
-		t.Run(fmt.Sprintf("redis_up=%v", redisUp), func(t *testing.T) {
-			t.Parallel()
-			env := testenv.New(t, testenv.Options{MaxConns: 12})
-			o := replicaOpts{}
-			if !redisUp {
-				o.redis = deadRedis(t)
-			}
-			rp := newReplica(t, env, o)
-			const n = 50
-			start := make(chan struct{})
-			results := make([]response, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Go(func() {
-					<-start
-					results[i] = rp.createOrder(alice, "storm-1", mugOrder)
-				})
-			}
-			close(start)
-			wg.Wait()
-
-			var created []string
-			conflicts := 0
-			for _, r := range results {
-				switch r.Status {
-				case http.StatusCreated:
-					created = append(created, string(r.Body))
-				case http.StatusConflict:
-					conflicts++
-					assert.Equal(t, "idempotency_key_in_use", r.problem(t).Code)
-				default:
-					t.Errorf("unexpected status %d: %s", r.Status, r.Body)
-				}
-			}
-			require.NotEmpty(t, created)
-			for _, b := range created {
-				assert.Equal(t, created[0], b, "every 201 carries the same body")
-			}
-			t.Logf("redis_up=%v: %d×201, %d×409", redisUp, len(created), conflicts)
-			assert.EqualValues(t, 1, count(t, env.DB, "orders"), "exactly one order row")
-			assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys"))
+	env := testenv.New(t, testenv.Options{MaxConns: 12})
+	rp := newReplica(t, env, replicaOpts{})
+	const n = 50
+	start := make(chan struct{})
+	results := make([]response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i] = rp.createOrder(alice, "storm-1", mugOrder)
 		})
 	}
+	close(start)
+	wg.Wait()
+
+	var created []string
+	conflicts, replayed := 0, 0
+	for _, r := range results {
+		switch r.Status {
+		case http.StatusCreated:
+			created = append(created, string(r.Body))
+			if r.Header.Get("Idempotent-Replayed") == "true" {
+				replayed++
+			}
+		case http.StatusConflict:
+			conflicts++
+			assert.Equal(t, "idempotency_key_in_use", r.problem(t).Code)
+		default:
+			t.Errorf("unexpected status %d: %s", r.Status, r.Body)
+		}
+	}
+	require.NotEmpty(t, created)
+	for _, b := range created {
+		assert.Equal(t, created[0], b, "every 201 carries the same body")
+	}
+	assert.Equal(t, len(created)-1, replayed, "one 201 executed, every other one replayed")
+	t.Logf("%d×201 (%d replayed), %d×409", len(created), replayed, conflicts)
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"), "exactly one order row")
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys"))
 }
 
 // S3, guarded: a failure after the key row is written, inside the same transaction, rolls back both;
@@ -380,53 +370,10 @@ func TestFailureAfterKeyRowRollsBackBothAndRetrySucceeds(t *testing.T) {
 	assert.NotContains(t, string(r.Body), "injected", "the cause is logged, not shown")
 	assert.Zero(t, count(t, env.DB, "idempotency_keys"), "the key row rolled back with the work")
 	assert.Zero(t, count(t, env.DB, "orders"))
-	marker := env.Prefix + fmt.Sprintf("idem:inflight:%d:s3-1", aliceID)
-	assert.Zero(t, env.Redis.Exists(context.Background(), marker).Val(),
-		"a request that committed nothing releases its in-flight marker")
 
 	retry := rp.createOrder(alice, "s3-1", mugOrder)
 	require.Equal(t, http.StatusCreated, retry.Status, "%s", retry.Body)
 	assert.Empty(t, retry.Header.Get("Idempotent-Replayed"))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
 	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "state = 'COMPLETED'"))
-}
-
-// lostReplyHook lets Redis apply the first SET it sees (the in-flight marker) and then reports a
-// timeout, as a client whose REDIS_TIMEOUT ran out after the command reached the server would.
-type lostReplyHook struct{ lost atomic.Bool }
-
-func (*lostReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*lostReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h *lostReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		// SET NX GET answers nil (redis.Nil) when it set the key.
-		applied := err == nil || errors.Is(err, redis.Nil)
-		if applied && strings.EqualFold(cmd.Name(), "set") && h.lost.CompareAndSwap(false, true) {
-			return fmt.Errorf("i/o timeout (reply lost after the SET was applied): %w", context.DeadlineExceeded)
-		}
-		return err
-	}
-}
-
-// The in-flight marker's SET may be applied by Redis although the client timed out waiting for the
-// answer. The request then runs on the database alone; if it fails, its marker must still be released,
-// or the corrected retry (another fingerprint) would get 422 for the whole marker lease.
-func TestMarkerSetWhoseReplyWasLostIsReleased(t *testing.T) {
-	t.Parallel()
-	env := testenv.New(t)
-	rdb, err := redisx.Open(env.RedisURL, time.Second)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rdb.Close() })
-	rdb.AddHook(&lostReplyHook{})
-	rp := newReplica(t, env, replicaOpts{redis: rdb})
-
-	bad := rp.createOrder(alice, "lost-1", `{"product_id":1,"quantity":0}`)
-	require.Equal(t, http.StatusBadRequest, bad.Status, "%s", bad.Body)
-	assert.Zero(t, env.Redis.Exists(context.Background(), env.Prefix+fmt.Sprintf("idem:inflight:%d:lost-1", aliceID)).Val(),
-		"the marker whose SET reply was lost is released")
-	fixed := rp.createOrder(alice, "lost-1", mugOrder)
-	assert.Equal(t, http.StatusCreated, fixed.Status, "the corrected retry runs: %s", fixed.Body)
 }

@@ -87,9 +87,7 @@ func New(d Deps) (*App, error) {
 	idemMetrics := idempotency.NewMetricsWithSink(d.Registry, d.sink())
 	runner := d.Runner
 	if runner == nil {
-		g, err := idempotency.NewGuard(d.DB, idemMetrics, idempotency.GuardOptions{
-			Redis: d.Redis, KeyPrefix: cfg.Redis.KeyPrefix, InFlightTTL: cfg.IdempotencyInFlightTTL,
-		})
+		g, err := idempotency.NewGuard(d.DB, idemMetrics, idempotency.GuardOptions{})
 		if err != nil {
 			return nil, err
 		}

@@ -75,12 +75,9 @@ type Orders struct {
 
 	// IdempotencyRetention is how long a key is kept (at least) before the reaper may delete it.
 	IdempotencyRetention time.Duration `env:"IDEMPOTENCY_RETENTION" envDefault:"24h"`
-	// IdempotencyInFlightTTL is the lease of the Redis in-flight marker; it bounds how long a crashed
-	// request can keep answering 409 to its retries.
-	IdempotencyInFlightTTL time.Duration `env:"IDEMPOTENCY_INFLIGHT_TTL" envDefault:"10s"`
-	ReaperInterval         time.Duration `env:"REAPER_INTERVAL" envDefault:"1m"`
-	ReaperBatch            int           `env:"REAPER_BATCH" envDefault:"1000"`
-	SweepInterval          time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
+	ReaperInterval       time.Duration `env:"REAPER_INTERVAL" envDefault:"1m"`
+	ReaperBatch          int           `env:"REAPER_BATCH" envDefault:"1000"`
+	SweepInterval        time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
 	// CallbackLockTTL and CallbackLockWait shape the Redis efficiency lock around a payment callback:
 	// the lease, and how long a duplicate queues for it before going to the database anyway.
 	CallbackLockTTL  time.Duration `env:"CALLBACK_LOCK_TTL" envDefault:"2s"`
@@ -147,7 +144,6 @@ func (c Orders) Validate() error {
 		ck.add(errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
 	}
 	ck.positive("IDEMPOTENCY_RETENTION", c.IdempotencyRetention)
-	ck.positive("IDEMPOTENCY_INFLIGHT_TTL", c.IdempotencyInFlightTTL)
 	ck.positive("REAPER_INTERVAL", c.ReaperInterval)
 	ck.atLeastOne("REAPER_BATCH", int64(c.ReaperBatch))
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)

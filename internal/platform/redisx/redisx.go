@@ -66,7 +66,7 @@ func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
 
 // DeleteIfOwner deletes a lease key (KEYS[1]) only while it still holds the caller's owner value
 // (ARGV[1]), and returns 1 if it did, 0 if not. A plain DEL after the caller's lease expired would
-// delete the next holder's lease and let a third one in. The lock, the in-flight marker and the
+// delete the next holder's lease and let a third one in. The lock and the
 // consumer's dedup lease all release this way: Run on a client, Eval inside a pipeline (where Run
 // cannot fall back from EVALSHA to EVAL).
 var DeleteIfOwner = redis.NewScript(`

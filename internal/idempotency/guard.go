@@ -15,10 +15,10 @@ import (
 	"idemshop/internal/platform/problem"
 )
 
-// Work is the business step of a one-transaction route. It runs inside tx, after the key row has been
+// Work is the business step of a one-transaction route. It runs inside tx, before the key row is
 // inserted, and gets the raw request body to decode. It returns the success status and the value that
-// becomes the JSON response body. Any error rolls back the key row together with the work, so nothing is
-// stored and a corrected retry with the same key runs again.
+// becomes the JSON response body. Any error rolls the transaction back, so nothing is stored and a
+// corrected retry with the same key runs again.
 type Work func(ctx context.Context, tx *gorm.DB, body []byte) (status int, response any, err error)
 
 // Runner runs a one-transaction route's work. Guard is the real one; a baseline without the key layer
@@ -36,10 +36,9 @@ type GuardOptions struct {
 // Guard is ladder step 1: request key + unique index + one transaction. It implements the whole
 // Idempotency-Key semantics table of docs/design.md for routes whose effect fits in one local transaction.
 //
-// It needs nothing but the database. A concurrent duplicate waits on the unique index until the first
-// request's transaction ends, then answers from what it committed: the same answer a later retry gets.
-// (An earlier version put a Redis "in flight" marker in front, to answer 409 or 422 at once; it cost a
-// round trip on every request and its trickiest lines, for answers that waiting gives as well.)
+// It needs nothing but the database. (An earlier version put a Redis "in flight" marker in front, to
+// answer a concurrent duplicate at once; it cost a round trip on every request and its trickiest lines,
+// for answers that waiting on the unique index gives as well: docs/idempotency.md.)
 type Guard struct {
 	db         *gorm.DB
 	metrics    *Metrics
@@ -58,75 +57,103 @@ func NewGuard(db *gorm.DB, metrics *Metrics, o GuardOptions) (*Guard, error) {
 	return g, nil
 }
 
-// Run answers one request on an Idempotency-Key route:
-//
-//  1. validate the key (400 idempotency_key_missing / idempotency_key_invalid) and fingerprint the body;
-//  2. in ONE transaction: insert the key row, run work, store the response; commit. The key row's
-//     unique index decides between requests with the same (user, key):
-//     - a committed row: conflict; answer from it (replay, or 422 for another body), change nothing;
-//     - a row still being written by a running request: the INSERT waits for that transaction. If it
-//     commits, as above; if it rolls back, this request wins and runs. A wait longer than
-//     DB_LOCK_TIMEOUT answers 409 in flight (Retry-After): the running request's body is not visible
-//     before its commit, so a different body that arrives then learns its 422 on the retry.
+// Run answers one request on an Idempotency-Key route: it validates the key (400
+// idempotency_key_missing / idempotency_key_invalid), fingerprints the body, and runs execute. A key
+// taken by another request answers from that request's record: the stored status and body replayed,
+// 422 idempotency_key_reused for another fingerprint, 409 idempotency_key_in_use (Retry-After) while
+// that request is still running past DB_LOCK_TIMEOUT.
 func (g *Guard) Run(c echo.Context, userID int64, work Work) error {
-	ctx := c.Request().Context()
 	r, err := readKeyedRequest(c, g.metrics, userID)
 	if err != nil {
 		return err
 	}
-	route, s, fp := r.route, r.scope, r.fp
+	status, body, taken, err := execute(c.Request().Context(), g.db, r, work, g.retryAfter)
+	switch {
+	case errors.Is(err, ErrKeyInUse):
+		g.metrics.Count(r.route, OutcomeInFlight)
+		return err
+	case err != nil:
+		return err
+	case taken != nil:
+		return Respond(c, g.metrics, r.route, *taken, r.fp, g.retryAfter)
+	}
+	g.metrics.Count(r.route, OutcomeExecuted)
+	return c.Blob(status, echo.MIMEApplicationJSON, body)
+}
 
+// errKeyTaken rolls back a transaction whose key row could not be inserted: the key is another's.
+var errKeyTaken = errors.New("idempotency key taken by another request")
+
+// execute runs r's work unless its key is taken. It returns the work's status and JSON body, or the
+// record of the request that holds the key (taken), or ErrKeyInUse (with Retry-After retryAfter) when
+// that request is still running after DB_LOCK_TIMEOUT.
+//
+//  1. The committed record of a used key answers: one indexed read, no transaction. This is how a
+//     retry is answered, and all it costs a new request.
+//  2. ONE transaction: the work, then the key row with its response (COMPLETED). The unique index on
+//     (user_id, idempotency_key) decides between concurrent requests with the same key: the second
+//     INSERT waits for the first transaction; if that one committed, it inserts nothing and this
+//     transaction rolls back, work and all, and the winner's record answers (step 1's answer, late).
+//     If the first rolled back, the second inserts and commits. A request whose work fails stores
+//     nothing, so a corrected retry runs again.
+func execute(ctx context.Context, db *gorm.DB, r keyedRequest, work Work, retryAfter time.Duration) (int, []byte, *Record, error) {
+	taken, err := Find(ctx, db, r.scope)
+	if err != nil || taken != nil {
+		return 0, nil, taken, err
+	}
 	var (
-		status   int
-		respBody []byte
-		conflict bool
-		existing *Record
+		status int
+		body   []byte
 	)
-	err = g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		id, err := insertClaim(tx, s, r.method, r.path, fp)
+	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		st, v, err := work(ctx, tx, r.body)
 		if err != nil {
 			return err
 		}
-		if id == 0 {
-			// The key is taken by a committed request: answer from its record, change nothing.
-			conflict = true
-			existing, err = Find(ctx, tx, s)
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode response: %w", err)
+		}
+		inserted, err := insertCompleted(tx, r, st, b, retryAfter)
+		if err != nil {
 			return err
 		}
-		// Same transaction as the claim: the work and its stored response commit together, or neither.
-		status, respBody, err = workAndStore(ctx, tx, id, r.body, work)
-		return err
+		if !inserted {
+			return errKeyTaken
+		}
+		status, body = st, b
+		return nil
 	})
-	switch {
-	case errors.Is(err, postgres.ErrLockTimeout):
-		g.metrics.Count(route, OutcomeInFlight)
-		return ErrKeyInUse.WithRetryAfter(g.retryAfter).Wrap(err)
-	case err != nil:
-		return err
-	case conflict && existing == nil:
-		// The row vanished between the conflict and the read (the reaper): tell the client to retry.
-		g.metrics.Count(route, OutcomeInFlight)
-		return ErrKeyInUse.WithRetryAfter(g.retryAfter)
-	case conflict:
-		return Respond(c, g.metrics, route, *existing, fp, g.retryAfter)
+	if errors.Is(err, errKeyTaken) {
+		if taken, err = Find(ctx, db, r.scope); err == nil && taken == nil {
+			// The winner's row is gone already (the reaper, past retention): let the client retry.
+			err = ErrKeyInUse.WithRetryAfter(retryAfter)
+		}
+		return 0, nil, taken, err
 	}
-	g.metrics.Count(route, OutcomeExecuted)
-	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
+	return status, body, nil, err
 }
 
-// insertClaim inserts the PROCESSING row for s and returns its id, or 0 when a committed row already
-// holds the key. ON CONFLICT DO NOTHING instead of catching 23505 keeps the transaction usable. Its
-// kind is KindCreateOrder: create order is the one route this guard keys.
-func insertClaim(tx *gorm.DB, s Scope, method, path, fp string) (int64, error) {
-	var id int64
-	err := tx.Raw(`INSERT INTO idempotency_keys (user_id, idempotency_key, kind, method, path, fingerprint, state)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
+// insertCompleted stores the key row of r with its response, and reports whether it did (false: a
+// committed row holds the key). ON CONFLICT DO NOTHING instead of catching 23505 keeps the answer in
+// one statement. A row of a request that is still running makes the INSERT wait for its transaction,
+// at most DB_LOCK_TIMEOUT: then ErrKeyInUse. Its kind is KindCreateOrder: create order is the one
+// route this guard keys.
+func insertCompleted(tx *gorm.DB, r keyedRequest, status int, body []byte, retryAfter time.Duration) (bool, error) {
+	var ids []int64
+	err := tx.Raw(`INSERT INTO idempotency_keys
+			(user_id, idempotency_key, kind, method, path, fingerprint, state, response_status, response_body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (user_id, idempotency_key) DO NOTHING
-		RETURNING id`, s.UserID, s.Key, KindCreateOrder, method, path, fp, StateProcessing).Scan(&id).Error
-	if err != nil {
-		return 0, fmt.Errorf("claim idempotency key: %w", postgres.TranslateError(err))
+		RETURNING id`, r.scope.UserID, r.scope.Key, KindCreateOrder, r.method, r.path, r.fp, StateCompleted,
+		status, body).Scan(&ids).Error
+	switch err := postgres.TranslateError(err); {
+	case errors.Is(err, postgres.ErrLockTimeout):
+		return false, ErrKeyInUse.WithRetryAfter(retryAfter).Wrap(err)
+	case err != nil:
+		return false, fmt.Errorf("store idempotency key: %w", err)
 	}
-	return id, nil
+	return len(ids) == 1, nil
 }
 
 // Replay answers a request from an existing record, counting the outcome on route: ErrKeyReused (422)
@@ -181,24 +208,4 @@ func readKeyedRequest(c echo.Context, m *Metrics, userID int64) (keyedRequest, e
 	}
 	r.scope = Scope{UserID: userID, Key: key}
 	return r, nil
-}
-
-// workAndStore runs work in tx and stores its response on key row id (state COMPLETED), in the same
-// transaction: the response is stored if and only if the work commits.
-func workAndStore(ctx context.Context, tx *gorm.DB, id int64, body []byte, work Work) (int, []byte, error) {
-	st, v, err := work(ctx, tx, body)
-	if err != nil {
-		return 0, nil, err
-	}
-	respBody, err := json.Marshal(v)
-	if err != nil {
-		return 0, nil, fmt.Errorf("encode response: %w", err)
-	}
-	err = tx.Exec(`UPDATE idempotency_keys
-		SET state = ?, response_status = ?, response_body = ?, updated_at = now()
-		WHERE id = ?`, StateCompleted, st, respBody, id).Error
-	if err != nil {
-		return 0, nil, fmt.Errorf("store idempotent response: %w", err)
-	}
-	return st, respBody, nil
 }

@@ -5,9 +5,10 @@ package idempotency
 //
 //   - CheckThenInsert (lab scenario S2, double submit): "look the key up; if it is absent, create the
 //     order, then remember the key", each statement on its own. N identical requests arriving together
-//     all find no key before any of them has stored one, so every one creates an order. Guard instead
-//     INSERTs the key first, in the same transaction as the work: the unique index makes the second
-//     insert wait for the first transaction, then conflict.
+//     all find no key before any of them has stored one, so every one creates an order. Guard makes
+//     the same check and the same insert; the one difference is that its insert runs in the work's
+//     transaction: the unique index makes the second insert wait for the first transaction, conflict,
+//     and roll the second order back with it.
 //   - CommitKeyFirst (S3): the key row is committed on its own, then the work runs in another
 //     transaction. When the work fails (not enough stock) nothing rolls the key row back: it stays
 //     PROCESSING, and every retry of the key is refused with 409 "in use" for ever: the reaper never
@@ -18,6 +19,7 @@ package idempotency
 //
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,7 +56,8 @@ func NewCheckThenInsert(db *gorm.DB, m *Metrics) (*CheckThenInsert, error) {
 	return &CheckThenInsert{db: db, metrics: m}, nil
 }
 
-// Run looks the key up, runs work, then stores the key with the response.
+// Run looks the key up, runs work, then stores the key with the response: Guard's steps, with the
+// insert outside the work's transaction.
 func (u *CheckThenInsert) Run(c echo.Context, userID int64, work Work) error {
 	r, err := readKeyedRequest(c, u.metrics, userID)
 	if err != nil {
@@ -62,7 +65,8 @@ func (u *CheckThenInsert) Run(c echo.Context, userID int64, work Work) error {
 	}
 	ctx := c.Request().Context()
 	// 1. The check. It reads only what is committed, and nothing is committed until step 3: every
-	//    concurrent duplicate passes it. (Guard has no check: its INSERT is the check.)
+	//    concurrent duplicate passes it. (Guard makes it too, but only as a fast path for retries: its
+	//    INSERT, inside the work's transaction, is the check that counts.)
 	rec, err := Find(ctx, u.db, r.scope)
 	if err != nil {
 		return err
@@ -120,8 +124,8 @@ func (u *CommitKeyFirst) Run(c echo.Context, userID int64, work Work) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	// The claim runs on u.db, not on the work's tx: it commits on its own, right now. This line is the
-	// whole difference from Guard.Run.
+	// The claim runs on u.db, not on the work's tx: it commits on its own, right now, before the work
+	// has succeeded. Guard writes its key row in the work's transaction, so a failure removes both.
 	id, err := insertClaim(u.db.WithContext(ctx), r.scope, r.method, r.path, r.fp)
 	if err != nil {
 		return err
@@ -153,8 +157,8 @@ func (u *CommitKeyFirst) Run(c echo.Context, userID int64, work Work) error {
 	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
 }
 
-// IgnoreFingerprint is the S10 variant: Guard's single transaction, but the stored answer is replayed
-// to any request that carries the key.
+// IgnoreFingerprint is the S10 variant: Guard's execute, but the stored answer is replayed to any
+// request that carries the key.
 type IgnoreFingerprint struct {
 	db      *gorm.DB
 	metrics *Metrics
@@ -168,40 +172,56 @@ func NewIgnoreFingerprint(db *gorm.DB, m *Metrics) (*IgnoreFingerprint, error) {
 	return &IgnoreFingerprint{db: db, metrics: m}, nil
 }
 
-// Run is Guard.Run's transaction, answering a taken key from its record without comparing fingerprints.
+// Run is Guard.Run, answering a taken key from its record without comparing fingerprints.
 func (u *IgnoreFingerprint) Run(c echo.Context, userID int64, work Work) error {
 	r, err := readKeyedRequest(c, u.metrics, userID)
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	var (
-		status   int
-		respBody []byte
-		existing *Record
-	)
-	err = u.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		id, err := insertClaim(tx, r.scope, r.method, r.path, r.fp)
-		if err != nil {
-			return err
-		}
-		if id == 0 {
-			existing, err = Find(ctx, tx, r.scope)
-			return err
-		}
-		status, respBody, err = workAndStore(ctx, tx, id, r.body, work)
-		return err
-	})
+	status, body, taken, err := execute(c.Request().Context(), u.db, r, work, unsafeRetryAfter)
 	switch {
-	case errors.Is(err, postgres.ErrLockTimeout):
-		return ErrKeyInUse.WithRetryAfter(unsafeRetryAfter).Wrap(err)
 	case err != nil:
 		return err
-	case existing != nil:
+	case taken != nil:
 		// The missing guard: the record's own fingerprint is passed where Guard passes this request's,
 		// so the mismatch check always passes and the first request's answer is replayed to this one.
-		return Respond(c, u.metrics, r.route, *existing, existing.Fingerprint, unsafeRetryAfter)
+		return Respond(c, u.metrics, r.route, *taken, taken.Fingerprint, unsafeRetryAfter)
 	}
 	u.metrics.Count(r.route, OutcomeExecuted)
-	return c.Blob(status, echo.MIMEApplicationJSON, respBody)
+	return c.Blob(status, echo.MIMEApplicationJSON, body)
+}
+
+// insertClaim inserts a PROCESSING row for s and returns its id, or 0 when a committed row already
+// holds the key. Only the S3 twin claims before the work; Guard inserts the key row after it, with the
+// response (insertCompleted).
+func insertClaim(tx *gorm.DB, s Scope, method, path, fp string) (int64, error) {
+	var id int64
+	err := tx.Raw(`INSERT INTO idempotency_keys (user_id, idempotency_key, kind, method, path, fingerprint, state)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (user_id, idempotency_key) DO NOTHING
+		RETURNING id`, s.UserID, s.Key, KindCreateOrder, method, path, fp, StateProcessing).Scan(&id).Error
+	if err != nil {
+		return 0, fmt.Errorf("claim idempotency key: %w", postgres.TranslateError(err))
+	}
+	return id, nil
+}
+
+// workAndStore runs work in tx and stores its response on key row id (state COMPLETED), in the same
+// transaction: the response is stored if and only if the work commits.
+func workAndStore(ctx context.Context, tx *gorm.DB, id int64, body []byte, work Work) (int, []byte, error) {
+	st, v, err := work(ctx, tx, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	respBody, err := json.Marshal(v)
+	if err != nil {
+		return 0, nil, fmt.Errorf("encode response: %w", err)
+	}
+	err = tx.Exec(`UPDATE idempotency_keys
+		SET state = ?, response_status = ?, response_body = ?, updated_at = now()
+		WHERE id = ?`, StateCompleted, st, respBody, id).Error
+	if err != nil {
+		return 0, nil, fmt.Errorf("store idempotent response: %w", err)
+	}
+	return st, respBody, nil
 }

@@ -10,15 +10,15 @@ var List = []Mutant{
 	{
 		ID: "key-claim-on-conflict", Guard: "key claim: ON CONFLICT",
 		File:        "internal/idempotency/guard.go",
-		Original:    "\t\tON CONFLICT (user_id, idempotency_key) DO NOTHING\n\t\tRETURNING id`",
-		Replacement: "\t\tRETURNING id`",
+		Original:    "\t\tON CONFLICT (user_id, idempotency_key) DO NOTHING\n\t\tRETURNING id`, r.scope.UserID",
+		Replacement: "\t\tRETURNING id`, r.scope.UserID",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestInFlightPastTheLockTimeoutIs409|TestInFlightDuplicateWaitsThenReplaysOr422)$",
 	},
 	{
 		ID: "key-claim-replays", Guard: "key claim: replay",
 		File:        "internal/idempotency/guard.go",
-		Original:    "if id == 0 {",
-		Replacement: "if false {",
+		Original:    "if !inserted {",
+		Replacement: "if inserted && false {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightDuplicateWaitsThenReplaysOr422$",
 	},
 	{
@@ -31,8 +31,8 @@ var List = []Mutant{
 	{
 		ID: "inflight-db-409", Guard: "in flight: 409 (DB)",
 		File:        "internal/idempotency/guard.go",
-		Original:    "case errors.Is(err, postgres.ErrLockTimeout):",
-		Replacement: "case false:",
+		Original:    "case errors.Is(err, postgres.ErrLockTimeout):\n\t\treturn false, ErrKeyInUse",
+		Replacement: "case false:\n\t\treturn false, ErrKeyInUse",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightPastTheLockTimeoutIs409$",
 	},
 	{

@@ -143,20 +143,6 @@ func TestSameKeyDifferentRequestIs422(t *testing.T) {
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
 }
 
-// holdProduct blocks every INSERT INTO orders for product id (the foreign-key check takes a KEY SHARE
-// lock that FOR UPDATE excludes), keeping a create request in flight after its key row is written.
-// The returned function releases the hold.
-func holdProduct(t *testing.T, db *gorm.DB, id int) func() {
-	t.Helper()
-	tx := db.Begin()
-	require.NoError(t, tx.Error)
-	require.NoError(t, tx.Exec(`SELECT 1 FROM products WHERE id = ? FOR UPDATE`, id).Error)
-	var once sync.Once
-	release := func() { once.Do(func() { tx.Rollback() }) }
-	t.Cleanup(release)
-	return release
-}
-
 // waitersOnLocks counts backends of this database waiting for a lock.
 func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
 	var n int64
@@ -165,15 +151,39 @@ func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
 	return n
 }
 
-// A duplicate that arrives while the first request is inside its transaction waits on the key row's
-// unique index and answers from what the first one committed: the same body with Idempotent-Replayed,
-// or 422 for another body. The first request is held by a row lock the test holds; every pool here has
-// no lock or statement timeout (patientDB), so nothing gives up while the test looks.
+// holdKeyRows makes every INSERT INTO idempotency_keys wait, after its row is written and before its
+// transaction goes on, until the returned function is called: a trigger takes an advisory lock that the
+// test holds. A create request is then in flight with its key row written and not committed, the
+// window in which a duplicate must wait on the unique index.
+func holdKeyRows(t *testing.T, db *gorm.DB) func() {
+	t.Helper()
+	require.NoError(t, db.Exec(`
+		CREATE FUNCTION hold_key_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_advisory_xact_lock(4242);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER idempotency_keys_held AFTER INSERT ON idempotency_keys
+			FOR EACH ROW EXECUTE FUNCTION hold_key_rows();`).Error)
+	tx := db.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec(`SELECT pg_advisory_xact_lock(4242)`).Error)
+	var once sync.Once
+	release := func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// A duplicate that arrives while the first request is inside its transaction, its key row written,
+// waits on the unique index and answers from what the first one committed: the same body with
+// Idempotent-Replayed, or 422 for another body; its own order rolls back. The first request is held
+// after its key row by holdKeyRows; every pool here has no lock or statement timeout (patientDB), so
+// nothing gives up while the test looks.
 func TestInFlightDuplicateWaitsThenReplaysOr422(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
-	release := holdProduct(t, env.DB, 1)
+	release := holdKeyRows(t, env.DB)
 
 	firstDone := make(chan response, 1)
 	go func() { firstDone <- rp.createOrder(alice, "busy-1", mugOrder) }()
@@ -206,16 +216,16 @@ func TestInFlightDuplicateWaitsThenReplaysOr422(t *testing.T) {
 }
 
 // A duplicate waits on the unique index for at most DB_LOCK_TIMEOUT, then gets 409 with Retry-After.
-// Two replicas share the database, as in production. The first request is held by the test's row lock
-// on a pool without timeouts (patientDB): only the duplicate's DB_LOCK_TIMEOUT can run out, and it
-// waits on a row that stays locked until the test lets go.
+// Two replicas share the database, as in production. The first request is held after writing its key
+// row (holdKeyRows) on a pool without timeouts (patientDB): only the duplicate's DB_LOCK_TIMEOUT can
+// run out, and it waits on a key row that stays uncommitted until the test lets go.
 func TestInFlightPastTheLockTimeoutIs409(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	slow := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
 	impatient := testenv.OpenDB(t, env.DatabaseURL, 300*time.Millisecond)
 	fast := newReplica(t, env, replicaOpts{db: impatient})
-	release := holdProduct(t, env.DB, 1)
+	release := holdKeyRows(t, env.DB)
 
 	firstDone := make(chan response, 1)
 	go func() { firstDone <- slow.createOrder(alice, "busy-db", mugOrder) }()
@@ -226,6 +236,7 @@ func TestInFlightPastTheLockTimeoutIs409(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, dup.Status, "%s", dup.Body)
 	assert.Equal(t, "idempotency_key_in_use", dup.problem(t).Code)
 	assert.NotEmpty(t, dup.Header.Get("Retry-After"))
+	assert.Zero(t, count(t, env.DB, "orders"), "the duplicate's order rolled back with its key row")
 
 	release()
 	first := recv(t, firstDone)

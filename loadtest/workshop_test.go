@@ -5,7 +5,8 @@ package main_test
 //
 // The doc marks them for this test:
 //
-//   - a ```sh prove block: shell lines, each `lt ARGS` (the loadtest binary), or
+//   - a ```sh prove block: shell lines, each `lt ARGS` (the loadtest binary; it must exit 0, or N when
+//     the line ends in "# exit N"), or
 //     `curl -s [-H "Name: value"] localhost:8080/PATH [| grep WORD]` (run as an HTTP GET to the stack's
 //     orders); $name is a column of the first row of the last ```sql prove block;
 //   - a ```sql prove block: one statement, run through pgx on the stack's database (psql may not exist);
@@ -233,13 +234,20 @@ type workshop struct {
 // shell runs one line of a sh prove block and returns its output.
 func (w *workshop) shell(line string) string {
 	t := w.t
-	pipeline := strings.Split(line, " | ")
+	line, comment, _ := strings.Cut(line, " # ")
+	want := 0 // the exit status, unless the line's comment says "exit N"
+	if n, ok := strings.CutPrefix(strings.TrimSpace(comment), "exit "); ok {
+		var err error
+		want, err = strconv.Atoi(n)
+		require.NoError(t, err, "%q", comment)
+	}
+	pipeline := strings.Split(strings.TrimSpace(line), " | ")
 	words := shellWords(pipeline[0], w.vars)
 	var out string
 	switch words[0] {
 	case "lt":
 		code, stdout := w.s.loadtest(w.ordersURL, words[1:]...)
-		assert.Equal(t, 0, code, "%s: exit status", line)
+		assert.Equal(t, want, code, "%s: exit status", line)
 		out = string(stdout)
 	case "curl":
 		req, err := http.NewRequest(http.MethodGet, "", nil)

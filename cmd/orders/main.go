@@ -89,29 +89,11 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	ln, err := httpserver.Listen(cfg.HTTPAddr)
+	gate, err := httpserver.ServeEarly(ctx, stop, cfg.HTTP.Server(cfg.HTTPAddr), reg, logger, "orders")
 	if err != nil {
 		return err
 	}
-	gate := httpserver.NewStarting(reg)
-	served := make(chan error, 1)
-	go func() {
-		err := httpserver.Serve(ctx, ln, gate, cfg.HTTP.Server(cfg.HTTPAddr))
-		stop() // a server that failed takes the wait and the workers down with it
-		served <- err
-	}()
-	// fail ends a start-up that did not get to serve: a signal during the wait is a clean exit (the
-	// server's own result), anything else is the start-up's error.
-	fail := func(err error) error {
-		cancelled := ctx.Err() != nil
-		stop()
-		serr := <-served
-		if cancelled {
-			logger.Info("orders stopped before it was ready")
-			return serr
-		}
-		return err
-	}
+	fail := gate.Fail
 	logger.Info("orders starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab)
 
 	db, err := postgres.OpenWhenUp(ctx, cfg.Postgres.URL, postgres.Options{
@@ -142,7 +124,7 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 
 	var workers sync.WaitGroup
 	workers.Go(func() { app.RunWorkers(ctx) })
-	err = <-served
+	err = gate.Wait()
 	stop() // the server is down: stop the workers too, then close connections (deferred, in reverse order)
 	workers.Wait()
 	logger.Info("orders stopped")

@@ -68,29 +68,11 @@ func run() error {
 
 	// Listen at once and answer /healthz while waiting for the database; /readyz says 503 "starting"
 	// until then (docs/reliability.md, "Start-up order").
-	ln, err := httpserver.Listen(cfg.HTTPAddr)
+	gate, err := httpserver.ServeEarly(ctx, stop, cfg.HTTP.Server(cfg.HTTPAddr), reg, logger, "points-consumer")
 	if err != nil {
 		return err
 	}
-	gate := httpserver.NewStarting(reg)
-	served := make(chan error, 1)
-	go func() {
-		err := httpserver.Serve(ctx, ln, gate, cfg.HTTP.Server(cfg.HTTPAddr))
-		stop() // a server that failed takes the wait and the consumer down with it
-		served <- err
-	}()
-	// fail ends a start-up that did not get to consume: a signal during the wait is a clean exit (the
-	// server's own result), anything else is the start-up's error.
-	fail := func(err error) error {
-		cancelled := ctx.Err() != nil
-		stop()
-		serr := <-served
-		if cancelled {
-			logger.Info("points-consumer stopped before it was ready")
-			return serr
-		}
-		return err
-	}
+	fail := gate.Fail
 	logger.Info("points-consumer starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab, "prefetch", cfg.Prefetch,
 		"batch_size", cfg.BatchSize, "lease_ttl", cfg.LeaseTTL)
 
@@ -139,7 +121,7 @@ func run() error {
 
 	var workers sync.WaitGroup
 	workers.Go(func() { _ = consumer.Run(ctx) })
-	err = <-served
+	err = gate.Wait()
 	// On SIGTERM the consumer cancels its subscription, finishes the messages it holds and returns;
 	// connections close after it (deferred, in reverse order).
 	stop()

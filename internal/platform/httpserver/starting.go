@@ -1,7 +1,9 @@
 package httpserver
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -103,3 +105,49 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// Early is a server started before the process's dependencies are up: it serves a Starting gate on
+// its listener from the first moment, and its Fail and Wait end the process either way. Both orders
+// and points-consumer start this way (docs/reliability.md, "Start-up order").
+type Early struct {
+	*Starting
+	name   string
+	ctx    context.Context
+	stop   context.CancelFunc
+	logger *slog.Logger
+	served chan error
+}
+
+// ServeEarly listens on cfg.Addr (a taken port fails at once) and serves a Starting gate with reg's
+// metrics until ctx is done. stop cancels ctx: a server that fails takes the wait and the workers down
+// with it. name is the process's, for its log lines.
+func ServeEarly(ctx context.Context, stop context.CancelFunc, cfg Config, reg prometheus.Gatherer, logger *slog.Logger,
+	name string) (*Early, error) {
+	ln, err := Listen(cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	e := &Early{Starting: NewStarting(reg), name: name, ctx: ctx, stop: stop, logger: logger, served: make(chan error, 1)}
+	go func() {
+		err := Serve(ctx, ln, e.Starting, cfg)
+		stop()
+		e.served <- err
+	}()
+	return e, nil
+}
+
+// Fail ends a start-up that did not get to open the gate: a signal during the wait is a clean exit (the
+// server's own result), anything else is err.
+func (e *Early) Fail(err error) error {
+	cancelled := e.ctx.Err() != nil
+	e.stop()
+	serr := <-e.served
+	if cancelled {
+		e.logger.Info(e.name + " stopped before it was ready")
+		return serr
+	}
+	return err
+}
+
+// Wait returns the server's result once it has stopped (ctx done, or it failed).
+func (e *Early) Wait() error { return <-e.served }

@@ -80,28 +80,7 @@ func TestBrowserRedeemDoubleClick(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1000, 900),
-	)
-	t.Cleanup(cancelAlloc)
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(cancelBrowser)
-	// The first call starts the browser, and the browser lives as long as that call's context: so no
-	// timeout there, and a deadline on every step after it.
-	require.NoError(t, chromedp.Do(bctx), "start chromium")
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
+	ctx := startBrowser(t, chromium, 1000, 900)
 
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/login"),
@@ -155,4 +134,32 @@ func TestBrowserRedeemDoubleClick(t *testing.T) {
 	assert.Equal(t, dbCode, strings.TrimSpace(code), "the page shows the coupon that was bought")
 	assert.Contains(t, page, `id="balance">90<`)
 	assert.Equal(t, int64(2), posts.Load(), "the browser submitted the form twice")
+}
+
+// startBrowser starts a headless chromium of width×height pixels for t and returns a context for its
+// steps, 90 s at most. The first call starts the browser, and the browser lives as long as that call's
+// context: so no timeout there, and the deadline on every step after it.
+func startBrowser(t *testing.T, chromium string, width, height int) context.Context {
+	t.Helper()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(width, height),
+	)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	require.NoError(t, chromedp.Do(bctx), "start chromium")
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

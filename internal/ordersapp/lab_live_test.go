@@ -216,26 +216,7 @@ func TestBrowserLabShowsTheTripleCallbackLive(t *testing.T) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{cfg: labMode})
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 1000),
-	)
-	t.Cleanup(cancelAlloc)
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(cancelBrowser)
-	require.NoError(t, chromedp.Do(bctx), "start chromium")
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
+	ctx := startBrowser(t, chromium, 1400, 1000)
 
 	// The page is open and its stream connected before anything happens: what it shows next can only
 	// have come live.

@@ -17,7 +17,7 @@ import (
 const labStockLockWait = 10 * time.Second
 
 // mountLabPayments mounts the unsafe twins of the stock decrement and the pay flow (S5, S7). S8's
-// unfenced write (idempotency.Store.FinishUnfenced) needs no route: the lab drives it in-process.
+// late write has routes of its own (lab_s8.go).
 //
 //   - POST /lab/unsafe/s5/payments/callback: check-then-write stock under a fenceless Redis lease of
 //     LAB_STOCK_LOCK_TTL per product;

@@ -25,15 +25,14 @@ func (p *Platform) exportReplay(c echo.Context, attempts []Attempt) error {
 		Description: fmt.Sprintf("%d callback attempts, exported %s", len(attempts),
 			p.cfg.Now().UTC().Format(time.RFC3339)),
 		Orders: map[string]replay.OrderSpec{}}
+	dues := make([]time.Time, len(attempts))
+	for i, a := range attempts {
+		dues[i] = a.due
+	}
+	ats := sendingTimes(dues)
 	ds := make([]replay.Delivery, 0, len(attempts))
 	for i, a := range attempts {
-		// Lines share at_ms exactly when their attempts were due together. Two that were not, but fall
-		// in the same millisecond (a sequential copy sent as soon as the one before ended), are kept
-		// apart by a millisecond, or the replay would send them at once.
-		at := a.due.Sub(attempts[0].due).Milliseconds()
-		if i > 0 && !a.due.Equal(attempts[i-1].due) && at <= ds[i-1].AtMS {
-			at = ds[i-1].AtMS + 1
-		}
+		at := ats[i]
 		if pay, err := p.store.payment(a.PaymentID); err == nil {
 			h.Orders[pay.MerchantOrderNo] = replay.OrderSpec{AmountCents: pay.AmountCents}
 		}
@@ -52,4 +51,28 @@ func (p *Platform) exportReplay(c echo.Context, attempts []Attempt) error {
 	c.Response().Header().Set(echo.HeaderContentType, "application/x-ndjson")
 	c.Response().WriteHeader(http.StatusOK)
 	return replay.Write(c.Response(), h, ds)
+}
+
+// sendingTimes turns due times, sorted, into the recording's at_ms: milliseconds since the first, never
+// decreasing (the replay format requires sending order). Lines share at_ms exactly when their attempts
+// were due together. Two that were not, but fall in the same millisecond (a sequential copy sent as
+// soon as the one before ended), are kept apart by a millisecond, or the replay would send them at
+// once; an attempt due together with one that was moved moves with it.
+func sendingTimes(dues []time.Time) []int64 {
+	ats := make([]int64, len(dues))
+	for i, due := range dues {
+		if i == 0 {
+			continue
+		}
+		prev := ats[i-1]
+		switch at := due.Sub(dues[0]).Milliseconds(); {
+		case due.Equal(dues[i-1]):
+			ats[i] = prev
+		case at <= prev:
+			ats[i] = prev + 1
+		default:
+			ats[i] = at
+		}
+	}
+	return ats
 }

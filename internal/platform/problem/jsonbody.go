@@ -34,7 +34,7 @@ func DecodeJSON(body []byte, v any) error {
 		case errors.As(err, &typeErr) && typeErr.Field == "":
 			return ErrMalformedBody.WithDetail("request body must be a JSON object").Wrap(err)
 		case errors.As(err, &typeErr):
-			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q must be a %s", typeErr.Field, typeErr.Type)).Wrap(err)
+			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q must be of type %s", typeErr.Field, typeErr.Type)).Wrap(err)
 		case errors.As(err, &synErr):
 			return ErrMalformedBody.WithDetail(fmt.Sprintf("JSON syntax error at byte %d", synErr.Offset)).Wrap(err)
 		default:

@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/redisx"
 	"idemshop/migrations"
 )
@@ -123,8 +124,7 @@ func (e *Env) cleanRedis() {
 	_ = redisx.DeletePrefix(ctx, e.Redis, e.Prefix)
 }
 
-// deleteQueues deletes every queue and exchange named through Queue. A broker error closes the channel,
-// so each delete gets a fresh one.
+// deleteQueues deletes every queue and exchange named through Queue (rabbitmq.DeleteNames).
 func (e *Env) deleteQueues() {
 	e.mu.Lock()
 	names := e.queues
@@ -138,19 +138,7 @@ func (e *Env) deleteQueues() {
 		return
 	}
 	defer conn.Close()
-	for _, n := range names {
-		for _, del := range []func(*amqp.Channel) error{
-			func(ch *amqp.Channel) error { _, err := ch.QueueDelete(n, false, false, false); return err },
-			func(ch *amqp.Channel) error { return ch.ExchangeDelete(n, false, false) },
-		} {
-			ch, err := conn.Channel()
-			if err != nil {
-				return
-			}
-			_ = del(ch)
-			_ = ch.Close()
-		}
-	}
+	rabbitmq.DeleteNames(conn, names...)
 }
 
 func withDatabase(serverURL, db string) string {

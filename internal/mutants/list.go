@@ -356,7 +356,7 @@ var List = []Mutant{
 		ID: "relay-wake-on-notify", Guard: "relay: wake on notify",
 		File: "internal/outbox/listen.go",
 		// Notifications are counted and dropped: the relay publishes only on its poll (an hour away).
-		Original:    "\t\tr.metrics.notifications.Inc()\n\t\tr.wakeUp()",
+		Original:    "\t\tr.metrics.notifications.Inc()\n\t\tr.Wake()",
 		Replacement: "\t\tr.metrics.notifications.Inc()",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayWakesOnCommitWithoutWaitingForThePoll$",
 	},

@@ -21,7 +21,9 @@ import (
 // A notification carries no data and may be lost (the listen connection drops, the relay starts after
 // the commit, the writer did not notify): it is only a hint. The outbox table stays the truth, and the
 // poll every PollInterval still finds every row, so no event depends on a notification arriving.
-// Today no writer of the shop notifies (Notify says why), so in production the relay runs on its poll.
+// No writer of the shop notifies (Notify says why): they run in the relay's process and wake it there
+// after their commit (Relay.Wake), at no database cost; the relays of other replicas find those rows
+// on their poll. The listener stays for writers of other processes that can afford to notify.
 
 // NotifyChannel is the channel Notify notifies on and the relay listens on. NOTIFY is scoped to one
 // database, so relays of other databases (other tests, other bench runs) never hear it.
@@ -59,7 +61,7 @@ func (r *Relay) listen(ctx context.Context, progress func()) error {
 	r.logger.Info("outbox relay listening", "channel", NotifyChannel)
 	// Rows committed while nobody listened sent their notifications to no one: drain them now rather
 	// than at the next poll.
-	r.wakeUp()
+	r.Wake()
 	for {
 		// Blocks until a notification arrives, the connection fails (a terminated backend, a
 		// restarted server) or ctx ends.
@@ -70,18 +72,7 @@ func (r *Relay) listen(ctx context.Context, progress func()) error {
 			return fmt.Errorf("outbox: wait for a notification: %w", err)
 		}
 		r.metrics.notifications.Inc()
-		r.wakeUp()
-	}
-}
-
-// wakeUp asks the publishing loop for one more drain, without waiting. The wake channel holds one
-// wake-up: if one is already pending, this one adds nothing, because that drain will see this
-// notification's rows too (they committed before it runs). A burst of 2,000 commits while the loop
-// publishes therefore costs one drain, not 2,000.
-func (r *Relay) wakeUp() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+		r.Wake()
 	}
 }
 

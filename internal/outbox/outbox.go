@@ -13,7 +13,9 @@ import (
 )
 
 // Insert adds one event to the outbox inside tx. eventID is a UUID (it becomes the AMQP message_id);
-// payload is encoded as JSON and published as is.
+// payload is encoded as JSON and published as is. Once tx has committed (not before: the relay would
+// find nothing), a writer in the relay's process calls Relay.Wake, so that the event is published now
+// rather than at the next poll.
 func Insert(ctx context.Context, tx *gorm.DB, eventID, routingKey string, payload any) error {
 	b, err := json.Marshal(payload)
 	if err != nil {
@@ -34,8 +36,9 @@ func Insert(ctx context.Context, tx *gorm.DB, eventID, routingKey string, payloa
 // No writer of the shop calls it yet, on purpose: PostgreSQL (15 here) serializes the commits of all
 // notifying transactions of the whole server, holding a global lock across each one's WAL flush, so
 // notifying on every outbox insert cut concurrent commits from 780–1,800/s to 60–310/s on the
-// development machine (docs/performance.md). Until the writers notify in a way that scales, the
-// relay finds their rows by polling.
+// development machine (docs/performance.md). The shop's writers wake the relay of their own process
+// instead (Relay.Wake, after the commit), which costs the database nothing; the relays of other
+// replicas find those rows by polling.
 func Notify(ctx context.Context, tx *gorm.DB) error {
 	if err := tx.WithContext(ctx).Exec(`SELECT pg_notify(?, '')`, NotifyChannel).Error; err != nil {
 		return fmt.Errorf("notify the outbox relay: %w", err)

@@ -19,8 +19,9 @@ import (
 
 // RelayConfig tunes a Relay. Every interval is configurable so that tests can run it fast.
 //
-// The relay drains the outbox when a commit notifies it (Notify, LISTEN/NOTIFY, listen.go) or when
-// PollInterval has passed since its last drain, whichever comes first.
+// The relay drains the outbox when it is woken (Wake: by a writer of its own process after that writer's
+// commit; or by a notification, LISTEN/NOTIFY, listen.go), again at once after a drain that found rows,
+// and otherwise when PollInterval has passed since its last drain, whichever comes first.
 type RelayConfig struct {
 	AMQPURL string
 	// Topology is declared at every (re)connect; rows are published to Topology.Exchange with their
@@ -28,10 +29,10 @@ type RelayConfig struct {
 	Topology rabbitmq.Topology
 	// BatchSize is the most rows locked, published and marked in one transaction.
 	BatchSize int
-	// PollInterval is the longest pause after a batch that was not full (nothing more is waiting) when
-	// no notification comes. It is the fallback: it bounds the lag of a row that no notification
-	// announced (its writer did not call Notify, which no writer does yet, or the listen connection was
-	// down), and costs one empty poll per interval when the shop is quiet.
+	// PollInterval is the longest pause after a drain that found nothing, when no wake-up comes. It is
+	// the fallback: it bounds the lag of a row that nothing announced (a writer of another process, or
+	// of this one that does not call Wake; no writer calls Notify), and costs one empty poll per
+	// interval when the shop is quiet. It is also how often, at most, the pending gauge is refreshed.
 	PollInterval time.Duration
 	// ConfirmTimeout bounds the wait for the broker's confirms of one batch.
 	ConfirmTimeout time.Duration
@@ -133,9 +134,11 @@ type Relay struct {
 	logger  *slog.Logger
 	metrics *relayMetrics
 
-	// wake carries the listener's wake-ups to the publishing loop (listen.go). It holds one: while a
-	// wake-up is pending, more notifications add nothing, so a burst of commits costs one drain.
+	// wake carries the wake-ups (Wake, and the listener's, listen.go) to the publishing loop. It holds
+	// one: while a wake-up is pending, more add nothing, so a burst of commits costs one drain.
 	wake chan struct{}
+	// pendingAt is when the pending gauge was last refreshed (publishing loop only).
+	pendingAt time.Time
 
 	// beforeMark, when set by a test, runs after the confirms and before the rows are marked; an
 	// error from it rolls the batch back, which is what a crash at that point leaves behind.
@@ -205,6 +208,12 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 	returns := ch.NotifyReturn(make(chan amqp.Return, r.cfg.BatchSize))
 	r.logger.Info("outbox relay connected", "exchange", r.cfg.Topology.Exchange)
 	for {
+		// This drain sees every row committed before it starts, so a wake-up already waiting asks for
+		// nothing more: take it, or it would cost one more (empty) drain.
+		select {
+		case <-r.wake:
+		default:
+		}
 		n, err := r.publishBatch(ctx, ch, returns)
 		if err != nil {
 			return err
@@ -216,17 +225,32 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 			r.metrics.polls.WithLabelValues("rows").Inc()
 		}
 		r.updatePending(ctx)
-		if n == r.cfg.BatchSize && ctx.Err() == nil {
-			continue // more may be waiting: no pause under a backlog
+		if n > 0 && ctx.Err() == nil {
+			// Rows came in while this batch was published (its rest, if it was full): look again at
+			// once. Only a drain that found nothing pauses, so under load no row waits for the poll.
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case e := <-closed:
 			return fmt.Errorf("channel closed: %v", e)
-		case <-r.wake: // a commit notified new rows (listen.go): drain now
-		case <-time.After(r.cfg.PollInterval): // the fallback: finds rows no notification announced
+		case <-r.wake: // a writer committed new rows (Wake, or a notification): drain now
+		case <-time.After(r.cfg.PollInterval): // the fallback: finds rows nothing announced
 		}
+	}
+}
+
+// Wake asks the publishing loop for one more drain, without waiting; call it after a commit that
+// inserted outbox rows (never before: the drain would not see them). The wake channel holds one
+// wake-up: if one is already pending, this one adds nothing, because that drain will see this
+// commit's rows too. A burst of 2,000 commits while the loop publishes therefore costs one drain,
+// not 2,000. It costs the database nothing, and reaches only this process's relay: the relays of
+// other replicas find the rows on their poll (or a notification).
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -392,8 +416,13 @@ func drainReturns(returns <-chan amqp.Return) map[string]amqp.Return {
 	}
 }
 
-// updatePending refreshes the pending gauge; the partial index on pending rows keeps the count cheap.
+// updatePending refreshes the pending gauge, at most once per PollInterval: the partial index on
+// pending rows keeps the count cheap, but one after every batch was a round trip per batch.
 func (r *Relay) updatePending(ctx context.Context) {
+	if time.Since(r.pendingAt) < r.cfg.PollInterval {
+		return
+	}
+	r.pendingAt = time.Now()
 	var n int64
 	if err := r.db.WithContext(ctx).Raw(`SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n).Error; err != nil {
 		return // the next poll tries again; a failing database also ends the session there

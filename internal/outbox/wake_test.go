@@ -1,0 +1,85 @@
+package outbox_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/outbox"
+	"idemshop/internal/testenv"
+)
+
+// A writer of the relay's process wakes it after its commit (Relay.Wake): the rows are published at
+// once, with no notification (they were inserted without Notify) and no poll (an hour away).
+func TestRelayWakeDrainsWithoutWaitingForThePoll(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	cfg := relayConfig(env.AMQPURL, topology(t, env))
+	cfg.PollInterval = time.Hour
+	var r *outbox.Relay
+	relay := runRelay(t, env, cfg, func(rel *outbox.Relay) { r = rel })
+	waitFor(t, 10*time.Second, func() bool {
+		return gathered(relay, "idemshop_outbox_listening") == 1 && polls(relay) >= 1 && outbox.PendingWakeUps(r) == 0
+	}, "listening, start-up drains done")
+
+	for round := range 3 {
+		from := int64(round*5 + 1)
+		insertPaid(t, env.DB, from, from+4) // committed, unannounced
+		r.Wake()
+		waitFor(t, 5*time.Second, func() bool { return pending(t, env.DB) == 0 },
+			"rows published on Wake, not an hour later")
+	}
+	assert.Equal(t, 15, gathered(relay, "idemshop_outbox_published_total"))
+	assert.Zero(t, gathered(relay, "idemshop_outbox_notifications_total"), "nothing notified")
+}
+
+// A drain that found rows is followed at once by another: rows committed while a batch was being
+// published, announced by nothing, are published without waiting for the poll (an hour away).
+func TestRelayDrainsAgainAtOnceAfterABatchThatFoundRows(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	cfg := relayConfig(env.AMQPURL, topology(t, env))
+	cfg.PollInterval = time.Hour
+	inBatch, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	var r *outbox.Relay
+	relay := runRelay(t, env, cfg, func(rel *outbox.Relay) {
+		r = rel
+		outbox.SetBeforeMark(rel, func() error {
+			if held.CompareAndSwap(false, true) { // hold the first batch only
+				close(inBatch)
+				<-release
+			}
+			return nil
+		})
+	})
+	t.Cleanup(func() {
+		if held.Load() {
+			select {
+			case <-release:
+			default:
+				close(release) // a failed test must not leave the relay stuck for its cleanup
+			}
+		}
+	})
+	waitFor(t, 10*time.Second, func() bool {
+		return gathered(relay, "idemshop_outbox_listening") == 1 && polls(relay) >= 1 && outbox.PendingWakeUps(r) == 0
+	}, "listening, start-up drains done")
+
+	insertPaid(t, env.DB, 1, 1)
+	r.Wake()
+	select {
+	case <-inBatch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay never started a batch with the row")
+	}
+	insertPaid(t, env.DB, 2, 4) // fewer than a batch (7): the held batch was not full either
+	require.Zero(t, outbox.PendingWakeUps(r), "nothing woke the relay for these rows")
+	close(release)
+	waitFor(t, 5*time.Second, func() bool { return pending(t, env.DB) == 0 },
+		"the rows committed during the batch wait for the poll, an hour away")
+	assert.Equal(t, 4, gathered(relay, "idemshop_outbox_published_total"))
+}

@@ -101,18 +101,33 @@ type Service struct {
 	metrics  *Metrics
 	applier  Applier
 	sink     decisions.Sink // the lab's live view; nil in production
-	now      func() time.Time
+	// wake, if set, is called after a transaction that may have inserted outbox rows has committed: the
+	// relay of this process (outbox.Relay.Wake) publishes them now instead of at its next poll.
+	wake func()
+	now  func() time.Time
 }
 
 // NewService returns a Service that applies callbacks with applier (Guarded, except in the lab). lock
-// may be nil (no efficiency lock), and sink (which is told every callback's outcome) too; the others
+// may be nil (no efficiency lock), sink (which is told every callback's outcome) too, and wake (called
+// after each commit that may have inserted outbox rows: the in-process relay's Wake) too; the others
 // must not be.
 func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics, applier Applier,
-	sink decisions.Sink) (*Service, error) {
+	sink decisions.Sink, wake func()) (*Service, error) {
 	if db == nil || repo == nil || m == nil || len(verifier.Secret) == 0 || applier.apply == nil {
 		return nil, errors.New("callback: NewService needs a db, an orders repository, metrics, a verifier secret and an applier")
 	}
-	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, applier: applier, sink: sink, now: time.Now}, nil
+	return &Service{db: db, orders: repo, verifier: verifier, lock: lock, metrics: m, applier: applier, sink: sink,
+		wake: wake, now: time.Now}, nil
+}
+
+// committed runs after a transaction of this service committed with outcome: an applied callback (or
+// reconciliation) may have inserted outbox rows (a paid or refunded order's event), so it wakes the
+// relay. Only after the commit: woken before, the relay would find nothing, and the rows would wait for
+// its poll. An applied change that inserted none (a failed payment) costs the relay one empty drain.
+func (s *Service) committed(outcome Outcome) {
+	if s.wake != nil && outcome == OutcomeApplied {
+		s.wake()
+	}
 }
 
 // Handle verifies, checks and applies one callback. raw is the request body exactly as received;
@@ -208,6 +223,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		s.reject(ctx, lg, cb, true, "not applied: "+err.Error())
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, postgres.TranslateError(err))
 	}
+	s.committed(outcome)
 	if auditLater {
 		s.audit(ctx, lg, cb, orderID, true, outcome, reason)
 	}

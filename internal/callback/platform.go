@@ -62,5 +62,8 @@ func (s *Service) Reconcile(ctx context.Context, o orders.Order, pay payclient.P
 		outcome, reason, err = s.ApplyPayment(ctx, tx, o, pay)
 		return err
 	})
+	if err == nil {
+		s.committed(outcome)
+	}
 	return outcome, reason, err
 }

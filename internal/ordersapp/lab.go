@@ -37,7 +37,7 @@ type labParts struct {
 // never by default. Unsafe routes live under /lab/unsafe.
 func mountLab(p labParts) error {
 	p.d.Logger.Warn("LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production")
-	for _, mount := range []func(labParts) error{mountLabCallbacks, mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench, mountLabS8, mountLabLive} {
+	for _, mount := range []func(labParts) error{mountLabCallbacks, mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench, mountLabOutbox, mountLabS8, mountLabLive} {
 		if err := mount(p); err != nil {
 			return err
 		}

@@ -47,6 +47,9 @@ type Deps struct {
 	// decisions is where the guards report what they decide: the live view's bus with ORDERS_LAB=true
 	// (New sets it), nil otherwise, so production guards report to nobody.
 	decisions *decisions.Bus
+	// relay is the outbox relay of this process (New builds it first): the writers of outbox rows wake
+	// it after their commit (Relay.Wake).
+	relay *outbox.Relay
 }
 
 // sink is the guards' decisions.Sink: nil unless the live view runs (a nil *Bus would be a non-nil
@@ -84,6 +87,21 @@ func New(d Deps) (*App, error) {
 			return nil, err
 		}
 	}
+	// The relay first: every writer of outbox rows below (the callback routes, and the lab's) wakes it
+	// after its commit.
+	relay, err := outbox.NewRelay(d.DB, outbox.RelayConfig{
+		AMQPURL:        cfg.AMQPURL,
+		Topology:       rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix),
+		BatchSize:      cfg.OutboxBatchSize,
+		PollInterval:   cfg.OutboxPollInterval,
+		ConfirmTimeout: cfg.OutboxConfirmTimeout,
+		ReconnectMin:   cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max,
+		Decisions: d.sink(),
+	}, d.Logger, d.Registry)
+	if err != nil {
+		return nil, err
+	}
+	d.relay = relay
 	idemMetrics := idempotency.NewMetricsWithSink(d.Registry, d.sink())
 	runner := d.Runner
 	if runner == nil {
@@ -158,18 +176,6 @@ func New(d Deps) (*App, error) {
 		return nil, err
 	}
 	pointsRoutes.Mount(v1)
-	relay, err := outbox.NewRelay(d.DB, outbox.RelayConfig{
-		AMQPURL:        cfg.AMQPURL,
-		Topology:       rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix),
-		BatchSize:      cfg.OutboxBatchSize,
-		PollInterval:   cfg.OutboxPollInterval,
-		ConfirmTimeout: cfg.OutboxConfirmTimeout,
-		ReconnectMin:   cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max,
-		Decisions: d.sink(),
-	}, d.Logger, d.Registry)
-	if err != nil {
-		return nil, err
-	}
 	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
 }
 
@@ -187,7 +193,7 @@ func newCallbackOrderLock(d Deps) (*callback.RedisOrderLock, error) {
 func newCallbackRoute(d Deps, repo *orders.Repository, applier callback.Applier, orderLock callback.OrderLock,
 	reg prometheus.Registerer) (*callback.Handler, error) {
 	svc, err := callback.NewService(d.DB, repo, paysig.Verifier{Secret: []byte(d.Config.PaymentWebhookSecret)},
-		orderLock, callback.NewMetrics(reg), applier, d.sink())
+		orderLock, callback.NewMetrics(reg), applier, d.sink(), d.relay.Wake)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ func runBench(ctx context.Context, cfg config.Loadtest, args []string, stdout, s
 	growth := fs.Bool("growth", false, "also measure create p99 with idempotency_keys pre-filled to 10k, 1M and 5M rows")
 	concurrency := fs.Int("concurrency", 8, "clients of the throughput measures")
 	outboxRate := fs.Int("outbox-rate", 500, "events/s of the outbox lag measure (at 500, 2000/s is measured too)")
+	only := fs.String("only", "", "run only these measures: create, callback, consumer, outbox or growth")
 	pointsURL := fs.String("points-url", "http://127.0.0.1:8082", "points-consumer base URL, for its /metrics (RSS); empty: skip")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -55,7 +56,7 @@ func runBench(ctx context.Context, cfg config.Loadtest, args []string, stdout, s
 	}
 	env.Log.Info("bench", "duration", *duration, "concurrency", *concurrency, "growth", *growth)
 	rep, err := bench.Run(ctx, env, bench.Config{Duration: *duration, Concurrency: *concurrency,
-		OutboxRate: *outboxRate, Growth: *growth, Processes: processes, Progress: progress})
+		OutboxRate: *outboxRate, Growth: *growth, Only: *only, Processes: processes, Progress: progress})
 	progress("")
 	if err != nil && len(rep.Results) == 0 {
 		fmt.Fprintln(stderr, "loadtest bench:", err)

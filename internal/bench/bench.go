@@ -49,6 +49,8 @@ type Config struct {
 	Processes map[string]string
 	// Progress, if set, is told what runs now.
 	Progress func(string)
+	// Only, if set, runs only the measures of that step: create, callback, consumer, outbox or growth.
+	Only string
 }
 
 // DefaultGrowthSizes are the idempotency_keys sizes of the growth mode.
@@ -72,6 +74,11 @@ func (c *Config) fill() error {
 	}
 	if c.OutboxRate > 5000 {
 		return errors.New("bench: outbox rate must be at most 5000 events/s")
+	}
+	switch c.Only {
+	case "", "create", "callback", "consumer", "outbox", "growth":
+	default:
+		return fmt.Errorf("bench: unknown measure %q (create, callback, consumer, outbox, growth)", c.Only)
 	}
 	if len(c.GrowthSizes) == 0 {
 		c.GrowthSizes = DefaultGrowthSizes
@@ -200,20 +207,18 @@ func Run(ctx context.Context, env *lab.Env, cfg Config) (Report, error) {
 
 	sampler := startRSS(ctx, env, cfg.Processes)
 	r := &runner{env: env, cfg: cfg}
-	steps := []struct {
-		title string
-		run   func(context.Context) []Result
-	}{
-		{"create order", r.createOrder},
-		{"callback storm", r.callbackStorm},
-		{"points consumer", r.consumer},
-		{"outbox lag", r.outboxLag},
+	type step struct {
+		key, title string
+		run        func(context.Context) []Result
 	}
-	if cfg.Growth {
-		steps = append(steps, struct {
-			title string
-			run   func(context.Context) []Result
-		}{"growth", func(ctx context.Context) []Result {
+	steps := []step{
+		{"create", "create order", r.createOrder},
+		{"callback", "callback storm", r.callbackStorm},
+		{"consumer", "points consumer", r.consumer},
+		{"outbox", "outbox lag", r.outboxLag},
+	}
+	if cfg.Growth || cfg.Only == "growth" {
+		steps = append(steps, step{"growth", "growth", func(ctx context.Context) []Result {
 			res, pts := r.growth(ctx)
 			rep.Growth = pts
 			return res
@@ -222,6 +227,9 @@ func Run(ctx context.Context, env *lab.Env, cfg Config) (Report, error) {
 	for _, s := range steps {
 		if ctx.Err() != nil {
 			break
+		}
+		if cfg.Only != "" && s.key != cfg.Only {
+			continue
 		}
 		cfg.Progress("bench: " + s.title)
 		rep.Results = append(rep.Results, s.run(ctx)...)

@@ -49,7 +49,7 @@ func TestRunShapeAndInvariants(t *testing.T) {
 		names = append(names, r["name"].(string))
 	}
 	require.Equal(t, []string{"create_order_fresh", "create_order_replay", "callback_storm", "points_consumer",
-		"outbox_lag", "create_p99_growth"}, names)
+		"outbox_lag", "outbox_lag_external", "create_p99_growth"}, names)
 	require.Len(t, rep.Growth, 2)
 
 	var page bytes.Buffer

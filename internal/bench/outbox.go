@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,23 +27,45 @@ const outboxInserters = 16
 // maxOutboxEvents bounds the rows one outbox lag measure inserts, whatever the rate and duration.
 const maxOutboxEvents = 30_000
 
+// outboxLabPath is orders' lab-only route that writes one outbox row the way the shop's writers do
+// (ordersapp.LabOutboxPath): outbox.Insert in a transaction, then the relay's wake-up after the commit.
+const outboxLabPath = "/lab/bench/outbox"
+
+// outboxWriter is who writes the rows of an outbox lag measure.
+type outboxWriter int
+
+const (
+	// shopWriter writes through outboxLabPath: the shop's own path, which wakes the relay on commit.
+	shopWriter outboxWriter = iota
+	// externalWriter inserts with autocommit INSERTs from here, a process the relay does not run in:
+	// nothing wakes the relay, which finds the rows on its poll.
+	externalWriter
+)
+
 // outboxLag is measure 5, run at cfg.OutboxRate and, when that is the default 500/s, at outboxHighRate
-// too (an explicit --outbox-rate measures that rate only).
+// too (an explicit --outbox-rate measures that rate only). outbox_lag and outbox_lag_<rate> write
+// through the shop's path (the targets are theirs); outbox_lag_external and outbox_lag_external_<rate>
+// insert from outside orders, so the relay finds those rows by polling alone.
 func (r *runner) outboxLag(ctx context.Context) []Result {
 	rates := []int{r.cfg.OutboxRate}
 	if r.cfg.OutboxRate == 500 {
 		rates = append(rates, outboxHighRate)
 	}
 	var out []Result
-	for i, rate := range rates {
-		if ctx.Err() != nil {
-			break
+	for _, w := range []outboxWriter{shopWriter, externalWriter} {
+		for i, rate := range rates {
+			if ctx.Err() != nil {
+				return out
+			}
+			name := "outbox_lag"
+			if w == externalWriter {
+				name += "_external"
+			}
+			if i > 0 {
+				name = fmt.Sprintf("%s_%d", name, rate)
+			}
+			out = append(out, r.outboxLagAt(ctx, name, rate, w))
 		}
-		name := "outbox_lag"
-		if i > 0 {
-			name = fmt.Sprintf("outbox_lag_%d", rate)
-		}
-		out = append(out, r.outboxLagAt(ctx, name, rate))
 	}
 	return out
 }
@@ -53,16 +78,21 @@ func outboxTarget(rate int) float64 {
 	return 50
 }
 
-// outboxLagAt measures at one rate: outbox rows are inserted at rate events/s (one autocommit INSERT
-// each, as many as the rate times the duration, at most maxOutboxEvents), and orders' relay publishes
-// them. A queue of this run's own, bound to the events exchange with a routing key of its own, receives
-// them here. The lag of a row is from the start of its INSERT to its delivery: the relay's wake-up
-// (a notification on commit, or its poll), publish and confirm, plus the broker's delivery. Nothing but
-// this run listens to that routing key, so the demo points-consumer never sees these rows.
+// outboxLagAt measures at one rate: outbox rows are written at rate events/s (as many as the rate times
+// the duration, at most maxOutboxEvents) by writer, and orders' relay publishes them. A queue of this
+// run's own, bound to the events exchange with a routing key of its own, receives them here. The lag of
+// a row is from the start of its write (the HTTP request of shopWriter, the INSERT of externalWriter) to
+// its delivery: the write and its commit, the relay's wake-up (after the commit, or its poll), publish,
+// plus the broker's delivery. Nothing but this run listens to that routing key, so the demo
+// points-consumer never sees these rows.
 // Invariants: every row published and delivered (at least once).
-func (r *runner) outboxLagAt(ctx context.Context, name string, rate int) Result {
+func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer outboxWriter) Result {
 	env, cfg := r.env, r.cfg
-	title := fmt.Sprintf("outbox lag at %d events/s (insert to delivery)", rate)
+	how := "HTTP request to the shop's writer path"
+	if writer == externalWriter {
+		how = "INSERT from outside orders, found by polling"
+	}
+	title := fmt.Sprintf("outbox lag at %d events/s (%s, to delivery)", rate, how)
 	dur := max(cfg.Duration, time.Second)
 	n := min(int(float64(rate)*dur.Seconds()), maxOutboxEvents)
 
@@ -76,10 +106,40 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int) Result 
 		return failed(name, title, err)
 	}
 	defer pool.Close()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		MaxIdleConnsPerHost: outboxInserters, MaxConnsPerHost: outboxInserters, IdleConnTimeout: 30 * time.Second,
+	}}
+	defer client.CloseIdleConnections()
 
 	raw := make([]byte, 4)
 	_, _ = rand.Read(raw)
 	routingKey := "bench.outbox-lag." + hex.EncodeToString(raw)
+	// write writes row i.
+	write := func(i int) error {
+		if writer == externalWriter {
+			payload := fmt.Sprintf(`{"bench_seq":%d,"user_id":%d}`, i, f.UserID)
+			_, err := pool.Exec(ctx, `INSERT INTO outbox (event_id, routing_key, payload) VALUES ($1, $2, $3)`,
+				uuid.NewString(), routingKey, payload)
+			return err
+		}
+		body := fmt.Sprintf(`{"routing_key":%q,"seq":%d}`, routingKey, i)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.OrdersURL+outboxLabPath, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+f.Token)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("POST %s: HTTP %d (is orders in lab mode?)", outboxLabPath, res.StatusCode)
+		}
+		return nil
+	}
 	exchange := rabbitmq.OrderPaidTopology().WithPrefix(env.AMQPPrefix).Exchange
 	conn, err := rabbitmq.Dial(ctx, env.AMQPURL)
 	if err != nil {
@@ -133,8 +193,8 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int) Result 
 		}
 	}()
 
-	// The pacer: row i is due at start + i/rate; a few workers insert, so that one slow INSERT does
-	// not hold back the schedule (at 2,000/s one is due every 0.5 ms, a commit takes about as long).
+	// The pacer: row i is due at start + i/rate; a few workers write, so that one slow write does not
+	// hold back the schedule (at 2,000/s one is due every 0.5 ms, a commit takes about as long).
 	insErr := newSample()
 	var insMu sync.Mutex
 	jobs := make(chan int)
@@ -142,13 +202,11 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int) Result 
 	for range outboxInserters {
 		wg.Go(func() {
 			for i := range jobs {
-				payload := fmt.Sprintf(`{"bench_seq":%d,"user_id":%d}`, i, f.UserID)
 				t := time.Now()
 				mu.Lock()
 				sent[i] = t
 				mu.Unlock()
-				_, err := pool.Exec(ctx, `INSERT INTO outbox (event_id, routing_key, payload) VALUES ($1, $2, $3)`,
-					uuid.NewString(), routingKey, payload)
+				err := write(i)
 				insMu.Lock()
 				insErr.add(time.Since(t), 0, err)
 				insMu.Unlock()
@@ -192,14 +250,14 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int) Result 
 	res := Result{Name: name, Title: title, RPS: round(achieved), BaselineRPS: float64(rate),
 		Ratio: round(achieved / float64(rate)), P50ms: st.P50ms, P90ms: st.P90ms, P99ms: st.P99ms,
 		MaxMs: st.MaxMs, Errors: insErr.errs, Measured: st, series: []timeSeries{{"lag", s.lat}},
-		Latency: "outbox INSERT start to delivery from the broker"}
+		Latency: "start of the write (" + how + ") to delivery from the broker"}
 	res.Measured.Errors = insErr.errs
 	res.Measured.ErrorMsg = insErr.errMsgs
 	res.Measured.RPS = round(achieved)
 	target := outboxTarget(rate)
 	res.Target = fmt.Sprintf("p99 < %g ms", target)
 	res.TargetMet = res.P99ms < target && missing == 0
-	res.Note = fmt.Sprintf("%d events inserted at %.0f/s (rps = achieved insert rate, baseline_rps = the set rate); %d redelivered copies",
+	res.Note = fmt.Sprintf("%d events written at %.0f/s (rps = achieved write rate, baseline_rps = the set rate); %d redelivered copies",
 		n, achieved, dups)
 	if missing > 0 {
 		res.violate(fmt.Sprintf("%d of %d outbox events never delivered", missing, n))

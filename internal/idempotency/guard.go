@@ -86,27 +86,30 @@ var errKeyTaken = errors.New("idempotency key taken by another request")
 
 // execute runs r's work unless its key is taken. It returns the work's status and JSON body, or the
 // record of the request that holds the key (taken), or ErrKeyInUse (with Retry-After retryAfter) when
-// that request is still running after DB_LOCK_TIMEOUT.
+// that request is still running after DB_LOCK_TIMEOUT. One transaction, in as many round trips as the
+// route without the key layer (keyTx sends BEGIN and COMMIT with the guard's statements):
 //
-//  1. The committed record of a used key answers: one indexed read, no transaction. This is how a
-//     retry is answered, and all it costs a new request.
-//  2. ONE transaction: the work, then the key row with its response (COMPLETED). The unique index on
-//     (user_id, idempotency_key) decides between concurrent requests with the same key: the second
-//     INSERT waits for the first transaction; if that one committed, it inserts nothing and this
-//     transaction rolls back, work and all, and the winner's record answers (step 1's answer, late).
-//     If the first rolled back, the second inserts and commits. A request whose work fails stores
-//     nothing, so a corrected retry runs again.
+//  1. BEGIN and the key's committed record. A record answers, and the transaction rolls back: this is
+//     how a retry is answered (before its work could refuse it), and all it costs a new request.
+//  2. The work, in the transaction.
+//  3. The key row with its response (COMPLETED), and COMMIT. The unique index on (user_id,
+//     idempotency_key) decides between concurrent requests with the same key: the second INSERT
+//     waits for the first transaction; if that one committed, the INSERT fails, this transaction
+//     rolls back, work and all, and the winner's record answers (step 1's answer, late). If the first
+//     rolled back, the second inserts and commits. A request whose work fails stores nothing, so a
+//     corrected retry runs again.
 func execute(ctx context.Context, db *gorm.DB, r keyedRequest, work Work, retryAfter time.Duration) (int, []byte, *Record, error) {
-	taken, err := Find(ctx, db, r.scope)
-	if err != nil || taken != nil {
-		return 0, nil, taken, err
-	}
 	var (
 		status int
 		body   []byte
+		taken  *Record
 	)
-	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		st, v, err := work(ctx, tx, r.body)
+	err := withKeyTx(ctx, db, func(t *keyTx) error {
+		var err error
+		if taken, err = t.beginAndRead(ctx, r.scope); err != nil || taken != nil {
+			return err
+		}
+		st, v, err := work(ctx, t.work, r.body)
 		if err != nil {
 			return err
 		}
@@ -114,12 +117,8 @@ func execute(ctx context.Context, db *gorm.DB, r keyedRequest, work Work, retryA
 		if err != nil {
 			return fmt.Errorf("encode response: %w", err)
 		}
-		inserted, err := insertCompleted(tx, r, st, b, retryAfter)
-		if err != nil {
+		if err := insertCompleted(ctx, t, r, st, b, retryAfter); err != nil {
 			return err
-		}
-		if !inserted {
-			return errKeyTaken
 		}
 		status, body = st, b
 		return nil
@@ -131,29 +130,27 @@ func execute(ctx context.Context, db *gorm.DB, r keyedRequest, work Work, retryA
 		}
 		return 0, nil, taken, err
 	}
-	return status, body, nil, err
+	return status, body, taken, err
 }
 
-// insertCompleted stores the key row of r with its response, and reports whether it did (false: a
-// committed row holds the key). ON CONFLICT DO NOTHING instead of catching 23505 keeps the answer in
-// one statement. A row of a request that is still running makes the INSERT wait for its transaction,
-// at most DB_LOCK_TIMEOUT: then ErrKeyInUse. Its kind is KindCreateOrder: create order is the one
-// route this guard keys.
-func insertCompleted(tx *gorm.DB, r keyedRequest, status int, body []byte, retryAfter time.Duration) (bool, error) {
-	var ids []int64
-	err := tx.Raw(`INSERT INTO idempotency_keys
+// insertCompleted stores the key row of r with its response and commits t. A committed row that holds
+// the key fails the INSERT with a unique violation: errKeyTaken. A row of a request that is still
+// running makes the INSERT wait for its transaction, at most DB_LOCK_TIMEOUT: then ErrKeyInUse. Its
+// kind is KindCreateOrder: create order is the one route this guard keys.
+func insertCompleted(ctx context.Context, t *keyTx, r keyedRequest, status int, body []byte, retryAfter time.Duration) error {
+	err := t.insertAndCommit(ctx, `INSERT INTO idempotency_keys
 			(user_id, idempotency_key, kind, method, path, fingerprint, state, response_status, response_body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (user_id, idempotency_key) DO NOTHING
-		RETURNING id`, r.scope.UserID, r.scope.Key, KindCreateOrder, r.method, r.path, r.fp, StateCompleted,
-		status, body).Scan(&ids).Error
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, r.scope.UserID, r.scope.Key, KindCreateOrder,
+		r.method, r.path, r.fp, StateCompleted, status, body)
 	switch err := postgres.TranslateError(err); {
+	case errors.Is(err, postgres.ErrDuplicate):
+		return errKeyTaken
 	case errors.Is(err, postgres.ErrLockTimeout):
-		return false, ErrKeyInUse.WithRetryAfter(retryAfter).Wrap(err)
+		return ErrKeyInUse.WithRetryAfter(retryAfter).Wrap(err)
 	case err != nil:
-		return false, fmt.Errorf("store idempotency key: %w", err)
+		return fmt.Errorf("store idempotency key: %w", err)
 	}
-	return len(ids) == 1, nil
+	return nil
 }
 
 // Replay answers a request from an existing record, counting the outcome on route: ErrKeyReused (422)

@@ -8,18 +8,39 @@ package mutants
 var List = []Mutant{
 	// ── Step 1: Idempotency-Key + unique index + one transaction (internal/idempotency) ──
 	{
-		ID: "key-claim-on-conflict", Guard: "key claim: ON CONFLICT",
+		ID: "key-insert-skips", Guard: "key row: no DO NOTHING",
 		File:        "internal/idempotency/guard.go",
-		Original:    "\t\tON CONFLICT (user_id, idempotency_key) DO NOTHING\n\t\tRETURNING id`, r.scope.UserID",
-		Replacement: "\t\tRETURNING id`, r.scope.UserID",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestInFlightPastTheLockTimeoutIs409|TestInFlightDuplicateWaitsThenReplaysOr422)$",
+		Original:    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, r.scope.UserID",
+		Replacement: "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (user_id, idempotency_key) DO NOTHING`, r.scope.UserID",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestInFlightDuplicateWaitsThenReplaysOr422|TestConcurrentSameKeyCreatesOneOrder)$",
 	},
 	{
-		ID: "key-claim-replays", Guard: "key claim: replay",
+		ID: "key-commit-first", Guard: "key row: before COMMIT",
+		File:        "internal/idempotency/keytx.go",
+		Original:    "\t\tb.Queue(insert, args...)\n\t\tb.Queue(\"COMMIT\")",
+		Replacement: "\t\tb.Queue(\"COMMIT\")\n\t\tb.Queue(insert, args...)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestInFlightDuplicateWaitsThenReplaysOr422|TestConcurrentSameKeyCreatesOneOrder)$",
+	},
+	{
+		ID: "key-taken-replays", Guard: "key taken: replay",
 		File:        "internal/idempotency/guard.go",
-		Original:    "if !inserted {",
-		Replacement: "if inserted && false {",
+		Original:    "case errors.Is(err, postgres.ErrDuplicate):\n\t\treturn errKeyTaken",
+		Replacement: "case false:\n\t\treturn errKeyTaken",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightDuplicateWaitsThenReplaysOr422$",
+	},
+	{
+		ID: "key-read-first", Guard: "retry: read first",
+		File:        "internal/idempotency/guard.go",
+		Original:    "err != nil || taken != nil {",
+		Replacement: "err != nil {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRetryIsAnsweredBeforeTheWorkRuns$",
+	},
+	{
+		ID: "work-savepoint", Guard: "work: savepoints only",
+		File:        "internal/idempotency/keytx.go",
+		Original:    "t.work.Statement.ConnPool = workConn{conn}",
+		Replacement: "t.work.Statement.ConnPool = conn",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestAWorkCannotCommitTheGuardsTransaction$",
 	},
 	{
 		ID: "fingerprint-compare", Guard: "fingerprint: 422",
@@ -31,8 +52,8 @@ var List = []Mutant{
 	{
 		ID: "inflight-db-409", Guard: "in flight: 409 (DB)",
 		File:        "internal/idempotency/guard.go",
-		Original:    "case errors.Is(err, postgres.ErrLockTimeout):\n\t\treturn false, ErrKeyInUse",
-		Replacement: "case false:\n\t\treturn false, ErrKeyInUse",
+		Original:    "case errors.Is(err, postgres.ErrLockTimeout):\n\t\treturn ErrKeyInUse",
+		Replacement: "case false:\n\t\treturn ErrKeyInUse",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightPastTheLockTimeoutIs409$",
 	},
 	{

@@ -247,6 +247,24 @@ func TestInFlightPastTheLockTimeoutIs409(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
 }
 
+// A retry is answered from the key's record before the work runs: when the work would now refuse
+// (the product sold out since), the retry still gets the first answer, replayed, not a new 409.
+func TestRetryIsAnsweredBeforeTheWorkRuns(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	first := rp.createOrder(alice, "sold-out-later", mugOrder)
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 1`).Error)
+
+	again := rp.createOrder(alice, "sold-out-later", mugOrder)
+	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, string(first.Body), string(again.Body))
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+}
+
 func TestFailedValidationStoresNothingSoCorrectedRetryRuns(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)

@@ -257,8 +257,9 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 	target := outboxTarget(rate)
 	res.Target = fmt.Sprintf("p99 < %g ms", target)
 	res.TargetMet = res.P99ms < target && missing == 0
-	res.Note = fmt.Sprintf("%d events written at %.0f/s (rps = achieved write rate, baseline_rps = the set rate); %d redelivered copies",
-		n, achieved, dups)
+	ws := insErr.stats()
+	res.Note = fmt.Sprintf("%d events written at %.0f/s (rps = achieved write rate, baseline_rps = the set rate); "+
+		"the write alone: p50 %.2f, p99 %.2f ms; %d redelivered copies", n, achieved, ws.P50ms, ws.P99ms, dups)
 	if missing > 0 {
 		res.violate(fmt.Sprintf("%d of %d outbox events never delivered", missing, n))
 	}

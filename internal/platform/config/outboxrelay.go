@@ -8,10 +8,10 @@ import (
 // OutboxRelay holds the outbox relay knobs of cmd/orders. It is meant to be embedded in Orders
 // (next to AMQP_URL) and checked with its Validate; docs/points.md documents the variables.
 type OutboxRelay struct {
-	// OutboxPollInterval is the longest pause between polls when the last batch was not full and no
-	// notification woke the relay (internal/outbox/listen.go; no writer notifies yet, so in practice the
-	// pause). It bounds the outbox lag of a quiet shop: 50 ms keeps p99 under 100 ms at 500 events/s
-	// (docs/performance.md) for 20 cheap index-only polls a second per replica.
+	// OutboxPollInterval is the pause after a drain that found nothing, when nothing wakes the relay
+	// (the callbacks wake it after their commit, outbox.Relay.Wake; it drains again at once after a drain
+	// that found rows). It bounds the lag of a row no writer of this process announced, for 20 cheap
+	// index-only polls a second per replica when the shop is quiet.
 	OutboxPollInterval time.Duration `env:"OUTBOX_POLL_INTERVAL" envDefault:"50ms"`
 	// OutboxBatchSize is the most rows locked, published and marked per transaction.
 	OutboxBatchSize int `env:"OUTBOX_BATCH_SIZE" envDefault:"100"`

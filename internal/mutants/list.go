@@ -352,8 +352,8 @@ var List = []Mutant{
 	{
 		ID: "points-ledger-unique", Guard: "ledger: ON CONFLICT",
 		File:        "internal/points/ledger.go",
-		Original:    "\t\tON CONFLICT (biz_id) DO NOTHING\n\t\tRETURNING biz_id, user_id, delta`",
-		Replacement: "\t\tRETURNING biz_id, user_id, delta`",
+		Original:    "\t\tON CONFLICT (biz_id) DO NOTHING\n\t\tRETURNING biz_id, user_id, delta\n",
+		Replacement: "\t\tRETURNING biz_id, user_id, delta\n",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestLedgerApply$",
 	},
 	{

@@ -6,7 +6,6 @@
 package points
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -110,80 +109,60 @@ func NewLedger(db *gorm.DB) (*Ledger, error) {
 
 // Apply writes credits in ONE transaction: the ledger rows and the balance changes commit together or
 // not at all. It returns the biz_ids that were inserted now; a biz_id already in the ledger inserts
-// nothing and adds nothing (ON CONFLICT DO NOTHING: the transaction is not aborted by the duplicate,
-// so the statements after it still run). Duplicate biz_ids inside credits are applied once.
+// nothing and adds nothing (ON CONFLICT DO NOTHING: the statement is not aborted by the duplicate).
+// Duplicate biz_ids inside credits are applied once.
+//
+// The transaction is one statement (insertCredits), so it needs no BEGIN and COMMIT of its own: a
+// single statement is atomic in PostgreSQL, and one round trip does the whole batch.
 //
 // The whole batch fails together: one unknown user aborts every credit of the call, and the caller
 // retries the others one by one. Errors the database raises for the data itself wrap ErrRejected.
 func (l *Ledger) Apply(ctx context.Context, credits []Credit) (map[string]bool, error) {
-	var applied map[string]bool
-	err := l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		applied, err = insertCredits(tx, credits)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return applied, nil
+	return insertCredits(l.db.WithContext(ctx), credits)
 }
 
-// insertCredits is Apply's work inside the caller's transaction tx: insert the ledger rows, then add
-// exactly the inserted deltas to the balances. Reverse uses it too, for the credit a reversal may
-// have to apply first. Deltas must not be negative: the account upsert would refuse a new account
-// with a negative balance (CHECK balance >= 0) even when the account exists.
+// insertCredits inserts the ledger rows and adds exactly the inserted deltas to the balances, in ONE
+// statement: atomic on its own (Apply), or part of the caller's transaction tx (Reverse, for the
+// credit a reversal may have to apply first). Deltas must not be negative: the account upsert would
+// refuse a new account with a negative balance (CHECK balance >= 0) even when the account exists.
+//
+//   - ins: the ledger rows; the unique biz_id is the guard (layer 2), and a biz_id already there
+//     inserts nothing, so RETURNING lists exactly the credits applied now;
+//   - the account upsert sums only what ins returned: the ledger row and its balance change are one
+//     fact. A data-modifying WITH runs to completion even though the final SELECT does not read it.
+//
+// Both inserts take their locks in a fixed order (credits sorted by biz_id, accounts by user id), so
+// that concurrent batches cannot deadlock on each other.
 func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
 	applied := make(map[string]bool, len(credits))
 	if len(credits) == 0 {
 		return applied, nil
 	}
-	// Sorted by biz_id so that concurrent batches take the unique-index locks in the same order and
-	// cannot deadlock on each other.
 	sorted := slices.Clone(credits)
 	slices.SortFunc(sorted, func(a, b Credit) int { return strings.Compare(a.BizID, b.BizID) })
 	in, err := json.Marshal(sorted)
 	if err != nil {
 		return nil, fmt.Errorf("encode credits: %w", err)
 	}
-	var inserted []Credit
-	err = tx.Raw(`INSERT INTO points_ledger (biz_id, user_id, delta, reason)
+	var inserted []string
+	err = tx.Raw(`WITH ins AS (
+		INSERT INTO points_ledger (biz_id, user_id, delta, reason)
 		SELECT biz_id, user_id, delta, reason
 		FROM jsonb_to_recordset(?::jsonb) AS c(biz_id text, user_id bigint, delta bigint, reason text)
 		ON CONFLICT (biz_id) DO NOTHING
-		RETURNING biz_id, user_id, delta`, string(in)).Scan(&inserted).Error
-	if err != nil {
-		return nil, fmt.Errorf("insert ledger rows: %w", translate(err))
-	}
-	if len(inserted) == 0 {
-		return applied, nil // every credit was a duplicate: nothing to add
-	}
-	// Only what was inserted now moves a balance: the ledger row and its balance change are one fact.
-	sums := map[int64]int64{}
-	for _, c := range inserted {
-		applied[c.BizID] = true
-		sums[c.UserID] += c.Delta
-	}
-	type sum struct {
-		UserID int64 `json:"user_id"`
-		Delta  int64 `json:"delta"`
-	}
-	rows := make([]sum, 0, len(sums))
-	for u, d := range sums {
-		rows = append(rows, sum{UserID: u, Delta: d})
-	}
-	// Sorted by user id, for the same reason as above: account rows are locked in one order.
-	slices.SortFunc(rows, func(a, b sum) int { return cmp.Compare(a.UserID, b.UserID) })
-	b, err := json.Marshal(rows)
-	if err != nil {
-		return nil, fmt.Errorf("encode balance changes: %w", err)
-	}
-	err = tx.Exec(`INSERT INTO points_accounts (user_id, balance, updated_at)
-		SELECT user_id, delta, now()
-		FROM jsonb_to_recordset(?::jsonb) AS s(user_id bigint, delta bigint)
+		RETURNING biz_id, user_id, delta
+	), balances AS (
+		INSERT INTO points_accounts (user_id, balance, updated_at)
+		SELECT user_id, sum(delta), now() FROM ins GROUP BY user_id ORDER BY user_id
 		ON CONFLICT (user_id) DO UPDATE
-		SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()`, string(b)).Error
+		SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()
+	)
+	SELECT biz_id FROM ins`, string(in)).Scan(&inserted).Error
 	if err != nil {
-		return nil, fmt.Errorf("update balances: %w", translate(err))
+		return nil, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
+	}
+	for _, id := range inserted {
+		applied[id] = true
 	}
 	return applied, nil
 }

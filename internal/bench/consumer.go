@@ -24,18 +24,30 @@ import (
 
 // consumer is measure 4: the points consumer with both dedup layers (Redis lease, ledger transaction,
 // done marker; the production prefetch, batch size and batch wait) drains a backlog of order.paid
-// events from a queue of this run's own, then a bare loop (same prefetch, one ack per message, no
-// work) drains the same number of messages from the same queue. One message in ten is a republish of
-// an earlier order (the relay's at-least-once), so the dedup has duplicates to absorb.
+// events from a queue of this run's own, against a bare loop (same prefetch, one ack per message, no
+// work) that drains the same number of messages from the same queue. One message in ten is a
+// republish of an earlier order (the relay's at-least-once), so the dedup has duplicates to absorb.
+//
+// A drain of a few thousand messages lasts a few hundred milliseconds, so one drain per side, one
+// after the other, weighed whatever the machine did in that moment. So: an untimed warm-up of one
+// prefetch through each side first (the broker's queue, the database's and Redis' connections and
+// prepared statements), then ABBA like the other measures (bare, dedup, dedup, bare, half the
+// messages each), each side's rate being its messages over its summed drain time. A dedup round
+// starts a fresh consumer on the backlog: its time includes the consumer's connect (dial, declare,
+// prefetch, subscribe; a few milliseconds), which is part of what a consumer started on a backlog
+// costs; the bare loop subscribes on an open connection.
 //
 // Both run in this process, like the lab's S6, on broker objects and Redis keys named after the run,
 // so the demo points-consumer never sees these messages. The latency figures are completion times:
-// how long after the drain started each message was credited (dedup) or acknowledged (bare).
+// how long after its round's drain started each message was credited (dedup) or acknowledged (bare).
 func (r *runner) consumer(ctx context.Context) []Result {
 	const name, title = "points_consumer", "points consumer msg/s: with dedup ÷ bare consume+ack"
 	env, cfg := r.env, r.cfg
-	n := int(min(max(1000, int64(2000*cfg.Duration.Seconds())), 40_000))
+	n := int(min(max(2000, int64(5000*cfg.Duration.Seconds())), 40_000))
+	n -= n % 20 // two rounds per side, each a whole number of ten-message groups
 	unique := n - n/10
+	def := config.DefaultPointsConsumer()
+	warm := def.Prefetch // one prefetch through each side before the timed rounds
 
 	f, err := env.NewFixture(ctx, "bench-consumer")
 	if err != nil {
@@ -47,9 +59,13 @@ func (r *runner) consumer(ctx context.Context) []Result {
 		return []Result{failed(name, title, err)}
 	}
 	// Real orders, so that the ledger's biz_id (the order id) collides with nothing in a shared database.
-	ids, err := insertOrders(ctx, env, f.UserID, product, unique)
+	ids, err := insertOrders(ctx, env, f.UserID, product, unique+warm)
 	if err != nil {
 		return []Result{failed(name, title, err)}
+	}
+	body := func(id int64) ([]byte, error) {
+		return json.Marshal(events.OrderPaid{EventID: uuid.NewString(), OrderID: id, UserID: f.UserID, AmountCents: orderPrice,
+			Points: events.PointsFor(orderPrice), OccurredAt: time.Now().UTC()})
 	}
 	msgs := make([][]byte, 0, n)
 	for i := range n {
@@ -57,13 +73,19 @@ func (r *runner) consumer(ctx context.Context) []Result {
 		if i%10 == 9 {
 			id = ids[(i-i/10)-5] // a republish of an order five messages back
 		}
-		ev := events.OrderPaid{EventID: uuid.NewString(), OrderID: id, UserID: f.UserID, AmountCents: orderPrice,
-			Points: events.PointsFor(orderPrice), OccurredAt: time.Now().UTC()}
-		b, err := json.Marshal(ev)
+		b, err := body(id)
 		if err != nil {
 			return []Result{failed(name, title, err)}
 		}
 		msgs = append(msgs, b)
+	}
+	warmMsgs := make([][]byte, 0, warm)
+	for _, id := range ids[unique:] {
+		b, err := body(id)
+		if err != nil {
+			return []Result{failed(name, title, err)}
+		}
+		warmMsgs = append(warmMsgs, b)
 	}
 
 	raw := make([]byte, 4)
@@ -87,44 +109,67 @@ func (r *runner) consumer(ctx context.Context) []Result {
 	defer deleteRedisPrefix(context.WithoutCancel(ctx), r, redisPrefix)
 
 	within := max(env.Quiet, 10*time.Second)
-	if err := publishAll(ctx, ch, top, msgs, within); err != nil {
-		return []Result{failed(name, title, err)}
-	}
-	def := config.DefaultPointsConsumer()
 	ccfg := points.ConsumerConfig{
 		AMQPURL: env.AMQPURL, Topology: top, Prefetch: def.Prefetch, BatchSize: def.BatchSize, BatchWait: def.BatchWait,
 		KeyPrefix: redisPrefix, LeaseTTL: def.LeaseTTL, DoneTTL: time.Hour, LeasePoll: def.LeasePoll,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second,
 	}
-	dedup, err := r.drainDedup(ctx, ccfg, f.UserID, n, within)
-	if err != nil {
-		return []Result{failed(name, title, err)}
-	}
 	// The consumer's last acks can still be in the quorum queue's log when its connection closes;
-	// the broker then returns those messages (at least once: a second run would ack them as
-	// duplicates). The bare loop takes them too, so that the queue ends empty.
-	leftover, err := stableReady(ctx, conn, top.Queue)
-	if err != nil {
-		return []Result{failed(name, title, err)}
+	// the broker then returns those messages (at least once: a second consumer acks them as
+	// duplicates). The round after a dedup round takes them too, so that the queue ends empty:
+	// returned counts them (they count as that round's messages, on either side).
+	var returned, leftover int64
+	round := func(dedupSide bool, bodies [][]byte, into *sample) error {
+		if err := publishAll(ctx, ch, top, bodies, within); err != nil {
+			return err
+		}
+		want := len(bodies) + int(leftover)
+		var s *sample
+		var err error
+		if dedupSide {
+			s, err = r.drainDedup(ctx, ccfg, f.UserID, want, within)
+		} else {
+			s, err = drainBare(ctx, conn, top.Queue, def.Prefetch, want, within)
+		}
+		if err != nil {
+			return err
+		}
+		leftover = 0
+		if dedupSide {
+			if leftover, err = stableReady(ctx, conn, top.Queue); err != nil {
+				return err
+			}
+			returned += leftover
+		}
+		if into != nil {
+			into.merge(s)
+		}
+		return nil
 	}
-	if err := publishAll(ctx, ch, top, msgs, within); err != nil {
-		return []Result{failed(name, title, err)}
-	}
-	bare, err := drainBare(ctx, conn, top.Queue, def.Prefetch, n+int(leftover), within)
-	if err != nil {
-		return []Result{failed(name, title, err)}
+	dedup, bare := newSample(), newSample()
+	half := n / 2
+	for _, step := range []struct {
+		dedup  bool
+		bodies [][]byte
+		into   *sample
+	}{
+		{true, warmMsgs, nil}, {false, warmMsgs, nil}, // warm-up, not counted
+		{false, msgs[:half], bare}, {true, msgs[:half], dedup}, {true, msgs[half:], dedup}, {false, msgs[half:], bare},
+	} {
+		if err := round(step.dedup, step.bodies, step.into); err != nil {
+			return []Result{failed(name, title, err)}
+		}
 	}
 	late, err := drainRest(ctx, conn, top.Queue)
 	if err != nil {
 		return []Result{failed(name, title, err)}
 	}
-	leftover += late
 
 	res := ratioResult(name, title, dedup, bare, "bare consume+ack")
 	res.Latency = "completion time since the drain started"
 	res.atLeast(0.6) // issue 16
-	res.Note = fmt.Sprintf("%d messages (%d orders, %d republished copies); prefetch %d, batch %d; %d returned by the broker after the consumer stopped, drained by the bare loop",
-		n, unique, n-unique, def.Prefetch, def.BatchSize, leftover)
+	res.Note = fmt.Sprintf("%d messages per side (%d orders, %d republished copies), ABBA in rounds of %d after a warm-up of %d per side; prefetch %d, batch %d; %d returned by the broker after a consumer stopped, taken by the next round; %d acked after the last",
+		n, unique, n-unique, half, warm, def.Prefetch, def.BatchSize, returned, late)
 	var c struct{ Rows, Balance int64 }
 	err = env.DB.WithContext(ctx).Raw(`SELECT (SELECT count(*) FROM points_ledger WHERE user_id = @u) AS rows,
 		(SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = @u), 0)) AS balance`,
@@ -133,10 +178,10 @@ func (r *runner) consumer(ctx context.Context) []Result {
 		res.Error = fmt.Sprintf("check invariants: %v", err)
 		return []Result{res}
 	}
-	if c.Rows != int64(unique) {
-		res.violate(fmt.Sprintf("%d ledger rows for %d orders", c.Rows, unique))
+	if c.Rows != int64(unique+warm) {
+		res.violate(fmt.Sprintf("%d ledger rows for %d orders", c.Rows, unique+warm))
 	}
-	if want := int64(unique) * events.PointsFor(orderPrice); c.Balance != want {
+	if want := int64(unique+warm) * events.PointsFor(orderPrice); c.Balance != want {
 		res.violate(fmt.Sprintf("balance %d, want %d", c.Balance, want))
 	}
 	for _, q := range []string{top.Queue, top.DeadLetterQueue} {
@@ -241,8 +286,8 @@ func (r *runner) drainDedup(ctx context.Context, cfg points.ConsumerConfig, user
 	// Completion times from the ledger rows' commit transactions (created_at is the transaction's
 	// start, on this machine's clock); duplicates complete with the batch around them, not measured.
 	var at []time.Time
-	if err := r.env.DB.WithContext(ctx).Raw(`SELECT created_at FROM points_ledger WHERE user_id = ? ORDER BY id`, userID).
-		Scan(&at).Error; err != nil {
+	if err := r.env.DB.WithContext(ctx).Raw(`SELECT created_at FROM points_ledger WHERE user_id = ? AND created_at >= ? ORDER BY id`,
+		userID, start).Scan(&at).Error; err != nil {
 		return nil, err
 	}
 	for _, t := range at {

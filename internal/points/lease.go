@@ -35,12 +35,21 @@ const (
 	held                          // someone else's claim, not committed yet: wait, do not drop
 )
 
-// claimScript takes the lease if it is free and otherwise says whether it is done or held, in one
-// round trip and without a window between the two checks.
-const claimScript = `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-if redis.call('GET', KEYS[1]) == 'done' then return 2 end
-return 3`
+// claimScript takes each lease in KEYS that is free and otherwise says whether it is done or held,
+// without a window between the two checks: 1 claimed, 2 done, 3 held, one answer per key, in order.
+// One script for the whole batch is one command for Redis to parse and run instead of one per message.
+var claimScript = redis.NewScript(`
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
+    out[i] = 1
+  elseif redis.call('GET', key) == 'done' then
+    out[i] = 2
+  else
+    out[i] = 3
+  end
+end
+return out`)
 
 const doneValue = "done"
 
@@ -54,23 +63,24 @@ type leases struct {
 
 func (l *leases) key(bizID string) string { return l.prefix + "points:dedup:" + bizID }
 
-// claim tries to claim every biz_id with token, pipelined. An error means Redis is unusable right now;
-// the caller then goes to the database without leases, which is slower but still exactly once.
+// claim tries to claim every biz_id with token, in one round trip (one script for the whole batch;
+// EVALSHA, and EVAL once if Redis does not have the script yet). An error means Redis is unusable
+// right now; the caller then goes to the database without leases, which is slower but still exactly
+// once.
 func (l *leases) claim(ctx context.Context, bizIDs []string, token string) ([]claimState, error) {
-	pipe := l.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(bizIDs))
+	keys := make([]string, len(bizIDs))
 	for i, id := range bizIDs {
-		cmds[i] = pipe.Eval(ctx, claimScript, []string{l.key(id)}, token, l.ttl.Milliseconds())
+		keys[i] = l.key(id)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	states, err := claimScript.Run(ctx, l.rdb, keys, token, l.ttl.Milliseconds()).Int64Slice()
+	if err != nil {
 		return nil, fmt.Errorf("claim dedup leases: %w", err)
 	}
+	if len(states) != len(bizIDs) {
+		return nil, fmt.Errorf("claim dedup leases: %d answers for %d keys", len(states), len(bizIDs))
+	}
 	out := make([]claimState, len(bizIDs))
-	for i, c := range cmds {
-		n, err := c.Int()
-		if err != nil {
-			return nil, fmt.Errorf("claim dedup lease: %w", err)
-		}
+	for i, n := range states {
 		out[i] = claimState(n)
 	}
 	return out, nil

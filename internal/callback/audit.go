@@ -15,20 +15,28 @@ import (
 // auditTextMax bounds each text column of an audit row (bytes): the body may come from anyone.
 const auditTextMax = 200
 
-// record inserts the audit row. Every text goes through pgtext.Clean: a forged body with a NUL in it
-// must still leave its row.
-func record(ctx context.Context, db *gorm.DB, cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) error {
+// auditInsert is the audit row's INSERT, with pgx's positional parameters: record sends it on its own,
+// commitWithAudit in the batch that commits the callback's transaction.
+const auditInsert = `INSERT INTO payment_callbacks
+	(event_id, payment_id, order_id, status, amount_cents, currency, signature_ok, applied, outcome, reason)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// auditArgs are auditInsert's parameters. Every text goes through pgtext.Clean: a forged body with a
+// NUL in it must still leave its row.
+func auditArgs(cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) []any {
 	var oid *int64
 	if orderID > 0 {
 		oid = &orderID
 	}
 	clip := func(v string) string { return pgtext.Clean(v, auditTextMax) }
-	err := db.WithContext(ctx).Exec(`INSERT INTO payment_callbacks
-		(event_id, payment_id, order_id, status, amount_cents, currency, signature_ok, applied, outcome, reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		clip(cb.EventID), clip(cb.PaymentID), oid, clip(cb.Status), cb.AmountCents, clip(cb.Currency),
-		sigOK, outcome == OutcomeApplied, outcome, clip(reason)).Error
-	if err != nil {
+	return []any{clip(cb.EventID), clip(cb.PaymentID), oid, clip(cb.Status), cb.AmountCents, clip(cb.Currency),
+		sigOK, outcome == OutcomeApplied, string(outcome), clip(reason)}
+}
+
+// record inserts the audit row on its own (database/sql under db, which takes auditInsert's $n
+// parameters as they are).
+func record(ctx context.Context, db *gorm.DB, cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) error {
+	if _, err := db.Statement.ConnPool.ExecContext(ctx, auditInsert, auditArgs(cb, orderID, sigOK, outcome, reason)...); err != nil {
 		return fmt.Errorf("record callback: %w", err)
 	}
 	return nil

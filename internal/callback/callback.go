@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
 	"idemshop/internal/decisions"
@@ -22,6 +23,7 @@ import (
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/pgtext"
+	"idemshop/internal/platform/pgtx"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 	"idemshop/internal/refunds"
@@ -68,9 +70,13 @@ var (
 	ErrInvalidCallback = problem.New(problem.KindInvalid, "validation_failed", "the callback is invalid")
 )
 
-// OrderLock serialises callbacks of one order before they reach the database. It is an efficiency
-// layer only: Lock returns an error when the lock is unavailable (Redis down, or still busy after a
-// short wait), and the caller then goes straight to the database path, which alone is correct.
+// OrderLock is a lock taken around one callback's transaction; unlock runs after the commit. Production
+// takes none: the conditional UPDATE alone decides, and concurrent copies of one event queue on its row
+// lock, which PostgreSQL releases the moment the winner commits. (A Redis lease per order used to sit
+// here as an efficiency layer; measured, its two round trips on every callback cost more than the
+// row-lock waits it spared the few duplicates: docs/performance.md.) Lab scenario S5 passes its
+// FlashSaleLock, the lock the naive team trusted with the stock. Lock returning an error means "go on
+// without it": a lock here is never what makes a callback safe.
 type OrderLock interface {
 	Lock(ctx context.Context, orderID int64) (unlock func(), err error)
 }
@@ -97,7 +103,7 @@ type Service struct {
 	db       *gorm.DB
 	orders   *orders.Repository
 	verifier paysig.Verifier
-	lock     OrderLock
+	lock     OrderLock // nil in production; S5's FlashSaleLock in the lab
 	metrics  *Metrics
 	applier  Applier
 	sink     decisions.Sink // the lab's live view; nil in production
@@ -108,7 +114,7 @@ type Service struct {
 }
 
 // NewService returns a Service that applies callbacks with applier (Guarded, except in the lab). lock
-// may be nil (no efficiency lock), sink (which is told every callback's outcome) too, and wake (called
+// may be nil (production's choice: no lock), sink (which is told every callback's outcome) too, and wake (called
 // after each commit that may have inserted outbox rows: the in-process relay's Wake) too; the others
 // must not be.
 func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics, applier Applier,
@@ -191,30 +197,35 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		return OutcomeDuplicate, nil
 	}
 
-	// 4. Efficiency only: let duplicates of one order queue in Redis rather than on the row lock.
+	// 4. No lock: copies that got this far (they read the order before the first copy committed) wait on
+	// the order's row lock in the UPDATE below, and each then finds the row already moved. Only the lab's
+	// S5 twin takes a lock here.
 	if s.lock != nil {
 		if unlock, err := s.lock.Lock(ctx, o.ID); err != nil {
-			lg.Debug("callback lock unavailable; the database path alone decides", "err", err)
+			lg.Debug("lock unavailable; the database path alone decides", "err", err)
 		} else {
 			defer unlock()
 		}
 	}
 
 	// 5. ONE transaction: the conditional UPDATE decides, and the side effects follow only if it changed
-	// the row. The audit row commits with them, but behind a savepoint: it is a log, and a log that
-	// cannot be written must never roll the business change back (nor make every resend fail the same
-	// way). If it could not be written there, it is written again after the commit.
+	// the row. The audit row commits with them, in the round trip of the COMMIT, but behind a savepoint:
+	// it is a log, and a log that cannot be written must never roll the business change back (nor make
+	// every resend fail the same way). If it could not be written there, it is written after the commit.
 	var outcome Outcome
 	var reason string
 	auditLater := false
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		outcome, reason, err = s.applier.apply(s, ctx, tx, cb, o)
-		if err != nil {
+	err = pgtx.Run(ctx, s.db, func(t *pgtx.Tx) error {
+		if err := t.Exec(ctx, "BEGIN"); err != nil {
 			return err
 		}
-		auditLater = !auditInTx(ctx, tx, lg, cb, orderID, outcome, reason)
-		return nil
+		var err error
+		outcome, reason, err = s.applier.apply(s, ctx, t.Work, cb, o)
+		if err != nil {
+			return err // pgtx.Run rolls the transaction back
+		}
+		auditLater, err = commitWithAudit(ctx, t, lg, auditArgs(cb, orderID, true, outcome, reason))
+		return err
 	})
 	if err != nil {
 		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction. A
@@ -233,23 +244,37 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	return outcome, nil
 }
 
-// auditInTx writes the audit row of a verified callback inside its transaction, behind a savepoint, and
-// reports whether it did. On a failure the savepoint is rolled back, so the transaction (and the business
-// change in it) stays good.
-func auditInTx(ctx context.Context, tx *gorm.DB, lg *slog.Logger, cb Callback, orderID int64, outcome Outcome, reason string) bool {
-	if err := tx.SavePoint("audit").Error; err != nil {
-		lg.Warn("audit savepoint failed; the audit row is written after the commit", "err", err)
-		return false
-	}
-	if err := record(ctx, tx, cb, orderID, true, outcome, reason); err != nil {
-		lg.Warn("audit row not written in the transaction; written after the commit", "err", err)
-		if rerr := tx.RollbackTo("audit").Error; rerr != nil {
-			// The transaction is unusable now: its commit fails, and the reject path audits the callback.
-			lg.Warn("rollback to the audit savepoint failed", "err", rerr)
+// errAuditRow marks the audit INSERT's failure inside commitWithAudit's batch.
+var errAuditRow = errors.New("audit row not written")
+
+// commitWithAudit commits the open transaction with its audit row (auditInsert's args) in one round
+// trip: SAVEPOINT, the audit INSERT, COMMIT. If the INSERT fails, PostgreSQL skips the COMMIT queued
+// behind it (pgtx), and the transaction waits, aborted, with the savepoint intact: a second round trip
+// rolls back to the savepoint and commits the business change alone. It reports whether the audit row
+// still has to be written (after the commit); an error means nothing was committed.
+func commitWithAudit(ctx context.Context, t *pgtx.Tx, lg *slog.Logger, args []any) (auditLater bool, err error) {
+	err = t.Batch(ctx, func(b *pgx.Batch) {
+		b.Queue("SAVEPOINT audit")
+		b.Queue(auditInsert, args...)
+		b.Queue("COMMIT")
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("audit savepoint: %w", err)
 		}
-		return false
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("%w: %w", errAuditRow, err)
+		}
+		_, err := br.Exec()
+		return err
+	})
+	if !errors.Is(err, errAuditRow) {
+		return false, err
 	}
-	return true
+	lg.Warn("audit row not written in the transaction; written after the commit", "err", err)
+	if err := t.Exec(ctx, "ROLLBACK TO SAVEPOINT audit", "COMMIT"); err != nil {
+		return false, fmt.Errorf("commit without the audit row: %w", err)
+	}
+	return true, nil
 }
 
 // apply runs inside the callback transaction. It returns the outcome and a reason for the audit row.

@@ -28,7 +28,7 @@ func FlashSaleLockName(productID int64) string {
 }
 
 // CheckThenWriteStock is the S5 applier: Guarded with the stock step written as check-then-write. The
-// assembly gives its service a FlashSaleLock in place of the per-order efficiency lock.
+// assembly gives its service a FlashSaleLock (production takes no lock).
 var CheckThenWriteStock = Applier{name: "s5-check-then-write-stock", apply: (*Service).applyStockUnsafe, resendFastPath: true}
 
 // FlashSaleLock is the lock the naive team trusted with the stock: one lease per product, taken before

@@ -62,7 +62,7 @@ func (s *Service) applyUnsafe(ctx context.Context, tx *gorm.DB, cb Callback, o o
 // orders.refunded_cents), and settleSuccess refunds the order when it finds that refund there.
 
 // DropEarlyRefund is the S12 applier: Guarded with the pre-fix refund rule. Signature, parsing, amount
-// checks, the resend fast path, the efficiency lock and the audit row are the same.
+// checks, the resend fast path and the audit row are the same.
 var DropEarlyRefund = Applier{name: "s12-drop-early-refund", apply: (*Service).applyEarlyRefundUnsafe, resendFastPath: true}
 
 // applyEarlyRefundUnsafe drops a REFUNDED event for an order that is neither PAID nor REFUND_REQUIRED:

@@ -27,9 +27,10 @@ const s9DeadRedis = "redis://127.0.0.1:1/0"
 // runS9 is a callback storm while Redis is down. The lab starts an orders replica of its own whose
 // Redis is unreachable (the running orders' Redis is up) and storms its callback route: 20 orders, each
 // SUCCESS sent 3 times, all 60 at once. Then it sends the same storm to the running orders, with Redis,
-// as the baseline. Redis is an efficiency layer only: the per-order callback lock fails, the handler
-// goes straight to the conditional UPDATE, and every order must still be paid exactly once, without a
-// 5xx. What Redis buys is measured as the latency of both storms. There is no unsafe variant.
+// as the baseline. The callback path itself uses no Redis (the conditional UPDATE alone decides), so
+// every order must still be paid exactly once, without a 5xx: a Redis dependency that crept back onto
+// the path and failed closed would show here. The latency of both storms is reported side by side.
+// There is no unsafe variant.
 func runS9(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	u := Unsafe{NoTwin: true, Side: Side{Detail: "no unsafe twin: the guarded handler is run with Redis down, and with it up"}}
 	var g Guarded

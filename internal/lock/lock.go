@@ -33,8 +33,7 @@
 // acquisition: a counter that expired starts again at 1, below the tokens the database has stored, and
 // the database's fence check then refuses the new holders until the counter catches up again (slower,
 // never wrong). Pick the TTL so that every row a counter fenced is deleted before the counter can
-// expire, and that never happens. A lock that guards no fenced write needs no counter at all:
-// [Locker.AcquireUnfenced] takes the same lease without one.
+// expire, and that never happens.
 //
 // # Redis is an efficiency layer
 //
@@ -74,7 +73,7 @@ type Lease struct {
 	Owner string
 	// Fence is the fencing token: larger than the token of every earlier acquisition of Name. Send it
 	// with every write the lease guards, and let the database reject a write whose token is lower than
-	// the one it has stored. It is 0 for a lease taken with AcquireUnfenced, which has no token.
+	// the one it has stored.
 	Fence int64
 }
 
@@ -208,29 +207,6 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	return &Lease{Name: name, Owner: owner, Fence: fence}, nil
 }
 
-// AcquireUnfenced makes one attempt to take a plain lease on name for ttl: the same lock key, owner,
-// Release, Renew and KeepAlive as Acquire, but no fencing token (Lease.Fence is 0) and no fence counter
-// in Redis. It is for efficiency locks, whose writes the database guards without a token (a conditional
-// UPDATE, a unique key): they gain nothing from a counter, and a counter per name would be one more key.
-// Do not mix it with Acquire on one name: an unfenced holder's writes carry no token to check.
-//
-// Errors are those of Acquire.
-func (l *Locker) AcquireUnfenced(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	owner, ms, err := attempt(name, ttl)
-	if err != nil {
-		return nil, err
-	}
-	err = l.rdb.SetArgs(ctx, l.LockKey(name), owner,
-		redis.SetArgs{Mode: "NX", TTL: time.Duration(ms) * time.Millisecond}).Err()
-	switch {
-	case errors.Is(err, redis.Nil): // NX did not set: somebody holds it
-		return nil, fmt.Errorf("lock %q: %w", name, ErrNotAcquired)
-	case err != nil:
-		return nil, fmt.Errorf("lock %q: acquire: %w", name, err)
-	}
-	return &Lease{Name: name, Owner: owner}, nil
-}
-
 // Backoff between AcquireWait attempts: short, because leases guard short steps and a waiter should
 // notice a release quickly; capped, so that waiters poll Redis at a bounded rate.
 const (
@@ -246,11 +222,6 @@ const (
 // delay the caller's database fallback.
 func (l *Locker) AcquireWait(ctx context.Context, name string, ttl, wait time.Duration) (*Lease, error) {
 	return acquireWait(ctx, name, wait, func() (*Lease, error) { return l.Acquire(ctx, name, ttl) })
-}
-
-// AcquireUnfencedWait is AcquireUnfenced retried like AcquireWait.
-func (l *Locker) AcquireUnfencedWait(ctx context.Context, name string, ttl, wait time.Duration) (*Lease, error) {
-	return acquireWait(ctx, name, wait, func() (*Lease, error) { return l.AcquireUnfenced(ctx, name, ttl) })
 }
 
 // acquireWait retries attempt while it answers ErrNotAcquired, as AcquireWait describes.

@@ -164,71 +164,6 @@ func TestFence_DefaultTTLOutlivesTheIdempotencyRetention(t *testing.T) {
 	assert.LessOrEqual(t, d, lock.DefaultFenceTTL)
 }
 
-// An unfenced lease is the same lease without a token: one winner among many, Release and Renew as
-// usual, and no fence counter in Redis at all.
-func TestAcquireUnfenced_IsALeaseWithoutAFenceKey(t *testing.T) {
-	t.Parallel()
-	l, env := newLocker(t)
-	ctx := context.Background()
-
-	const n = 20
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	leases := make([]*lock.Lease, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			leases[i], errs[i] = l.AcquireUnfenced(ctx, "cb", held)
-		})
-	}
-	close(start)
-	wg.Wait()
-	var winner *lock.Lease
-	for i := range n {
-		if errs[i] == nil {
-			require.Nil(t, winner, "two winners")
-			winner = leases[i]
-			continue
-		}
-		assert.ErrorIs(t, errs[i], lock.ErrNotAcquired)
-	}
-	require.NotNil(t, winner)
-	assert.Zero(t, winner.Fence)
-	assert.Equal(t, winner.Owner, owner(t, env, l, "cb"))
-	pttl, err := env.Redis.PTTL(ctx, l.LockKey("cb")).Result()
-	require.NoError(t, err)
-	assert.Greater(t, pttl, time.Duration(0))
-	assert.LessOrEqual(t, pttl, held)
-
-	require.NoError(t, l.Renew(ctx, winner, 2*held))
-	released := make(chan error, 1)
-	time.AfterFunc(50*time.Millisecond, func() { released <- l.Release(ctx, winner) })
-	// The wait is only a bound for a failing run: the release comes after 50 ms.
-	next, err := l.AcquireUnfencedWait(ctx, "cb", held, time.Minute)
-	require.NoError(t, err)
-	require.NoError(t, <-released)
-	assert.Zero(t, next.Fence)
-	require.NoError(t, l.Release(ctx, next))
-
-	n2, err := env.Redis.Exists(ctx, l.FenceKey("cb")).Result()
-	require.NoError(t, err)
-	assert.Zero(t, n2, "an unfenced lease created a fence counter")
-}
-
-func TestAcquireUnfencedWait_GivesUpWithErrNotAcquired(t *testing.T) {
-	t.Parallel()
-	l, _ := newLocker(t)
-	ctx := context.Background()
-
-	_, err := l.AcquireUnfenced(ctx, "cb", held)
-	require.NoError(t, err)
-	start := time.Now()
-	_, err = l.AcquireUnfencedWait(ctx, "cb", time.Second, 100*time.Millisecond)
-	assert.ErrorIs(t, err, lock.ErrNotAcquired)
-	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
-}
-
 func TestRenew_ExtendsTheTTL(t *testing.T) {
 	t.Parallel()
 	l, env := newLocker(t)
@@ -403,12 +338,6 @@ func TestRedisDown_FailsFastWithARedisError(t *testing.T) {
 	assert.NotErrorIs(t, err, lock.ErrNotAcquired)
 	assert.Less(t, time.Since(start), fast, "AcquireWait must not retry a dead Redis for the whole wait")
 
-	start = time.Now()
-	_, err = l.AcquireUnfencedWait(ctx, "rec", time.Second, wait)
-	require.Error(t, err)
-	assert.NotErrorIs(t, err, lock.ErrNotAcquired, "a dead Redis must not look like a busy lock")
-	assert.Less(t, time.Since(start), fast)
-
 	lease := &lock.Lease{Name: "rec", Owner: "someone", Fence: 1}
 	err = l.Renew(ctx, lease, time.Second)
 	require.Error(t, err)
@@ -435,8 +364,6 @@ func TestInvalidArguments(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"empty name":        func() error { _, err := l.Acquire(ctx, "", time.Second); return err },
 		"ttl below 1 ms":    func() error { _, err := l.Acquire(ctx, "x", time.Microsecond); return err },
-		"unfenced no name":  func() error { _, err := l.AcquireUnfenced(ctx, "", time.Second); return err },
-		"unfenced ttl 1 µs": func() error { _, err := l.AcquireUnfenced(ctx, "x", time.Microsecond); return err },
 		"release nil":       func() error { return l.Release(ctx, nil) },
 		"renew nil":         func() error { return l.Renew(ctx, nil, time.Second) },
 		"renew ttl 0":       func() error { return l.Renew(ctx, &lock.Lease{Name: "x", Owner: "o"}, 0) },

@@ -37,9 +37,9 @@ var List = []Mutant{
 	},
 	{
 		ID: "work-savepoint", Guard: "work: savepoints only",
-		File:        "internal/idempotency/keytx.go",
-		Original:    "t.work.Statement.ConnPool = workConn{conn}",
-		Replacement: "t.work.Statement.ConnPool = conn",
+		File:        "internal/platform/pgtx/pgtx.go",
+		Original:    "t.Work.Statement.ConnPool = workConn{conn}",
+		Replacement: "t.Work.Statement.ConnPool = conn",
 		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestAWorkCannotCommitTheGuardsTransaction$",
 	},
 	{
@@ -127,6 +127,15 @@ var List = []Mutant{
 		Original:    "\tcb = cb.cleaned()\n",
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackNULReachingBusinessTablesIsCleaned$",
+	},
+	{
+		// The audit row rides in the COMMIT's batch behind a savepoint; without the savepoint, a failed
+		// audit INSERT takes the payment down with it.
+		ID: "audit-savepoint", Guard: "audit: savepoint",
+		File:        "internal/callback/callback.go",
+		Original:    "\t\tb.Queue(\"SAVEPOINT audit\")\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuditFailureNeverRollsBackThePayment$",
 	},
 
 	// ── Signatures (internal/paysig) ──

@@ -27,10 +27,9 @@ type labParts struct {
 	authn       *auth.Authenticator
 	repo        *orders.Repository
 	idemMetrics *idempotency.Metrics
-	settler     *callback.Service  // the guarded callback service (the orders routes count its callbacks)
-	orderLock   callback.OrderLock // the guarded callback route's efficiency lock
-	redeemView  rewards.View       // the redeem pages, for the S4 twin\'s form posts
-	live        *labview.Live      // the live view of every guard decision (GET /lab)
+	settler     *callback.Service // the guarded callback service (the orders routes count its callbacks)
+	redeemView  rewards.View      // the redeem pages, for the S4 twin\'s form posts
+	live        *labview.Live     // the live view of every guard decision (GET /lab)
 }
 
 // mountLab mounts the deliberately unsafe variants of the lab table (docs/design.md). Only with ORDERS_LAB=true;
@@ -45,7 +44,7 @@ func mountLab(p labParts) error {
 	return nil
 }
 
-// mountLabCallbacks mounts the callback twins whose lock is the guarded route's: S1 (no state guard)
+// mountLabCallbacks mounts the callback twins that, like the guarded route, take no lock: S1 (no state guard)
 // and S12 (an early refund dropped). S5's, with a lock of its own, is in lab_payments.go.
 func mountLabCallbacks(p labParts) error {
 	for _, m := range []struct {
@@ -55,7 +54,7 @@ func mountLabCallbacks(p labParts) error {
 		{"S1", "/lab/unsafe/payments/callback", callback.NoStateGuard},
 		{"S12", "/lab/unsafe/s12/payments/callback", callback.DropEarlyRefund},
 	} {
-		if err := mountLabCallback(p, m.path, m.applier, p.orderLock); err != nil {
+		if err := mountLabCallback(p, m.path, m.applier, nil); err != nil {
 			return fmt.Errorf("lab %s: %w", m.id, err)
 		}
 	}

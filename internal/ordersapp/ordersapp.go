@@ -18,7 +18,6 @@ import (
 	"idemshop/internal/decisions"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/labview"
-	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/outbox"
 	"idemshop/internal/paysig"
@@ -123,11 +122,7 @@ func New(d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	orderLock, err := newCallbackOrderLock(d)
-	if err != nil {
-		return nil, err
-	}
-	callbackRoute, err := newCallbackRoute(d, repo, callback.Guarded, orderLock, d.Registry)
+	callbackRoute, err := newCallbackRoute(d, repo, callback.Guarded, nil, d.Registry)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +160,7 @@ func New(d Deps) (*App, error) {
 	}
 	if cfg.Lab {
 		err := mountLab(labParts{d: d, e: e, v1: e.Group("/lab/unsafe/v1", authn.Middleware()), authn: authn,
-			repo: repo, idemMetrics: idemMetrics, settler: callbackRoute.Service(), orderLock: orderLock, redeemView: pages,
+			repo: repo, idemMetrics: idemMetrics, settler: callbackRoute.Service(), redeemView: pages,
 			live: live})
 		if err != nil {
 			return nil, err
@@ -179,17 +174,8 @@ func New(d Deps) (*App, error) {
 	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
 }
 
-// newCallbackOrderLock returns the callbacks' efficiency lock, one Redis lease per order.
-func newCallbackOrderLock(d Deps) (*callback.RedisOrderLock, error) {
-	locker, err := lock.New(d.Redis, d.Config.Redis.KeyPrefix)
-	if err != nil {
-		return nil, err
-	}
-	return callback.NewRedisOrderLock(locker, d.Config.CallbackLockTTL, d.Config.CallbackLockWait)
-}
-
 // newCallbackRoute returns a callback route that applies with applier (callback.Guarded, or a lab twin)
-// behind orderLock, and counts in reg.
+// behind orderLock (nil but for S5's twin), and counts in reg.
 func newCallbackRoute(d Deps, repo *orders.Repository, applier callback.Applier, orderLock callback.OrderLock,
 	reg prometheus.Registerer) (*callback.Handler, error) {
 	svc, err := callback.NewService(d.DB, repo, paysig.Verifier{Secret: []byte(d.Config.PaymentWebhookSecret)},

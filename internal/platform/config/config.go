@@ -78,10 +78,6 @@ type Orders struct {
 	ReaperInterval       time.Duration `env:"REAPER_INTERVAL" envDefault:"1m"`
 	ReaperBatch          int           `env:"REAPER_BATCH" envDefault:"1000"`
 	SweepInterval        time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
-	// CallbackLockTTL and CallbackLockWait shape the Redis efficiency lock around a payment callback:
-	// the lease, and how long a duplicate queues for it before going to the database anyway.
-	CallbackLockTTL  time.Duration `env:"CALLBACK_LOCK_TTL" envDefault:"2s"`
-	CallbackLockWait time.Duration `env:"CALLBACK_LOCK_WAIT" envDefault:"100ms"`
 	// PayLease is the pay flow's PROCESSING lease and Redis lock TTL: a retry within it gets 409, after
 	// it a retry or the sweeper takes the record over.
 	PayLease time.Duration `env:"PAY_LEASE" envDefault:"10s"`
@@ -154,8 +150,6 @@ func (c Orders) Validate() error {
 	ck.positive("RECONCILE_RECHECK", c.ReconcileRecheck)
 	ck.positive("RECONCILE_LOOKBACK", c.ReconcileLookback)
 	ck.atLeastOne("RECONCILE_BATCH", int64(c.ReconcileBatch))
-	ck.positive("CALLBACK_LOCK_TTL", c.CallbackLockTTL)
-	ck.notNegative("CALLBACK_LOCK_WAIT", c.CallbackLockWait)
 	ck.positive("PAY_LEASE", c.PayLease)
 	ck.positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
 	if c.PaymentsTimeout >= c.PayLease {

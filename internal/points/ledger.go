@@ -8,7 +8,7 @@ package points
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -140,15 +140,18 @@ func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
 	}
 	sorted := slices.Clone(credits)
 	slices.SortFunc(sorted, func(a, b Credit) int { return strings.Compare(a.BizID, b.BizID) })
-	in, err := json.Marshal(sorted)
-	if err != nil {
-		return nil, fmt.Errorf("encode credits: %w", err)
+	n := len(sorted)
+	bizIDs, users, deltas, reasons := make([]string, n), make([]int64, n), make([]int64, n), make([]string, n)
+	for i, c := range sorted {
+		bizIDs[i], users[i], deltas[i], reasons[i] = c.BizID, c.UserID, c.Delta, c.Reason
 	}
 	var inserted []string
-	err = tx.Raw(`WITH ins AS (
+	// One array per column, unnested side by side, rather than one JSON document: no JSON to marshal
+	// here and to parse there, which was about a sixth of the statement's time for a batch of 100.
+	err := tx.Raw(`WITH ins AS (
 		INSERT INTO points_ledger (biz_id, user_id, delta, reason)
 		SELECT biz_id, user_id, delta, reason
-		FROM jsonb_to_recordset(?::jsonb) AS c(biz_id text, user_id bigint, delta bigint, reason text)
+		FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::text[]) AS c(biz_id, user_id, delta, reason)
 		ON CONFLICT (biz_id) DO NOTHING
 		RETURNING biz_id, user_id, delta
 	), balances AS (
@@ -157,7 +160,8 @@ func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
 		ON CONFLICT (user_id) DO UPDATE
 		SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()
 	)
-	SELECT biz_id FROM ins`, string(in)).Scan(&inserted).Error
+	SELECT biz_id FROM ins`, pgArray[string](bizIDs), pgArray[int64](users), pgArray[int64](deltas), pgArray[string](reasons)).
+		Scan(&inserted).Error
 	if err != nil {
 		return nil, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
 	}
@@ -166,6 +170,13 @@ func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
 	}
 	return applied, nil
 }
+
+// pgArray passes a slice to pgx as one array parameter. GORM would expand a bare slice in Raw into a
+// list of parameters (for IN (?)); a driver.Valuer is passed as it is, and pgx encodes the slice.
+type pgArray[T any] []T
+
+// Value implements driver.Valuer.
+func (a pgArray[T]) Value() (driver.Value, error) { return []T(a), nil }
 
 // Reversal takes back the credit of an order whose payment was refunded in full (order.refunded).
 type Reversal struct {

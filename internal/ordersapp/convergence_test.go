@@ -21,6 +21,7 @@ import (
 	"idemshop/internal/payclient"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
 )
@@ -402,13 +403,28 @@ func TestAuditFailureNeverRollsBackThePayment(t *testing.T) {
 		BEGIN RAISE EXCEPTION 'audit refused'; END $$`).Error)
 	require.NoError(t, env.DB.Exec(`CREATE TRIGGER refuse_audit BEFORE INSERT ON payment_callbacks
 		FOR EACH ROW WHEN (NEW.event_id = 'evt-audit-fails') EXECUTE FUNCTION refuse_audit()`).Error)
-	rp := newReplica(t, env, replicaOpts{})
+	// One connection, so that the next callback reuses the one the failed audit batch left behind.
+	db, err := postgres.Open(context.Background(), env.DatabaseURL, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	rp := newReplica(t, env, replicaOpts{db: db})
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 1)
+	next, nextAmount := rp.newOrder(alice, 1, 1)
 
 	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-audit-fails"))})
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
-	assert.Equal(t, before-1, stockOf(t, env.DB, 1))
 	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
 	assert.Zero(t, count(t, env.DB, "payment_callbacks", "order_id = ?", id))
+
+	// The connection is still good for the next callback, audit row and all.
+	assertAcked(t, []response{rp.postCallback(callbackFor(next, callback.StatusSuccess, nextAmount, "evt-audit-next"))})
+	assert.Equal(t, "PAID", statusOf(t, env.DB, next))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", next))
+	assert.Equal(t, before-2, stockOf(t, env.DB, 1))
 }

@@ -114,9 +114,9 @@ type Service struct {
 }
 
 // NewService returns a Service that applies callbacks with applier (Guarded, except in the lab). lock
-// may be nil (production's choice: no lock), sink (which is told every callback's outcome) too, and wake (called
-// after each commit that may have inserted outbox rows: the in-process relay's Wake) too; the others
-// must not be.
+// may be nil (production's choice: no lock), sink (which is told every callback's outcome) too, and
+// wake (called after each commit that may have inserted outbox rows: the in-process relay's Wake) too;
+// the others must not be.
 func NewService(db *gorm.DB, repo *orders.Repository, verifier paysig.Verifier, lock OrderLock, m *Metrics, applier Applier,
 	sink decisions.Sink, wake func()) (*Service, error) {
 	if db == nil || repo == nil || m == nil || len(verifier.Secret) == 0 || applier.apply == nil {

@@ -89,13 +89,14 @@ type OrderLock interface {
 type Applier struct {
 	name  string
 	apply func(s *Service, ctx context.Context, tx *gorm.DB, cb Callback, o orders.Order) (Outcome, string, error)
-	// resendFastPath answers a resend of an event the order already reflects from its audit row,
-	// before the lock and the transaction. It is a guard too, so S1's twin runs without it.
+	// resendFastPath answers a resend of an event the order already reflects from the order's read
+	// alone, without the conditional UPDATE and its row lock. It is a guard too, so S1's twin runs
+	// without it.
 	resendFastPath bool
 }
 
 // Guarded is the applier of production: the state-machine UPDATE decides, the stock decrement is
-// conditional, and a resend is answered without a transaction.
+// conditional, and a resend is answered from the order's read.
 var Guarded = Applier{name: "guarded", apply: (*Service).apply, resendFastPath: true}
 
 // Service applies payment callbacks.
@@ -167,66 +168,59 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	}
 	lg = lg.With("event_id", cb.EventID, "order_id", orderID, "payment_id", cb.PaymentID, "callback_status", cb.Status)
 
-	// 3. The order must exist, and the money must match it.
-	o, err := s.orders.Lookup(ctx, s.db, orderID)
-	if err != nil {
-		reason := "unknown order"
-		if !errors.Is(err, orders.ErrOrderNotFound) {
-			reason = "error reading the order: " + err.Error()
-		}
-		s.reject(ctx, lg, cb, true, reason)
-		return OutcomeRejected, err
-	}
-	if !amountMatches(cb, o) {
-		lg.Error("ALERT: payment callback amount or currency does not match the order",
-			"alert", "amount_mismatch", "callback_amount_cents", cb.AmountCents, "callback_currency", cb.Currency,
-			"order_amount_cents", o.AmountCents, "order_currency", o.Currency)
-		s.reject(ctx, lg, cb, true, "amount or currency mismatch")
-		return OutcomeRejected, ErrAmountMismatch
-	}
-
-	// A resend that arrives after its twin committed needs no lock and no transaction: an order's status
-	// only moves forward, so if it already has the status this callback asks for, nothing this callback
-	// could do would change it. (Skipping on a stale read is safe here, acting on one would not be: the
-	// conditional UPDATE below stays the only way anything is applied.)
-	if s.applier.resendFastPath && already(cb.Status, o.Status) {
-		s.audit(ctx, lg, cb, orderID, true, OutcomeDuplicate, "already "+string(o.Status))
-		s.metrics.count(OutcomeDuplicate)
-		s.report(cb, orderID, OutcomeDuplicate, "already "+string(o.Status))
-		lg.Info("payment callback", "outcome", OutcomeDuplicate, "reason", "already "+string(o.Status))
-		return OutcomeDuplicate, nil
-	}
-
-	// 4. No lock: copies that got this far (they read the order before the first copy committed) wait on
-	// the order's row lock in the UPDATE below, and each then finds the row already moved. Only the lab's
-	// S5 twin takes a lock here.
+	// 3. No lock: copies that read the order before the first copy committed wait on the order's row
+	// lock in the conditional UPDATE, and each then finds the row already moved. Only the lab's S5 twin
+	// takes a lock here.
 	if s.lock != nil {
-		if unlock, err := s.lock.Lock(ctx, o.ID); err != nil {
+		if unlock, err := s.lock.Lock(ctx, orderID); err != nil {
 			lg.Debug("lock unavailable; the database path alone decides", "err", err)
 		} else {
 			defer unlock()
 		}
 	}
 
-	// 5. ONE transaction: the conditional UPDATE decides, and the side effects follow only if it changed
-	// the row. The audit row commits with them, in the round trip of the COMMIT, but behind a savepoint:
-	// it is a log, and a log that cannot be written must never roll the business change back (nor make
-	// every resend fail the same way). If it could not be written there, it is written after the commit.
+	// 4. ONE transaction, opened with the order's read (one round trip for both). The order must exist
+	// and the money must match it. Then the conditional UPDATE decides, and the side effects follow only
+	// if it changed the row. The audit row commits with them, in the round trip of the COMMIT, but behind
+	// a savepoint: it is a log, and a log that cannot be written must never roll the business change
+	// back (nor make every resend fail the same way). If it could not be written there, it is written
+	// after the commit.
+	var o orders.Order
 	var outcome Outcome
 	var reason string
 	auditLater := false
 	err = pgtx.Run(ctx, s.db, func(t *pgtx.Tx) error {
-		if err := t.Exec(ctx, "BEGIN"); err != nil {
+		var err error
+		if o, err = s.orders.BeginAndLookup(ctx, t, orderID); err != nil {
 			return err
 		}
-		var err error
-		outcome, reason, err = s.applier.apply(s, ctx, t.Work, cb, o)
-		if err != nil {
+		if !amountMatches(cb, o) {
+			return ErrAmountMismatch
+		}
+		// A resend that arrives after its twin committed changes nothing and takes no row lock: an
+		// order's status only moves forward, so if it already has the status this callback asks for,
+		// nothing this callback could do would change it. Its audit row commits alone. (Skipping on a
+		// stale read is safe here, acting on one would not be: the conditional UPDATE stays the only way
+		// anything is applied.)
+		if s.applier.resendFastPath && already(cb.Status, o.Status) {
+			outcome, reason = OutcomeDuplicate, "already "+string(o.Status)
+		} else if outcome, reason, err = s.applier.apply(s, ctx, t.Work, cb, o); err != nil {
 			return err // pgtx.Run rolls the transaction back
 		}
 		auditLater, err = commitWithAudit(ctx, t, lg, auditArgs(cb, orderID, true, outcome, reason))
 		return err
 	})
+	switch {
+	case errors.Is(err, orders.ErrOrderNotFound):
+		s.reject(ctx, lg, cb, true, "unknown order")
+		return OutcomeRejected, err
+	case errors.Is(err, ErrAmountMismatch):
+		lg.Error("ALERT: payment callback amount or currency does not match the order",
+			"alert", "amount_mismatch", "callback_amount_cents", cb.AmountCents, "callback_currency", cb.Currency,
+			"order_amount_cents", o.AmountCents, "order_currency", o.Currency)
+		s.reject(ctx, lg, cb, true, "amount or currency mismatch")
+		return OutcomeRejected, err
+	}
 	if err != nil {
 		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction. A
 		// transient failure (the order or product row stayed locked past DB_LOCK_TIMEOUT in a storm on one
@@ -313,7 +307,7 @@ func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, 
 func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string, decrement stockStep) (Outcome, string, error) {
 	// One UPDATE decides the race: the row lock admits one writer at a time, and only the first still
 	// finds PENDING or PAYING. Every other copy of this event sees 0 rows.
-	paid, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusPaid, paymentID)
+	paid, refundedCents, err := s.orders.Pay(ctx, tx, o.ID, paymentID)
 	if err != nil {
 		return "", "", err
 	}
@@ -349,7 +343,11 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 		return "", "", err
 	}
 	// The platform may have refunded this payment before its SUCCESS reached us (a delayed delivery):
-	// that refund was recorded then, and is owed now.
+	// that refund was recorded then, and is owed now. Pay returned the refunded total, so the common
+	// case (nothing refunded) costs no read.
+	if refundedCents < o.AmountCents {
+		return OutcomeApplied, "paid", nil
+	}
 	refunded, err := s.settleRefunds(ctx, tx, o)
 	if err != nil {
 		return "", "", err

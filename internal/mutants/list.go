@@ -137,6 +137,15 @@ var List = []Mutant{
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuditFailureNeverRollsBackThePayment$",
 	},
+	{
+		// The refunded total comes back with the PAID transition (Repository.Pay); a SUCCESS that ignores
+		// it leaves an order refunded before its SUCCESS arrived PAID, its money gone and its stock taken.
+		ID: "pay-refund-owed", Guard: "pay: refund owed",
+		File:        "internal/callback/callback.go",
+		Original:    "\tif refundedCents < o.AmountCents {\n",
+		Replacement: "\tif refundedCents < o.AmountCents || true {\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundBeforeItsSuccessEndsRefunded$",
+	},
 
 	// ── Signatures (internal/paysig) ──
 	{

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
+
+	"idemshop/internal/platform/pgtx"
 )
 
 // Repository holds the orders SQL.
@@ -111,6 +114,25 @@ func (r *Repository) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, 
 	return o, nil
 }
 
+// BeginAndLookup opens t's transaction and reads order id in the same round trip (pgtx.Tx.Begin): the
+// first read of a transaction that will change the order costs no round trip of its own for the
+// BEGIN. It is Lookup's read (no lock: the conditional UPDATEs that follow decide), with Lookup's
+// errors: ErrOrderNotFound, or the read's error wrapped.
+func (r *Repository) BeginAndLookup(ctx context.Context, t *pgtx.Tx, id int64) (Order, error) {
+	var o Order
+	err := t.Begin(ctx, `SELECT id, user_id, status, product_id, quantity, amount_cents, currency, payment_id,
+		refunded_cents, created_at, updated_at FROM orders WHERE id = $1`, []any{id},
+		&o.ID, &o.UserID, &o.Status, &o.ProductID, &o.Quantity, &o.AmountCents, &o.Currency, &o.PaymentID,
+		&o.RefundedCents, &o.CreatedAt, &o.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, ErrOrderNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("read order %d: %w", id, err)
+	}
+	return o, nil
+}
+
 // Transition moves order id to status to, if and only if its current status is one the transition
 // table allows; paymentID, when not empty, is recorded if the order has none yet. It reports whether
 // the row changed. This single conditional UPDATE is the guard against duplicate and out-of-order
@@ -128,6 +150,25 @@ func (r *Repository) Transition(ctx context.Context, tx *gorm.DB, id int64, to S
 		return false, fmt.Errorf("order %d → %s: %w", id, to, res.Error)
 	}
 	return res.RowsAffected == 1, nil
+}
+
+// Pay is Transition to PAID (the same conditional UPDATE, the same guard) that also returns the
+// order's refunded total (cents) as the UPDATE left it. The row lock is held from the UPDATE on, so
+// the figure is current: the caller learns without another read whether a refund that arrived before
+// this SUCCESS is owed now. When paid is false the row did not change and refundedCents is 0.
+func (r *Repository) Pay(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (paid bool, refundedCents int64, err error) {
+	var refunded []int64
+	err = tx.WithContext(ctx).Raw(`UPDATE orders
+		SET status = ?, payment_id = COALESCE(payment_id, NULLIF(?, '')), updated_at = now()
+		WHERE id = ? AND status IN ? RETURNING refunded_cents`, StatusPaid, paymentID, id, AllowedFrom(StatusPaid)).
+		Scan(&refunded).Error
+	if err != nil {
+		return false, 0, fmt.Errorf("order %d → %s: %w", id, StatusPaid, err)
+	}
+	if len(refunded) == 0 {
+		return false, 0, nil
+	}
+	return true, refunded[0], nil
 }
 
 // TransitionFrom moves order id from exactly status from to status to, if the table allows that move, and

@@ -61,6 +61,21 @@ func (t *Tx) Batch(ctx context.Context, queue func(*pgx.Batch), read func(pgx.Ba
 	})
 }
 
+// Begin opens the transaction and runs its first query in the same round trip: BEGIN and query are
+// sent in one batch, and the query's one row is scanned into dest. No row is pgx.ErrNoRows. Whatever
+// it returns, a transaction may be open, and Run's end rolls back one that nobody committed.
+func (t *Tx) Begin(ctx context.Context, query string, args []any, dest ...any) error {
+	return t.Batch(ctx, func(b *pgx.Batch) {
+		b.Queue("BEGIN")
+		b.Queue(query, args...)
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("pgtx: begin: %w", err)
+		}
+		return br.QueryRow().Scan(dest...)
+	})
+}
+
 // Exec sends statements (without parameters: BEGIN, ROLLBACK TO SAVEPOINT, COMMIT) in one round trip,
 // over the simple query protocol, and returns the first error. The simple protocol prepares nothing, so
 // it also works on a transaction a failed batch left aborted, where pgx cannot yet prepare again

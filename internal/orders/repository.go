@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -157,18 +158,18 @@ func (r *Repository) Transition(ctx context.Context, tx *gorm.DB, id int64, to S
 // the figure is current: the caller learns without another read whether a refund that arrived before
 // this SUCCESS is owed now. When paid is false the row did not change and refundedCents is 0.
 func (r *Repository) Pay(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (paid bool, refundedCents int64, err error) {
-	var refunded []int64
+	// Row().Scan, not Raw().Scan: GORM's Scan renders every statement's SQL text for its logger.
 	err = tx.WithContext(ctx).Raw(`UPDATE orders
 		SET status = ?, payment_id = COALESCE(payment_id, NULLIF(?, '')), updated_at = now()
 		WHERE id = ? AND status IN ? RETURNING refunded_cents`, StatusPaid, paymentID, id, AllowedFrom(StatusPaid)).
-		Scan(&refunded).Error
+		Row().Scan(&refundedCents)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, 0, nil
+	}
 	if err != nil {
 		return false, 0, fmt.Errorf("order %d → %s: %w", id, StatusPaid, err)
 	}
-	if len(refunded) == 0 {
-		return false, 0, nil
-	}
-	return true, refunded[0], nil
+	return true, refundedCents, nil
 }
 
 // TransitionFrom moves order id from exactly status from to status to, if the table allows that move, and
@@ -189,14 +190,13 @@ func (r *Repository) TransitionFrom(ctx context.Context, tx *gorm.DB, id int64, 
 // Refunded returns order id's refunded total (cents) and status, read inside tx. The caller holds the
 // order's row lock (it changed the row in this transaction), so the two agree with what it wrote.
 func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64, Status, error) {
-	var row struct {
-		RefundedCents int64
-		Status        Status
-	}
-	if err := tx.WithContext(ctx).Raw(`SELECT refunded_cents, status FROM orders WHERE id = ?`, id).Scan(&row).Error; err != nil {
+	var refunded int64
+	var status Status
+	if err := tx.WithContext(ctx).Raw(`SELECT refunded_cents, status FROM orders WHERE id = ?`, id).
+		Row().Scan(&refunded, &status); err != nil {
 		return 0, "", fmt.Errorf("read refunds of order %d: %w", id, err)
 	}
-	return row.RefundedCents, row.Status, nil
+	return refunded, status, nil
 }
 
 // RecordRefund adds one refund event of amountCents to order id, once per eventID (the event's primary
@@ -262,7 +262,7 @@ func (r *Repository) DecrementStock(ctx context.Context, tx *gorm.DB, productID 
 // Status returns order id's current status, read in tx (inside a transaction, after its own writes).
 func (r *Repository) Status(ctx context.Context, tx *gorm.DB, id int64) (Status, error) {
 	var st Status
-	if err := tx.WithContext(ctx).Raw(`SELECT status FROM orders WHERE id = ?`, id).Scan(&st).Error; err != nil {
+	if err := tx.WithContext(ctx).Raw(`SELECT status FROM orders WHERE id = ?`, id).Row().Scan(&st); err != nil {
 		return "", fmt.Errorf("read status of order %d: %w", id, err)
 	}
 	return st, nil

@@ -6,6 +6,7 @@ package auth
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -49,12 +50,15 @@ func (a *Authenticator) Lookup(ctx context.Context, token string) (User, error) 
 		return User{}, problem.ErrUnauthorized
 	}
 	var u User
-	res := a.db.WithContext(ctx).Raw(`SELECT id, name FROM users WHERE token_hash = ?`, TokenHash(token)).Scan(&u)
-	if res.Error != nil {
-		return User{}, fmt.Errorf("look up token: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
+	// Row().Scan, not Raw().Scan: GORM's Scan renders the SQL text of every statement for its logger,
+	// and this one runs on every authenticated request.
+	err := a.db.WithContext(ctx).Raw(`SELECT id, name FROM users WHERE token_hash = ?`, TokenHash(token)).
+		Row().Scan(&u.ID, &u.Name)
+	if errors.Is(err, sql.ErrNoRows) {
 		return User{}, problem.ErrUnauthorized
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("look up token: %w", err)
 	}
 	return u, nil
 }

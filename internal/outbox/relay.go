@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
 	"idemshop/internal/decisions"
+	"idemshop/internal/platform/pgtx"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/retry"
 )
@@ -273,18 +275,33 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-ch
 	work := context.WithoutCancel(ctx)
 	var n int
 	var publishErr error
-	err := r.db.WithContext(work).Transaction(func(tx *gorm.DB) error {
+	// Two round trips to the database per batch, each a pgx batch (pgtx): BEGIN with the SELECT that
+	// locks the rows, then the marks with the COMMIT. A mark that fails aborts the transaction, and
+	// PostgreSQL skips the COMMIT queued behind it; Run's end rolls it back.
+	err := pgtx.Run(work, r.db, func(t *pgtx.Tx) error {
 		var rows []pendingRow
 		// SKIP LOCKED: rows another relay is publishing right now are not ours to wait for.
-		err := tx.Raw(`SELECT id, event_id::text AS event_id, routing_key, payload::text AS payload, created_at
-			FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
-			r.cfg.BatchSize).Scan(&rows).Error
+		err := t.Batch(work, func(b *pgx.Batch) {
+			b.Queue("BEGIN")
+			b.Queue(`SELECT id, event_id::text, routing_key, payload::text, created_at
+				FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
+		}, func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			found, err := br.Query()
+			if err != nil {
+				return err
+			}
+			rows, err = pgx.CollectRows(found, pgx.RowToStructByPos[pendingRow])
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("lock pending outbox rows: %w", err)
 		}
 		n = len(rows)
 		if n == 0 {
-			return nil
+			return nil // nothing locked: Run's end rolls the empty transaction back
 		}
 		confirmed, failed, perr := r.publish(work, ch, returns, rows)
 		publishErr = perr
@@ -293,21 +310,31 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-ch
 				return err
 			}
 		}
-		if len(confirmed) > 0 {
-			if err := tx.Exec(`UPDATE outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL
-				WHERE id IN ?`, confirmed).Error; err != nil {
-				return fmt.Errorf("mark outbox rows published: %w", err)
+		return t.Batch(work, func(b *pgx.Batch) {
+			if len(confirmed) > 0 {
+				b.Queue(`UPDATE outbox SET published_at = now(), attempts = attempts + 1, last_error = NULL
+					WHERE id = ANY($1)`, confirmed)
 			}
-		}
-		if len(failed) > 0 {
 			for msg, ids := range failed {
-				if err := tx.Exec(`UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id IN ?`,
-					msg, ids).Error; err != nil {
+				b.Queue(`UPDATE outbox SET attempts = attempts + 1, last_error = $1 WHERE id = ANY($2)`, msg, ids)
+			}
+			b.Queue("COMMIT")
+		}, func(br pgx.BatchResults) error {
+			if len(confirmed) > 0 {
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("mark outbox rows published: %w", err)
+				}
+			}
+			for range failed {
+				if _, err := br.Exec(); err != nil {
 					return fmt.Errorf("record outbox publish failure: %w", err)
 				}
 			}
-		}
-		return nil
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("commit outbox marks: %w", err)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return n, err
@@ -424,7 +451,7 @@ func (r *Relay) updatePending(ctx context.Context) {
 	}
 	r.pendingAt = time.Now()
 	var n int64
-	if err := r.db.WithContext(ctx).Raw(`SELECT count(*) FROM outbox WHERE published_at IS NULL`).Scan(&n).Error; err != nil {
+	if err := r.db.WithContext(ctx).Raw(`SELECT count(*) FROM outbox WHERE published_at IS NULL`).Row().Scan(&n); err != nil {
 		return // the next poll tries again; a failing database also ends the session there
 	}
 	r.metrics.pending.Set(float64(n))

@@ -35,7 +35,9 @@ import (
 // messages each), each side's rate being its messages over its summed drain time. A dedup round
 // starts a fresh consumer on the backlog: its time includes the consumer's connect (dial, declare,
 // prefetch, subscribe; a few milliseconds), which is part of what a consumer started on a backlog
-// costs; the bare loop subscribes on an open connection.
+// costs. A bare round pays the same: it dials, declares the same topology and subscribes in its timed
+// section too, so that the ratio weighs the dedup and nothing else. (It used to subscribe on an open
+// connection, which charged the dedup side with a connect the bare side did not make.)
 //
 // Both run in this process, like the lab's S6, on broker objects and Redis keys named after the run,
 // so the demo points-consumer never sees these messages. The latency figures are completion times:
@@ -129,18 +131,16 @@ func (r *runner) consumer(ctx context.Context) []Result {
 		if dedupSide {
 			s, err = r.drainDedup(ctx, ccfg, f.UserID, want, within)
 		} else {
-			s, err = drainBare(ctx, conn, top.Queue, def.Prefetch, want, within)
+			s, err = drainBare(ctx, env.AMQPURL, top, def.Prefetch, want, within)
 		}
 		if err != nil {
 			return err
 		}
-		leftover = 0
-		if dedupSide {
-			if leftover, err = stableReady(ctx, conn, top.Queue); err != nil {
-				return err
-			}
-			returned += leftover
+		// Either side closes its connection at the end of its round, and may leave messages behind.
+		if leftover, err = stableReady(ctx, conn, top.Queue); err != nil {
+			return err
 		}
+		returned += leftover
 		if into != nil {
 			into.merge(s)
 		}
@@ -302,18 +302,27 @@ func (r *runner) drainDedup(ctx context.Context, cfg points.ConsumerConfig, user
 }
 
 // drainBare consumes n messages and acks each one, doing nothing else: the broker's own ceiling.
-func drainBare(ctx context.Context, conn *amqp.Connection, queue string, prefetch, n int, within time.Duration) (*sample, error) {
+func drainBare(ctx context.Context, amqpURL string, top rabbitmq.Topology, prefetch, n int, within time.Duration) (*sample, error) {
+	s := newSample()
+	start := time.Now()
+	// Connected as points.Consumer's session connects: dial, channel, declare, prefetch, subscribe.
+	conn, err := rabbitmq.Dial(ctx, amqpURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, err
 	}
 	defer ch.Close()
+	if err := rabbitmq.Declare(ch, top); err != nil {
+		return nil, err
+	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return nil, err
 	}
-	s := newSample()
-	start := time.Now()
-	ds, err := ch.ConsumeWithContext(ctx, queue, "", false, false, false, false, nil)
+	ds, err := ch.ConsumeWithContext(ctx, top.Queue, "", false, false, false, false, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -68,8 +68,8 @@ var List = []Mutant{
 	{
 		ID: "transition-where", Guard: "transition: priors",
 		File:        "internal/orders/repository.go",
-		Original:    "WHERE id = ? AND status IN ?`, to, paymentID, id, from)",
-		Replacement: "WHERE id = ?`, to, paymentID, id)",
+		Original:    "WHERE id = ? AND status IN ? RETURNING refunded_cents`, to, paymentID, id, from)",
+		Replacement: "WHERE id = ? RETURNING refunded_cents`, to, paymentID, id)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOutOfOrderCallbacks$",
 	},
 	{

@@ -140,34 +140,35 @@ func (r *Repository) BeginAndLookup(ctx context.Context, t *pgtx.Tx, id int64) (
 // events: the row lock makes concurrent callers queue, and only the first still finds an allowed prior
 // status, so exactly one of any number of identical events sees true.
 func (r *Repository) Transition(ctx context.Context, tx *gorm.DB, id int64, to Status, paymentID string) (bool, error) {
-	from := AllowedFrom(to)
-	if len(from) == 0 {
-		return false, ErrIllegalTransition{To: to}
-	}
-	res := tx.WithContext(ctx).Exec(`UPDATE orders
-		SET status = ?, payment_id = COALESCE(payment_id, NULLIF(?, '')), updated_at = now()
-		WHERE id = ? AND status IN ?`, to, paymentID, id, from)
-	if res.Error != nil {
-		return false, fmt.Errorf("order %d → %s: %w", id, to, res.Error)
-	}
-	return res.RowsAffected == 1, nil
+	changed, _, err := r.transition(ctx, tx, id, to, paymentID)
+	return changed, err
 }
 
-// Pay is Transition to PAID (the same conditional UPDATE, the same guard) that also returns the
-// order's refunded total (cents) as the UPDATE left it. The row lock is held from the UPDATE on, so
-// the figure is current: the caller learns without another read whether a refund that arrived before
-// this SUCCESS is owed now. When paid is false the row did not change and refundedCents is 0.
+// Pay is Transition to PAID that also returns the order's refunded total (cents) as the UPDATE left it.
+// The row lock is held from the UPDATE on, so the figure is current: the caller learns without another
+// read whether a refund that arrived before this SUCCESS is owed now. When paid is false the row did
+// not change and refundedCents is 0.
 func (r *Repository) Pay(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (paid bool, refundedCents int64, err error) {
+	return r.transition(ctx, tx, id, StatusPaid, paymentID)
+}
+
+// transition is the one statement of the state machine (Transition, Pay). RETURNING hands back the
+// refunded total of the row it changed, and no row when it changed none.
+func (r *Repository) transition(ctx context.Context, tx *gorm.DB, id int64, to Status, paymentID string) (bool, int64, error) {
+	from := AllowedFrom(to)
+	if len(from) == 0 {
+		return false, 0, ErrIllegalTransition{To: to}
+	}
 	// Row().Scan, not Raw().Scan: GORM's Scan renders every statement's SQL text for its logger.
-	err = tx.WithContext(ctx).Raw(`UPDATE orders
+	var refundedCents int64
+	err := tx.WithContext(ctx).Raw(`UPDATE orders
 		SET status = ?, payment_id = COALESCE(payment_id, NULLIF(?, '')), updated_at = now()
-		WHERE id = ? AND status IN ? RETURNING refunded_cents`, StatusPaid, paymentID, id, AllowedFrom(StatusPaid)).
-		Row().Scan(&refundedCents)
+		WHERE id = ? AND status IN ? RETURNING refunded_cents`, to, paymentID, id, from).Row().Scan(&refundedCents)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, 0, nil
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("order %d → %s: %w", id, StatusPaid, err)
+		return false, 0, fmt.Errorf("order %d → %s: %w", id, to, err)
 	}
 	return true, refundedCents, nil
 }

@@ -268,9 +268,13 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 	res.Measured.Errors = insErr.errs
 	res.Measured.ErrorMsg = insErr.errMsgs
 	res.Measured.RPS = round(achieved)
-	target := outboxTarget(rate)
-	res.Target = fmt.Sprintf("p99 < %g ms", target)
-	res.TargetMet = res.P99ms < target && missing == 0
+	// Issue 16's targets are the shop's path's. Rows nobody announces wait for the relay's poll by
+	// design (OUTBOX_POLL_INTERVAL), so the external measures are shown for reference, without one.
+	if writer == shopWriter {
+		target := outboxTarget(rate)
+		res.Target = fmt.Sprintf("p99 < %g ms", target)
+		res.TargetMet = res.P99ms < target && missing == 0
+	}
 	ws := insErr.stats()
 	res.Note = fmt.Sprintf("%d events written at %.0f/s (rps = achieved write rate, baseline_rps = the set rate), "+
 		"the first %d (%s) a warm-up whose lags are not counted; the write alone: p50 %.2f, p99 %.2f ms; "+

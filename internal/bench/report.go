@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// noTarget is the target cell of a measure shown for reference only (Result.Target empty).
+const noTarget = "none (reference)"
+
 // WriteText prints the report as a table, then the growth and memory figures.
 func WriteText(w io.Writer, rep Report) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -21,12 +24,15 @@ func WriteText(w io.Writer, rep Report) {
 			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\t\t\t\t\t\t\t\n", r.Name, r.Error)
 			continue
 		}
-		met := "met"
-		if !r.TargetMet {
-			met = "MISSED"
+		target := r.Target + " met"
+		switch {
+		case r.Target == "":
+			target = noTarget
+		case !r.TargetMet:
+			target = r.Target + " MISSED"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t%s %s\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t\n", r.Name, r.RPS, r.BaselineRPS,
-			r.Ratio, r.Target, met, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.Errors, r.Violations)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t\n", r.Name, r.RPS, r.BaselineRPS,
+			r.Ratio, target, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.Errors, r.Violations)
 	}
 	_ = tw.Flush()
 	for _, r := range rep.Results {
@@ -155,7 +161,7 @@ concurrency {{.R.Config.Concurrency}} · {{printf "%.1f" .R.Seconds}} s.
 <table><tr><th class="l">measure</th><th>rps</th><th>baseline rps</th><th>ratio</th><th class="l">target</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>errors</th><th>violations</th></tr>
 {{range .R.Results}}<tr><td class="l"><a href="#{{.Name}}">{{.Name}}</a></td>{{if .Error}}<td class="l bad" colspan="10">{{.Error}}</td>{{else}}
 <td>{{printf "%.1f" .RPS}}</td><td>{{printf "%.1f" .BaselineRPS}}</td><td>{{printf "%.2f" .Ratio}}</td>
-<td class="l {{if .TargetMet}}ok{{else}}bad{{end}}">{{.Target}} {{if .TargetMet}}met{{else}}missed{{end}}</td>
+{{if .Target}}<td class="l {{if .TargetMet}}ok{{else}}bad{{end}}">{{.Target}} {{if .TargetMet}}met{{else}}missed{{end}}</td>{{else}}<td class="l">none (reference)</td>{{end}}
 <td>{{printf "%.2f" .P50ms}}</td><td>{{printf "%.2f" .P90ms}}</td><td>{{printf "%.2f" .P99ms}}</td><td>{{printf "%.2f" .MaxMs}}</td>
 <td>{{.Errors}}</td><td class="{{if .Violations}}bad{{else}}ok{{end}}">{{.Violations}}</td>{{end}}</tr>
 {{end}}</table>

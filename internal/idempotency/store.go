@@ -51,7 +51,7 @@ type Claim struct {
 // Claim takes the record for s: it inserts a PROCESSING record, or takes over one with the same
 // fingerprint that is FAILED_RETRYABLE or PROCESSING past its lease. lease is how long the claimer is
 // presumed alive (locked_until = now + lease). sub is written on a new record, for the workers that
-// find it later (Stuck, Unfinished, CountByState).
+// find it later (Stuck, Unfinished, CountUnfinished).
 //
 // fence is the fencing token from the Redis lock; a takeover needs the stored fence to be lower, so
 // tokens only ever grow in the row. fence = 0 means Redis is unavailable: the database issues the token
@@ -171,14 +171,18 @@ func (st *Store) NoteUnanswered(ctx context.Context, id, fence int64) (int, erro
 	return n[0], nil
 }
 
-// CountByState returns how many records of kind are in each state.
-func (st *Store) CountByState(ctx context.Context, kind string) (map[State]int64, error) {
+// CountUnfinished returns how many records of kind are PROCESSING and FAILED_RETRYABLE. Only those:
+// the WHERE clause is the predicate of the partial index idempotency_keys_kind_state_idx, so the count
+// reads the unfinished records alone. Counting the finished ones too read every key of the retention
+// window on every call (a sequential scan: at 5M keys, a sweep every 5 s raised the create route's p99
+// by half; docs/performance.md).
+func (st *Store) CountUnfinished(ctx context.Context, kind string) (map[State]int64, error) {
 	var rows []struct {
 		State State
 		N     int64
 	}
 	err := st.db.WithContext(ctx).Raw(`SELECT state, count(*) AS n FROM idempotency_keys
-		WHERE kind = ? GROUP BY state`, kind).Scan(&rows).Error
+		WHERE kind = ? AND state IN ('PROCESSING', 'FAILED_RETRYABLE') GROUP BY state`, kind).Find(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("count idempotency records: %w", err)
 	}

@@ -175,7 +175,7 @@ func TestFinishNeverRewritesAFinalRecord(t *testing.T) {
 }
 
 // The workers find pay records by their subject, in columns: the claim writes kind and order_id, and
-// Stuck, Unfinished and CountByState look at the kind only, whatever the path says.
+// Stuck, Unfinished and CountUnfinished look at the kind only, whatever the path says.
 func TestRecordsAreFoundByKind(t *testing.T) {
 	st, env := newStore(t)
 	ctx := context.Background()
@@ -202,7 +202,13 @@ func TestRecordsAreFoundByKind(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, unfinished, 1)
 	assert.Equal(t, a.Record.ID, unfinished[0].ID)
-	counts, err := st.CountByState(ctx, idempotency.KindPay)
+	counts, err := st.CountUnfinished(ctx, idempotency.KindPay)
 	require.NoError(t, err)
 	assert.Equal(t, map[idempotency.State]int64{idempotency.StateProcessing: 1}, counts)
+
+	// A finished record is not counted (the count reads the partial index of unfinished records).
+	require.NoError(t, st.Finish(ctx, env.DB, a.Record.ID, a.Record.Fence, idempotency.StateCompleted, 201, []byte(`{}`)))
+	counts, err = st.CountUnfinished(ctx, idempotency.KindPay)
+	require.NoError(t, err)
+	assert.Empty(t, counts)
 }

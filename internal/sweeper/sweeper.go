@@ -62,7 +62,7 @@ func NewSweeper(payer *pay.Payer, store *idempotency.Store, platform *payclient.
 		}, []string{"result"}),
 		records: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idemshop_pay_records",
-			Help: "Pay idempotency records by state, as of the last sweep.",
+			Help: "Unfinished pay idempotency records (PROCESSING, FAILED_RETRYABLE) by state, as of the last sweep.",
 		}, []string{"status"}),
 	}
 	// Every series exists from the start, at 0.
@@ -76,9 +76,10 @@ func NewSweeper(payer *pay.Payer, store *idempotency.Store, platform *payclient.
 	return s, nil
 }
 
-// recordStates are the states idemshop_pay_records reports.
-var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.StateCompleted,
-	idempotency.StateFailedRetryable, idempotency.StateFailedPermanent}
+// recordStates are the states idemshop_pay_records reports: the unfinished ones, which the sweeper
+// and an operator watch. The finished ones are not counted: that read every key of the retention
+// window on every sweep (Store.CountUnfinished).
+var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.StateFailedRetryable}
 
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
 // the record gauge. It returns how many records it repaired by result.
@@ -102,7 +103,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	if err := s.refunds.RunOnce(ctx); err != nil {
 		s.logger.Error("sweeper: refunds failed", "err", err)
 	}
-	counts, err := s.store.CountByState(ctx, idempotency.KindPay)
+	counts, err := s.store.CountUnfinished(ctx, idempotency.KindPay)
 	if err != nil {
 		return done, err
 	}

@@ -36,7 +36,8 @@ const maxOutboxEvents = 30_000
 const outboxWarmup = 250 * time.Millisecond
 
 // outboxLabPath is orders' lab-only route that writes one outbox row the way the shop's writers do
-// (ordersapp.LabOutboxPath): outbox.Insert in a transaction, then the relay's wake-up after the commit.
+// (ordersapp.LabOutboxPath): outbox.Insert, then the relay's wake-up after the commit. The INSERT is
+// its own transaction there (the route writes nothing else), so the load is the outbox's alone.
 const outboxLabPath = "/lab/bench/outbox"
 
 // outboxWriter is who writes the rows of an outbox lag measure.
@@ -103,8 +104,9 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 	title := fmt.Sprintf("outbox lag at %d events/s (%s, to delivery)", rate, how)
 	dur := max(cfg.Duration, time.Second)
 	warm := int(float64(rate) * outboxWarmup.Seconds())
-	// n rows in all: the first warm are the warm-up, the others are measured.
-	n := warm + min(int(float64(rate)*dur.Seconds()), maxOutboxEvents)
+	// n rows in all, at most maxOutboxEvents: the first warm are the warm-up, the others are measured.
+	n := min(warm+int(float64(rate)*dur.Seconds()), maxOutboxEvents)
+	warm = min(warm, n/2)
 
 	f, err := env.NewFixture(ctx, "bench-outbox") // its Close deletes the rows (payload user_id)
 	if err != nil {

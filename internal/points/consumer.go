@@ -308,7 +308,8 @@ func (c *Consumer) handle(ctx, work context.Context, ch *amqp.Channel, held *def
 //  3. layer 2: ONE transaction inserts the credits' ledger rows (unique biz_id) and updates the
 //     balances; each reversal runs in a transaction of its own (Ledger.Reverse); an existing biz_id
 //     inserts nothing and is a duplicate;
-//  4. mark the leases done (EX DoneTTL), release the ones of failed messages;
+//  4. release the leases of failed messages, and mark the others done (EX DoneTTL) beside step 5
+//     (markDoneBeside: the next claim waits for the marks);
 //  5. nack the failures one by one (requeue), then ack every success (one multiple-ack when no
 //     deferred message has a lower delivery tag).
 func (twoLayer) handle(c *Consumer, ctx, work context.Context, ch *amqp.Channel, held *deferredSet, ds []amqp.Delivery) {

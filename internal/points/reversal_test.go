@@ -72,6 +72,12 @@ func TestReversalRepeatedReversesOnce(t *testing.T) {
 		keys, err := env.Redis.Keys(context.Background(), env.Prefix+"points:dedup:*").Result()
 		require.NoError(t, err)
 		require.Len(t, keys, 2, "one lease per biz_id, both done")
+		// The marks are written beside the acks: wait for both before forgetting them, or a late one
+		// would write "done" again after the DEL.
+		waitFor(t, 5*time.Second, func() bool {
+			vals, err := env.Redis.MGet(context.Background(), keys...).Result()
+			return err == nil && vals[0] == "done" && vals[1] == "done"
+		}, "both leases marked done")
 		require.NoError(t, env.Redis.Del(context.Background(), keys...).Err())
 		pub.refunded(ev)
 		waitCount(t, 10*time.Second, 6, c.handled, "handled without Redis's memory")

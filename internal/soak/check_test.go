@@ -305,3 +305,22 @@ func TestReportFitsInHundredColumns(t *testing.T) {
 		}
 	}
 }
+
+// The shop's and the platform's totals include the recovery probes' orders, so the orders line says how
+// many there were: the two figures add up to the totals beside them.
+func TestReportCountsTheProbesOrders(t *testing.T) {
+	r := &Report{Seed: 1, RunID: "soak_1", DurationS: 60, OrdersCreated: 472, ProbeOrders: 4,
+		OrderStatuses: map[string]int{"FAILED": 38, "PAID": 366, "REFUNDED": 72}}
+	var b strings.Builder
+	r.Print(&b)
+	if want := "472 created (+4 by the recovery probes); shop: FAILED 38"; !strings.Contains(b.String(), want) {
+		t.Errorf("report without %q:\n%s", want, b.String())
+	}
+
+	r.ProbeOrders = 0
+	b.Reset()
+	r.Print(&b)
+	if want := "472 created; shop:"; !strings.Contains(b.String(), want) {
+		t.Errorf("report without %q:\n%s", want, b.String())
+	}
+}

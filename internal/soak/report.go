@@ -95,7 +95,12 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "soak %s\n", r.RunID)
 	line("seed", fmt.Sprintf("%s  (replay: SOAK_SEED=%d SOAK_DURATION=%gs SOAK_FAULTS=%s)", seed, r.Seed, r.DurationS, r.Faults))
 	line("run", fmt.Sprintf("%gs, %d clients, faults %s, chaos %s", r.DurationS, r.Clients, r.Faults, chaos))
-	line("orders", fmt.Sprintf("%d created; shop: %s", r.OrdersCreated, counts(r.OrderStatuses)))
+	created := fmt.Sprintf("%d created", r.OrdersCreated)
+	if r.ProbeOrders > 0 {
+		// The shop's and the platform's totals count the probes' orders too.
+		created = fmt.Sprintf("%d created (+%d by the recovery probes)", r.OrdersCreated, r.ProbeOrders)
+	}
+	line("orders", fmt.Sprintf("%s; shop: %s", created, counts(r.OrderStatuses)))
 	line("payments", fmt.Sprintf("%d at the platform: %s", r.Payments, counts(r.PaymentStatus)))
 	refunds := fmt.Sprintf("%d at the platform; back-office: %s; shop: %s", r.Refunds, counts(r.BackOffice), counts(r.ShopRefunds))
 	if len(r.RefundRefused) > 0 {

@@ -40,27 +40,14 @@ func withKeyTx(ctx context.Context, db *gorm.DB, f func(t *keyTx) error) error {
 // state, response status and body), nothing else.
 func (t *keyTx) beginAndRead(ctx context.Context, s Scope) (*Record, error) {
 	var rec Record
-	found := false
-	err := t.Batch(ctx, func(b *pgx.Batch) {
-		b.Queue("BEGIN")
-		b.Queue(`SELECT fingerprint, state, response_status, response_body FROM idempotency_keys
-			WHERE user_id = $1 AND idempotency_key = $2`, s.UserID, s.Key)
-	}, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		err := br.QueryRow().Scan(&rec.Fingerprint, &rec.State, &rec.ResponseStatus, &rec.ResponseBody)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("find idempotency record: %w", err)
-		}
-		found = true
-		return nil
-	})
-	if err != nil || !found {
-		return nil, err
+	err := t.Begin(ctx, `SELECT fingerprint, state, response_status, response_body FROM idempotency_keys
+		WHERE user_id = $1 AND idempotency_key = $2`, []any{s.UserID, s.Key},
+		&rec.Fingerprint, &rec.State, &rec.ResponseStatus, &rec.ResponseBody)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find idempotency record: %w", err)
 	}
 	return &rec, nil
 }

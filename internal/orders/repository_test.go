@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/orders"
+	"idemshop/internal/platform/pgtx"
 	"idemshop/internal/testenv"
 )
 
@@ -43,4 +44,38 @@ func TestNewestListsTheUsersOwnOrdersWithProductNames(t *testing.T) {
 	none, err := repo.Newest(ctx, 3, 10)
 	require.NoError(t, err)
 	assert.Empty(t, none)
+}
+
+// BeginAndLookup reads the order with its own column list (it is sent in a pgx batch, not through
+// GORM): it must give what Lookup gives, every field, so that a column added to Order and forgotten
+// there fails here. An unknown order is ErrOrderNotFound, as with Lookup.
+func TestBeginAndLookupReadsWhatLookupReads(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	repo, err := orders.NewRepository(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	created, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 2})
+	require.NoError(t, err)
+	require.NoError(t, env.DB.Exec(`UPDATE orders SET payment_id = 'pay_1', refunded_cents = 7 WHERE id = ?`, created.ID).Error)
+
+	want, err := repo.Lookup(ctx, env.DB, created.ID)
+	require.NoError(t, err)
+	var got orders.Order
+	err = pgtx.Run(ctx, env.DB, func(tx *pgtx.Tx) error {
+		var err error
+		got, err = repo.BeginAndLookup(ctx, tx, created.ID)
+		return err
+	})
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	require.NotNil(t, got.PaymentID)
+	assert.Equal(t, "pay_1", *got.PaymentID)
+	assert.EqualValues(t, 7, got.RefundedCents)
+
+	err = pgtx.Run(ctx, env.DB, func(tx *pgtx.Tx) error {
+		_, err := repo.BeginAndLookup(ctx, tx, created.ID+1000)
+		return err
+	})
+	require.ErrorIs(t, err, orders.ErrOrderNotFound)
 }

@@ -64,6 +64,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCreateOrderOnALockedProductIs503$",
 	},
 
+	// ── Logs never carry statement parameters (internal/platform/postgres) ──
+	{
+		ID: "log-params-filter", Guard: "logs: no params",
+		File:        "internal/platform/postgres/postgres.go",
+		Original:    "func (l handledLogger) ParamsFilter(",
+		Replacement: "func (l handledLogger) paramsFilterUnused(",
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestFailedStatementsAreLoggedWithoutTheirParameters$",
+	},
+	{
+		ID: "log-recorder-filter", Guard: "logs: no params (Scan)",
+		File:        "internal/platform/postgres/postgres.go",
+		Original:    "\tgormlogger.RecorderParamsFilter = withoutParams\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestFailedStatementsAreLoggedWithoutTheirParameters$",
+	},
+
 	// ── The order state machine and the callback (internal/orders, internal/callback, internal/refunds) ──
 	{
 		ID: "transition-where", Guard: "transition: priors",

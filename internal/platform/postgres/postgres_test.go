@@ -94,3 +94,25 @@ func TestHandledFailuresAreNotLoggedAsErrors(t *testing.T) {
 	require.Error(t, db.Exec(`SELEC 1`).Error)
 	assert.Contains(t, out.String(), "level=ERROR", "an unhandled failure is still an ERROR")
 }
+
+// Parameters carry tokens' hashes, idempotency keys and bodies: a failed statement is logged with its
+// SQL text and never its values, whether it ran through Exec or through Raw(...).Scan (which records
+// the statement with a logger of GORM's own).
+func TestFailedStatementsAreLoggedWithoutTheirParameters(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	out := &testenv.Output{}
+	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{
+		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	defer postgres.Close(db)
+
+	require.Error(t, db.Exec(`SELECT count(*) FROM no_such_table WHERE x = ?`, "secret-exec").Error)
+	var n int
+	require.Error(t, db.Raw(`SELECT count(*) FROM no_such_table WHERE x = ?`, "secret-scan").Scan(&n).Error)
+	lines := out.String()
+	assert.Contains(t, lines, "no_such_table", "the SQL text is logged")
+	assert.NotContains(t, lines, "secret-exec")
+	assert.NotContains(t, lines, "secret-scan")
+}

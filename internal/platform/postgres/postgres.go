@@ -59,9 +59,6 @@ func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 
 	lg := gormlogger.Discard
-	// DB.Scan records each statement's SQL through a logger of GORM's own, which asks this package-wide
-	// filter, not ours, for the parameters: without it a failed Raw(...).Scan logged its values.
-	gormlogger.RecorderParamsFilter = withoutParams
 	if o.Logger != nil {
 		lg = handledLogger{Interface: gormlogger.NewSlogLogger(o.Logger, gormlogger.Config{
 			SlowThreshold: slowStatement, LogLevel: gormlogger.Warn, IgnoreRecordNotFoundError: true,
@@ -263,6 +260,13 @@ const slowStatement = 500 * time.Millisecond
 // so without this method a failed statement was logged with its values (tokens' hashes, keys, bodies).
 func (l handledLogger) ParamsFilter(ctx context.Context, sql string, params ...any) (string, []any) {
 	return withoutParams(ctx, sql, params...)
+}
+
+// DB.Scan records each statement's SQL through a logger of GORM's own, which asks this package-wide
+// filter, not ours, for the parameters: without it a failed Raw(...).Scan logged its values. Set once,
+// at start: Open runs concurrently in the tests.
+func init() {
+	gormlogger.RecorderParamsFilter = withoutParams
 }
 
 // withoutParams is the parameters filter of every statement logged: the SQL text, no values.

@@ -146,7 +146,7 @@ func trimFloat(v float64) string {
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
 }
 
-var page = template.Must(template.New("bench").Funcs(template.FuncMap{"plot": percentilePlot}).Parse(`<!doctype html>
+var page = template.Must(template.New("bench").Funcs(template.FuncMap{"plot": percentilePlot, "noTarget": func() string { return noTarget }}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>idemshop loadtest bench</title>
 <style>
 body{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -161,7 +161,7 @@ concurrency {{.R.Config.Concurrency}} · {{printf "%.1f" .R.Seconds}} s.
 <table><tr><th class="l">measure</th><th>rps</th><th>baseline rps</th><th>ratio</th><th class="l">target</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>errors</th><th>violations</th></tr>
 {{range .R.Results}}<tr><td class="l"><a href="#{{.Name}}">{{.Name}}</a></td>{{if .Error}}<td class="l bad" colspan="10">{{.Error}}</td>{{else}}
 <td>{{printf "%.1f" .RPS}}</td><td>{{printf "%.1f" .BaselineRPS}}</td><td>{{printf "%.2f" .Ratio}}</td>
-{{if .Target}}<td class="l {{if .TargetMet}}ok{{else}}bad{{end}}">{{.Target}} {{if .TargetMet}}met{{else}}missed{{end}}</td>{{else}}<td class="l">none (reference)</td>{{end}}
+{{if .Target}}<td class="l {{if .TargetMet}}ok{{else}}bad{{end}}">{{.Target}} {{if .TargetMet}}met{{else}}missed{{end}}</td>{{else}}<td class="l">{{noTarget}}</td>{{end}}
 <td>{{printf "%.2f" .P50ms}}</td><td>{{printf "%.2f" .P90ms}}</td><td>{{printf "%.2f" .P99ms}}</td><td>{{printf "%.2f" .MaxMs}}</td>
 <td>{{.Errors}}</td><td class="{{if .Violations}}bad{{else}}ok{{end}}">{{.Violations}}</td>{{end}}</tr>
 {{end}}</table>

@@ -79,6 +79,17 @@ func (r *runner) outboxLag(ctx context.Context) []Result {
 	return out
 }
 
+// outboxRateReached is the share of the set rate the writers must reach for a lag measure to count:
+// a machine that cannot write at 2,000/s measures the lag of a lighter load, which says nothing about
+// the target's rate (on the 2-core machine the lab writer's HTTP path has topped out at 1,100-1,900/s).
+const outboxRateReached = 0.95
+
+// outboxTargetMet reports whether a p99 lag (ms) meets target (ms) at the set rate (events/s), given
+// the write rate achieved (events/s).
+func outboxTargetMet(p99, target, achieved float64, rate int) bool {
+	return p99 < target && achieved >= outboxRateReached*float64(rate)
+}
+
 // outboxTarget is the p99 target at rate events/s, in milliseconds.
 func outboxTarget(rate int) float64 {
 	if rate <= 500 {
@@ -275,12 +286,16 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 	if writer == shopWriter {
 		target := outboxTarget(rate)
 		res.Target = fmt.Sprintf("p99 < %g ms", target)
-		res.TargetMet = res.P99ms < target && missing == 0
+		res.TargetMet = outboxTargetMet(res.P99ms, target, achieved, rate) && missing == 0
 	}
 	ws := insErr.stats()
 	res.Note = fmt.Sprintf("%d events written at %.0f/s (rps = achieved write rate, baseline_rps = the set rate), "+
 		"the first %d (%s) a warm-up whose lags are not counted; the write alone: p50 %.2f, p99 %.2f ms; "+
 		"%d redelivered copies", n, achieved, warm, outboxWarmup, ws.P50ms, ws.P99ms, dups)
+	if achieved < outboxRateReached*float64(rate) {
+		res.Note += fmt.Sprintf("; the writers reached %.0f%% of the set rate (< %.0f%%), so the lag was not measured "+
+			"at %d/s and the target is not met whatever the p99", 100*achieved/float64(rate), 100*outboxRateReached, rate)
+	}
 	if missing > 0 {
 		res.violate(fmt.Sprintf("%d of %d outbox events never delivered", missing, n))
 	}

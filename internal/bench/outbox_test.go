@@ -1,0 +1,23 @@
+package bench
+
+import "testing"
+
+// TestOutboxTargetNeedsTheSetRate: a lag measured while the writers fell short of the set rate is not
+// a figure at that rate, however low it is.
+func TestOutboxTargetNeedsTheSetRate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		p99, achieved float64
+		want          bool
+	}{
+		{p99: 30, achieved: 1999, want: true},
+		{p99: 30, achieved: 1900, want: true},  // 95% of 2,000/s
+		{p99: 30, achieved: 1899, want: false}, // below 95%: a lighter load than the target's
+		{p99: 50, achieved: 2000, want: false}, // the target is p99 < 50 ms
+		{p99: 80, achieved: 2000, want: false},
+	} {
+		if got := outboxTargetMet(c.p99, 50, c.achieved, 2000); got != c.want {
+			t.Errorf("p99 %.0f ms at %.0f/s of 2000/s: met = %v, want %v", c.p99, c.achieved, got, c.want)
+		}
+	}
+}

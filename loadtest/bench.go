@@ -106,3 +106,35 @@ func writeFile(path string, rep bench.Report, write func(io.Writer, bench.Report
 	}
 	return nil
 }
+
+// runBenchSummary prints, for the JSON reports named in args (bench --json-file), each measure's
+// figure in every run, its range and how many runs met its target. It exits 1 when a run broke an
+// invariant or a measure failed to run, as bench itself does; missed targets do not count.
+func runBenchSummary(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: loadtest bench-summary FILE...   (JSON reports of loadtest bench --json-file)")
+		return 2
+	}
+	readers := make([]io.Reader, 0, len(args))
+	for _, path := range args {
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Fprintln(stderr, "loadtest bench-summary:", err)
+			return 2
+		}
+		defer f.Close()
+		readers = append(readers, f)
+	}
+	reps, err := bench.ReadReports(readers...)
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest bench-summary:", err)
+		return 2
+	}
+	bench.WriteSummary(stdout, len(reps), bench.Summarize(reps))
+	for _, rep := range reps {
+		if !rep.Passed() {
+			return 1
+		}
+	}
+	return 0
+}

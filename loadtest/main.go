@@ -5,6 +5,7 @@
 //	loadtest lab [--json|--wide] [--verbose] [--keep] [all|S1 S2 ...]
 //	loadtest replay [--json] [--unsafe] [--keep] FILE   (recorded platform traffic, loadtest/replays)
 //	loadtest bench [--json] [--duration D] [--html FILE] [--growth] [--concurrency N] [--outbox-rate R]
+//	loadtest bench-summary FILE...   (the JSON reports of several bench runs: each figure's range)
 //	loadtest soak [--json]    (starts its own shop; SOAK_* env, see docs/reliability.md)
 //
 // Exit status: 0 when every invariant held (and, for lab, every unsafe variant showed its failure), 1
@@ -42,8 +43,11 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: loadtest incident|lab|replay|bench|soak [flags] [scenarios|FILE]")
+		fmt.Fprintln(stderr, "usage: loadtest incident|lab|replay|bench|bench-summary|soak [flags] [scenarios|FILE]")
 		return 2
+	}
+	if args[0] == "bench-summary" {
+		return runBenchSummary(args[1:], stdout, stderr) // bench.go: reads files, needs no services
 	}
 	cfg, err := config.LoadLoadtest()
 	if err != nil {

@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// SummaryRow is one measure over several runs of `loadtest bench` (BENCH_RUNS=N make bench-quick, or
+// loadtest bench-summary FILE...): issue 16 judges a target by how often it holds on the 2-core
+// machine, and one run of a few seconds moves by ±0.1 on a ratio.
+type SummaryRow struct {
+	Name   string
+	Target string // as the runs state it; empty for a reference measure
+	// Figure names what Values hold: "ratio", "p99 ms" or "p99 ratio" (the figure Target judges).
+	Figure string
+	Values []float64 // one per run that had this measure and ran it without error, in run order
+	// Met counts the runs whose target held; Failed the runs in which the measure did not run
+	// (Result.Error); Violations the broken invariants over all runs.
+	Met, Failed, Violations int
+}
+
+// Summarize gathers the results of reps by measure name, in the order of their first appearance.
+func Summarize(reps []Report) []SummaryRow {
+	var rows []*SummaryRow
+	byName := map[string]*SummaryRow{}
+	for _, rep := range reps {
+		for _, r := range rep.Results {
+			row := byName[r.Name]
+			if row == nil {
+				row = &SummaryRow{Name: r.Name, Target: r.Target}
+				byName[r.Name] = row
+				rows = append(rows, row)
+			}
+			row.Violations += r.Violations
+			if r.Error != "" {
+				row.Failed++
+				continue
+			}
+			var v float64
+			row.Figure, v = figure(rep, r)
+			row.Values = append(row.Values, v)
+			if r.Target != "" && r.TargetMet {
+				row.Met++
+			}
+		}
+	}
+	out := make([]SummaryRow, len(rows))
+	for i, r := range rows {
+		out[i] = *r
+	}
+	return out
+}
+
+// figure is the number r's target judges: the p99 for a lag target, the p99 ratio of the growth
+// measure (its first and last sizes), the ratio otherwise.
+func figure(rep Report, r Result) (string, float64) {
+	switch {
+	case strings.HasPrefix(r.Target, "p99 ratio"):
+		if n := len(rep.Growth); n >= 2 && rep.Growth[0].P99ms > 0 {
+			return "p99 ratio", round(rep.Growth[n-1].P99ms / rep.Growth[0].P99ms)
+		}
+		return "p99 ratio", 0
+	case strings.HasPrefix(r.Target, "p99"), strings.HasPrefix(r.Name, "outbox_lag"):
+		return "p99 ms", r.P99ms
+	default:
+		return "ratio", r.Ratio
+	}
+}
+
+// ReadReports decodes the JSON reports (WriteJSON's output) from rs, one report each.
+func ReadReports(rs ...io.Reader) ([]Report, error) {
+	reps := make([]Report, 0, len(rs))
+	for i, r := range rs {
+		var rep Report
+		if err := json.NewDecoder(r).Decode(&rep); err != nil {
+			return nil, fmt.Errorf("report %d: %w", i+1, err)
+		}
+		reps = append(reps, rep)
+	}
+	return reps, nil
+}
+
+// WriteSummary prints rows as a table: each measure's figure in every run, its range, and how many
+// runs met its target.
+func WriteSummary(w io.Writer, runs int, rows []SummaryRow) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "measure\tfigure\ttarget\t%d runs\trange\tmet\tviolations\t\n", runs)
+	for _, r := range rows {
+		vals := make([]string, len(r.Values))
+		lo, hi := 0.0, 0.0
+		for i, v := range r.Values {
+			vals[i] = fmt.Sprintf("%.2f", v)
+			if i == 0 || v < lo {
+				lo = v
+			}
+			if i == 0 || v > hi {
+				hi = v
+			}
+		}
+		if r.Failed > 0 {
+			vals = append(vals, fmt.Sprintf("(%d failed)", r.Failed))
+		}
+		target, met := r.Target, fmt.Sprintf("%d of %d", r.Met, len(r.Values)+r.Failed)
+		if target == "" {
+			target, met = noTarget, "-"
+		}
+		span := "-"
+		if len(r.Values) > 0 {
+			span = fmt.Sprintf("%.2f–%.2f", lo, hi)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.Name, r.Figure, target, strings.Join(vals, ", "), span, met,
+			r.Violations)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/bench"
+)
+
+// TestBenchSummaryReadsSavedRuns: bench-summary needs no services, prints each run's figure and the
+// count of met targets, and fails like bench when a run broke an invariant.
+func TestBenchSummaryReadsSavedRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	save := func(name string, rep bench.Report) string {
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		require.NoError(t, err)
+		require.NoError(t, bench.WriteJSON(f, rep))
+		require.NoError(t, f.Close())
+		return path
+	}
+	ok1 := save("1.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.61, Target: "ratio >= 0.6", TargetMet: true}}})
+	ok2 := save("2.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.55, Target: "ratio >= 0.6"}}})
+	broken := save("3.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.7, Target: "ratio >= 0.6",
+		TargetMet: true, Violations: 1}}})
+
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"bench-summary", ok1, ok2}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "0.61, 0.55")
+	require.Contains(t, out.String(), "1 of 2")
+
+	out.Reset()
+	require.Equal(t, 1, run([]string{"bench-summary", ok1, broken}, &out, &errOut), "a run with a violation fails the summary")
+	require.Contains(t, out.String(), "2 of 2")
+
+	require.Equal(t, 2, run([]string{"bench-summary"}, &out, &errOut))
+	require.Equal(t, 2, run([]string{"bench-summary", filepath.Join(dir, "missing.json")}, &out, &errOut))
+}

@@ -31,7 +31,7 @@ func TestBenchSummaryReadsSavedRuns(t *testing.T) {
 
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run([]string{"bench-summary", ok1, ok2}, &out, &errOut), errOut.String())
-	require.Contains(t, out.String(), "0.61, 0.55")
+	require.Contains(t, out.String(), "0.610, 0.550")
 	require.Contains(t, out.String(), "1 of 2")
 
 	out.Reset()

@@ -89,10 +89,15 @@ func WriteSummary(w io.Writer, runs int, rows []SummaryRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "measure\tfigure\ttarget\t%d runs\trange\tmet\tviolations\t\n", runs)
 	for _, r := range rows {
+		// Ratios keep their three decimals: 0.847 printed as 0.85 would read as a met ">= 0.85".
+		format := "%.3f"
+		if r.Figure == "p99 ms" {
+			format = "%.1f"
+		}
 		vals := make([]string, len(r.Values))
 		lo, hi := 0.0, 0.0
 		for i, v := range r.Values {
-			vals[i] = fmt.Sprintf("%.2f", v)
+			vals[i] = fmt.Sprintf(format, v)
 			if i == 0 || v < lo {
 				lo = v
 			}
@@ -109,7 +114,7 @@ func WriteSummary(w io.Writer, runs int, rows []SummaryRow) {
 		}
 		span := "-"
 		if len(r.Values) > 0 {
-			span = fmt.Sprintf("%.2f–%.2f", lo, hi)
+			span = fmt.Sprintf(format+"–"+format, lo, hi)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.Name, r.Figure, target, strings.Join(vals, ", "), span, met,
 			r.Violations)

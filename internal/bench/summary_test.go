@@ -51,7 +51,7 @@ func TestSummarizeCountsEachRunsFigureAndTarget(t *testing.T) {
 
 	var out bytes.Buffer
 	WriteSummary(&out, 2, rows)
-	for _, s := range []string{"0.91, 0.79", "0.79–0.91", "1 of 2", "(1 failed)", noTarget} {
+	for _, s := range []string{"0.910, 0.790", "0.790–0.910", "30.0, 240.0", "1 of 2", "(1 failed)", noTarget} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("summary lacks %q:\n%s", s, out.String())
 		}

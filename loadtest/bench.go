@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -108,33 +109,56 @@ func writeFile(path string, rep bench.Report, write func(io.Writer, bench.Report
 }
 
 // runBenchSummary prints, for the JSON reports named in args (bench --json-file), each measure's
-// figure in every run, its range and how many runs met its target. It exits 1 when a run broke an
-// invariant or a measure failed to run, as bench itself does; missed targets do not count.
+// figure in every run, its range and how many runs met their target. It exits 1 when a run broke an
+// invariant or a measure failed to run, as bench itself does (naming the file on stderr; missed
+// targets do not count), and 2 when a file is missing, is not a report, or is named twice.
 func runBenchSummary(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: loadtest bench-summary FILE...   (JSON reports of loadtest bench --json-file)")
 		return 2
 	}
-	readers := make([]io.Reader, 0, len(args))
+	seen := map[string]bool{}
+	reps := make([]bench.Report, 0, len(args))
 	for _, path := range args {
-		f, err := os.Open(path)
+		if abs, err := filepath.Abs(path); err == nil {
+			if seen[abs] {
+				fmt.Fprintf(stderr, "loadtest bench-summary: %s is named twice (it would count as two runs)\n", path)
+				return 2
+			}
+			seen[abs] = true
+		}
+		rep, err := readReportFile(path)
 		if err != nil {
-			fmt.Fprintln(stderr, "loadtest bench-summary:", err)
+			fmt.Fprintf(stderr, "loadtest bench-summary: %s: %v\n", path, err)
 			return 2
 		}
-		defer f.Close()
-		readers = append(readers, f)
-	}
-	reps, err := bench.ReadReports(readers...)
-	if err != nil {
-		fmt.Fprintln(stderr, "loadtest bench-summary:", err)
-		return 2
+		reps = append(reps, rep)
 	}
 	bench.WriteSummary(stdout, len(reps), bench.Summarize(reps))
-	for _, rep := range reps {
-		if !rep.Passed() {
-			return 1
+	rc := 0
+	for i, rep := range reps {
+		if rep.Passed() {
+			continue
 		}
+		rc = 1
+		violations, failed := 0, 0
+		for _, r := range rep.Results {
+			violations += r.Violations
+			if r.Error != "" {
+				failed++
+			}
+		}
+		fmt.Fprintf(stderr, "%s: %d invariant violations, %d measures failed to run\n", args[i], violations, failed)
 	}
-	return 0
+	return rc
+}
+
+// readReportFile reads one report from path.
+func readReportFile(path string) (bench.Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return bench.Report{}, err
+	}
+	defer f.Close()
+	return bench.ReadReport(f)
 }

@@ -35,9 +35,23 @@ func TestBenchSummaryReadsSavedRuns(t *testing.T) {
 	require.Contains(t, out.String(), "1 of 2")
 
 	out.Reset()
+	errOut.Reset()
 	require.Equal(t, 1, run([]string{"bench-summary", ok1, broken}, &out, &errOut), "a run with a violation fails the summary")
-	require.Contains(t, out.String(), "2 of 2")
+	require.Contains(t, out.String(), "1 of 2", "the broken run is not counted as met")
+	require.Contains(t, errOut.String(), broken+": 1 invariant violations")
 
-	require.Equal(t, 2, run([]string{"bench-summary"}, &out, &errOut))
-	require.Equal(t, 2, run([]string{"bench-summary", filepath.Join(dir, "missing.json")}, &out, &errOut))
+	empty := filepath.Join(dir, "empty.json")
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	for name, args := range map[string][]string{
+		"no file":      {"bench-summary"},
+		"missing file": {"bench-summary", filepath.Join(dir, "missing.json")},
+		"empty file":   {"bench-summary", ok1, empty},
+		"named twice":  {"bench-summary", ok1, ok1},
+	} {
+		errOut.Reset()
+		require.Equal(t, 2, run(args, &out, &errOut), name)
+		if name == "empty file" {
+			require.Contains(t, errOut.String(), empty+": empty file", "the message names the file")
+		}
+	}
 }

@@ -4,7 +4,7 @@
 //	loadtest incident [--json|--wide] [--verbose] [--keep] [--orders N] [--unsafe]
 //	loadtest lab [--json|--wide] [--verbose] [--keep] [all|S1 S2 ...]
 //	loadtest replay [--json] [--unsafe] [--keep] FILE   (recorded platform traffic, loadtest/replays)
-//	loadtest bench [--json] [--duration D] [--html FILE] [--growth] [--concurrency N] [--outbox-rate R]
+//	loadtest bench [--json] [--json-file F] [--duration D] [--html FILE] [--growth] [--only M] [--concurrency N] [--outbox-rate R]
 //	loadtest bench-summary FILE...   (the JSON reports of several bench runs: each figure's range)
 //	loadtest soak [--json]    (starts its own shop; SOAK_* env, see docs/reliability.md)
 //

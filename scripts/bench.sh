@@ -7,7 +7,9 @@
 # can be compared with the last: BENCH_JSON=bench.json make bench-quick.
 # BENCH_RUNS=N runs `loadtest bench` N times on the one stack (each run on fixtures of its own), then
 # prints each figure's range over the runs and how many met their target (loadtest bench-summary);
-# with BENCH_JSON, run K's report goes to <path without .json>-K.json. The exit status is the worst run's.
+# with BENCH_JSON, run K's report goes to <path without .json>-K.json (BENCH_RUNS=1 writes BENCH_JSON
+# itself), without it to the stack's log directory; BENCH_HTML is the last run's page. The exit status
+# is the worst run's.
 # Ports: BENCH_ORDERS_PORT, BENCH_PAYMENTS_PORT, BENCH_POINTS_PORT (8080-8082).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,9 +17,10 @@ kind=bench
 duration="${BENCH_DURATION:-3s}"
 html="${BENCH_HTML:-bench.html}"
 runs="${BENCH_RUNS:-1}"
-case "$runs" in
-  '' | *[!0-9]* | 0) echo "BENCH_RUNS must be a whole number >= 1, got '$runs'" >&2; exit 2 ;;
-esac
+if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "BENCH_RUNS must be a whole number >= 1 without leading zeros, got '$runs'" >&2
+  exit 2
+fi
 source scripts/stack.sh
 
 if [ "$runs" = 1 ]; then

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -18,7 +19,7 @@ type SummaryRow struct {
 	Figure string
 	Values []float64 // one per run that had this measure and ran it without error, in run order
 	// Met counts the runs whose target held; Failed the runs in which the measure did not run
-	// (Result.Error); Violations the broken invariants over all runs.
+	// (Result.Error); Violations the broken invariants over all runs. A run with violations is not met.
 	Met, Failed, Violations int
 }
 
@@ -42,7 +43,8 @@ func Summarize(reps []Report) []SummaryRow {
 			var v float64
 			row.Figure, v = figure(rep, r)
 			row.Values = append(row.Values, v)
-			if r.Target != "" && r.TargetMet {
+			// A run that broke the measure's invariants met nothing, whatever its figure.
+			if r.Target != "" && r.TargetMet && r.Violations == 0 {
 				row.Met++
 			}
 		}
@@ -70,24 +72,35 @@ func figure(rep Report, r Result) (string, float64) {
 	}
 }
 
-// ReadReports decodes the JSON reports (WriteJSON's output) from rs, one report each.
-func ReadReports(rs ...io.Reader) ([]Report, error) {
-	reps := make([]Report, 0, len(rs))
-	for i, r := range rs {
-		var rep Report
-		if err := json.NewDecoder(r).Decode(&rep); err != nil {
-			return nil, fmt.Errorf("report %d: %w", i+1, err)
+// ReadReport decodes one JSON report (WriteJSON's output) from r. An empty input, one that holds more
+// than one JSON document, or a document without results is an error: each would be summed as a run.
+func ReadReport(r io.Reader) (Report, error) {
+	dec := json.NewDecoder(r)
+	var rep Report
+	if err := dec.Decode(&rep); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Report{}, errors.New("empty file")
 		}
-		reps = append(reps, rep)
+		return Report{}, fmt.Errorf("not a bench report: %w", err)
 	}
-	return reps, nil
+	if dec.More() {
+		return Report{}, errors.New("not a bench report: data after the first JSON document")
+	}
+	if len(rep.Results) == 0 {
+		return Report{}, errors.New(`not a bench report: no "results"`)
+	}
+	return rep, nil
 }
 
 // WriteSummary prints rows as a table: each measure's figure in every run, its range, and how many
 // runs met its target.
 func WriteSummary(w io.Writer, runs int, rows []SummaryRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "measure\tfigure\ttarget\t%d runs\trange\tmet\tviolations\t\n", runs)
+	runsCol := fmt.Sprintf("%d runs", runs)
+	if runs == 1 {
+		runsCol = "1 run"
+	}
+	fmt.Fprintf(tw, "measure\tfigure\ttarget\t%s\trange\tmet\tviolations\t\n", runsCol)
 	for _, r := range rows {
 		// Ratios keep their three decimals: 0.847 printed as 0.85 would read as a met ">= 0.85".
 		format := "%.3f"

@@ -58,24 +58,41 @@ func TestSummarizeCountsEachRunsFigureAndTarget(t *testing.T) {
 	}
 }
 
-func TestReadReportsReadsWhatWriteJSONWrote(t *testing.T) {
+func TestReadReportReadsWhatWriteJSONWroteAndNothingElse(t *testing.T) {
 	t.Parallel()
 	var a, b bytes.Buffer
 	if err := WriteJSON(&a, Report{Results: []Result{{Name: "callback_storm", Ratio: 0.64, Target: "ratio >= 0.6", TargetMet: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteJSON(&b, Report{Results: []Result{{Name: "callback_storm", Ratio: 0.58, Target: "ratio >= 0.6"}}}); err != nil {
+	if err := WriteJSON(&b, Report{Results: []Result{{Name: "callback_storm", Ratio: 0.7, Target: "ratio >= 0.6", TargetMet: true,
+		Violations: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	reps, err := ReadReports(&a, &b)
+	ra, err := ReadReport(bytes.NewReader(a.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := Summarize(reps)
-	if len(rows) != 1 || rows[0].Met != 1 || len(rows[0].Values) != 2 || rows[0].Values[1] != 0.58 {
+	rb, err := ReadReport(bytes.NewReader(b.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := Summarize([]Report{ra, rb})
+	if len(rows) != 1 || len(rows[0].Values) != 2 || rows[0].Values[1] != 0.7 || rows[0].Violations != 1 {
 		t.Fatalf("rows %+v", rows)
 	}
-	if _, err := ReadReports(strings.NewReader("{not json")); err == nil {
-		t.Fatal("a broken report was read without an error")
+	if rows[0].Met != 1 {
+		t.Fatalf("met %d: a run that broke an invariant must not count as met", rows[0].Met)
+	}
+	for name, in := range map[string]string{
+		"empty":         "",
+		"not json":      "{not json",
+		"no results":    "{}",
+		"an array":      "[]",
+		"two reports":   a.String() + a.String(),
+		"trailing junk": a.String() + "x",
+	} {
+		if _, err := ReadReport(strings.NewReader(in)); err == nil {
+			t.Errorf("%s: read as a report", name)
+		}
 	}
 }

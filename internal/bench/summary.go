@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -108,15 +109,8 @@ func WriteSummary(w io.Writer, runs int, rows []SummaryRow) {
 			format = "%.1f"
 		}
 		vals := make([]string, len(r.Values))
-		lo, hi := 0.0, 0.0
 		for i, v := range r.Values {
 			vals[i] = fmt.Sprintf(format, v)
-			if i == 0 || v < lo {
-				lo = v
-			}
-			if i == 0 || v > hi {
-				hi = v
-			}
 		}
 		if r.Failed > 0 {
 			vals = append(vals, fmt.Sprintf("(%d failed)", r.Failed))
@@ -127,7 +121,7 @@ func WriteSummary(w io.Writer, runs int, rows []SummaryRow) {
 		}
 		span := "-"
 		if len(r.Values) > 0 {
-			span = fmt.Sprintf(format+"–"+format, lo, hi)
+			span = fmt.Sprintf(format+"–"+format, slices.Min(r.Values), slices.Max(r.Values))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.Name, r.Figure, target, strings.Join(vals, ", "), span, met,
 			r.Violations)

@@ -135,6 +135,9 @@ func runBenchSummary(args []string, stdout, stderr io.Writer) int {
 		reps = append(reps, rep)
 	}
 	bench.WriteSummary(stdout, len(reps), bench.Summarize(reps))
+	if m := bench.Machines(reps); m != "" {
+		fmt.Fprintln(stdout, m)
+	}
 	rc := 0
 	for i, rep := range reps {
 		if rep.Passed() {

@@ -24,8 +24,10 @@ func TestBenchSummaryReadsSavedRuns(t *testing.T) {
 		require.NoError(t, f.Close())
 		return path
 	}
-	ok1 := save("1.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.61, Target: "ratio >= 0.6", TargetMet: true}}})
-	ok2 := save("2.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.55, Target: "ratio >= 0.6"}}})
+	ok1 := save("1.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.61, Target: "ratio >= 0.6", TargetMet: true}},
+		Machine: bench.Machine{CPUs: 2, Autogroup: "on"}})
+	ok2 := save("2.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.55, Target: "ratio >= 0.6"}},
+		Machine: bench.Machine{CPUs: 2, Autogroup: "off"}})
 	broken := save("3.json", bench.Report{Results: []bench.Result{{Name: "points_consumer", Ratio: 0.7, Target: "ratio >= 0.6",
 		TargetMet: true, Violations: 1}}})
 
@@ -33,6 +35,7 @@ func TestBenchSummaryReadsSavedRuns(t *testing.T) {
 	require.Equal(t, 0, run([]string{"bench-summary", ok1, ok2}, &out, &errOut), errOut.String())
 	require.Contains(t, out.String(), "0.610, 0.550")
 	require.Contains(t, out.String(), "1 of 2")
+	require.Contains(t, out.String(), "machines differ between runs", "the runs' machines are named, and that they differ")
 
 	out.Reset()
 	errOut.Reset()

@@ -25,9 +25,11 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"idemshop/internal/lab"
@@ -179,6 +181,55 @@ type Machine struct {
 	GOOS      string `json:"goos"`
 	GOARCH    string `json:"goarch"`
 	GoVersion string `json:"go"`
+	// Kernel is the Linux kernel's release (/proc/sys/kernel/osrelease); empty elsewhere.
+	Kernel string `json:"kernel,omitempty"`
+	// Autogroup is the kernel's session autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled):
+	// "on", "off", or empty where the kernel has none. When on, the CPU is shared out between sessions
+	// first and between their threads second: the stack and loadtest, started from one shell, share one
+	// session's share against PostgreSQL and RabbitMQ, each a daemon in a session of its own. On the
+	// 2-core machine that alone moved the outbox lag's p99 at 2,000 events/s from tens of milliseconds
+	// (off) to hundreds (on) in the same stretch (docs/performance.md), so runs with different settings
+	// are not comparable.
+	Autogroup string `json:"sched_autogroup,omitempty"`
+}
+
+// String is the machine as the text and HTML reports name it: "2 CPUs, kernel 6.1.0, sched_autogroup on"
+// (the parts that are known).
+func (m Machine) String() string {
+	s := fmt.Sprintf("%d CPUs", m.CPUs)
+	if m.Kernel != "" {
+		s += ", kernel " + m.Kernel
+	}
+	if m.Autogroup != "" {
+		s += ", sched_autogroup " + m.Autogroup
+	}
+	return s
+}
+
+// thisMachine describes the machine the run is on.
+func thisMachine() Machine {
+	return Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version(),
+		Kernel: procSys("kernel/osrelease"), Autogroup: autogroupSetting(procSys("kernel/sched_autogroup_enabled"))}
+}
+
+// procSys reads one value under /proc/sys, or "" if there is none (another OS, a kernel without it).
+func procSys(name string) string {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// autogroupSetting names the value of sched_autogroup_enabled: "1" on, "0" off, anything else unknown ("").
+func autogroupSetting(v string) string {
+	switch v {
+	case "1":
+		return "on"
+	case "0":
+		return "off"
+	}
+	return ""
 }
 
 // Passed: every measure ran and no invariant broke. Targets do not count.
@@ -201,8 +252,7 @@ func Run(ctx context.Context, env *lab.Env, cfg Config) (Report, error) {
 	if err := checkLoopback(env.OrdersURL); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Started: time.Now().UTC(), Machine: Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS,
-		GOARCH: runtime.GOARCH, GoVersion: runtime.Version()}}
+	rep := Report{Started: time.Now().UTC(), Machine: thisMachine()}
 	rep.Config.Duration, rep.Config.Concurrency, rep.Config.OutboxRate = cfg.Duration.String(), cfg.Concurrency, cfg.OutboxRate
 
 	sampler := startRSS(ctx, env, cfg.Processes)

@@ -73,8 +73,8 @@ func WriteText(w io.Writer, rep Report) {
 	if !rep.Passed() {
 		verdict = "INVARIANTS BROKEN or a measure failed"
 	}
-	fmt.Fprintf(w, "%d measures in %.1fs, %d CPUs, duration %s, concurrency %d: %s\n", len(rep.Results), rep.Seconds,
-		rep.Machine.CPUs, rep.Config.Duration, rep.Config.Concurrency, verdict)
+	fmt.Fprintf(w, "%d measures in %.1fs, %s, duration %s, concurrency %d: %s\n", len(rep.Results), rep.Seconds,
+		rep.Machine, rep.Config.Duration, rep.Config.Concurrency, verdict)
 }
 
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
@@ -155,7 +155,7 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.ok{color:#176f2c}.bad{color:#b0
 code{font-size:90%}section{margin-bottom:2em}
 </style></head><body>
 <h1>idemshop: what the guards cost</h1>
-<p>{{.R.Started.Format "2006-01-02 15:04:05 MST"}} · {{.R.Machine.CPUs}} CPUs · {{.R.Machine.GoVersion}} · duration {{.R.Config.Duration}} per side ·
+<p>{{.R.Started.Format "2006-01-02 15:04:05 MST"}} · {{.R.Machine}} · {{.R.Machine.GoVersion}} · duration {{.R.Config.Duration}} per side ·
 concurrency {{.R.Config.Concurrency}} · {{printf "%.1f" .R.Seconds}} s.
 {{if .R.Passed}}<span class="ok">Every invariant held.</span>{{else}}<span class="bad">Invariants broken or a measure failed.</span>{{end}}</p>
 <table><tr><th class="l">measure</th><th>rps</th><th>baseline rps</th><th>ratio</th><th class="l">target</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>errors</th><th>violations</th></tr>

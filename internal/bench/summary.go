@@ -128,3 +128,34 @@ func WriteSummary(w io.Writer, runs int, rows []SummaryRow) {
 	}
 	_ = tw.Flush()
 }
+
+// Machines names the machines reps ran on (Machine.String), for the line under a summary: one line
+// when every run had the same, and otherwise each machine with the runs (numbered from 1, in order)
+// that ran on it, since a figure from one does not compare with a figure from another (the kernel's
+// autogroup setting alone moves the outbox lag tenfold on the 2-core machine).
+func Machines(reps []Report) string {
+	var names []string
+	runs := map[string][]string{}
+	for i, rep := range reps {
+		m := rep.Machine.String()
+		if runs[m] == nil {
+			names = append(names, m)
+		}
+		runs[m] = append(runs[m], fmt.Sprint(i+1))
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return "machine: " + names[0]
+	}
+	parts := make([]string, len(names))
+	for i, m := range names {
+		word := "runs"
+		if len(runs[m]) == 1 {
+			word = "run"
+		}
+		parts[i] = fmt.Sprintf("%s (%s %s)", m, word, strings.Join(runs[m], ", "))
+	}
+	return "machines differ between runs, so their figures do not compare: " + strings.Join(parts, "; ")
+}

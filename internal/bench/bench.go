@@ -187,9 +187,8 @@ type Machine struct {
 	// "on", "off", or empty where the kernel has none. When on, the CPU is shared out between sessions
 	// first and between their threads second: the stack and loadtest, started from one shell, share one
 	// session's share against PostgreSQL and RabbitMQ, each a daemon in a session of its own. On the
-	// 2-core machine that alone moved the outbox lag's p99 at 2,000 events/s from tens of milliseconds
-	// (off) to hundreds (on) in the same stretch (docs/performance.md), so runs with different settings
-	// are not comparable.
+	// 2-core machine the outbox lag's p99 at 2,000 events/s was lower with it off in most back-to-back
+	// pairs of runs (docs/performance.md), so runs with different settings do not compare.
 	Autogroup string `json:"sched_autogroup,omitempty"`
 }
 

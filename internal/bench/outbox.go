@@ -90,6 +90,17 @@ func outboxTargetMet(p99, target, achieved float64, rate int) bool {
 	return p99 < target && achieved >= outboxRateReached*float64(rate)
 }
 
+// rateShortNote is what a lag measure's note adds when the writers reached less than outboxRateReached
+// of the set rate (events/s), and "" when they reached it. The share has one decimal: 94.5% printed as
+// "95%" would read as the rule met.
+func rateShortNote(achieved float64, rate int) string {
+	if achieved >= outboxRateReached*float64(rate) {
+		return ""
+	}
+	return fmt.Sprintf("; the writers reached %.1f%% of the set rate (< %.0f%%), so the lag was not measured "+
+		"at %d/s and the target is not met whatever the p99", 100*achieved/float64(rate), 100*outboxRateReached, rate)
+}
+
 // outboxTarget is the p99 target at rate events/s, in milliseconds.
 func outboxTarget(rate int) float64 {
 	if rate <= 500 {
@@ -292,10 +303,7 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 	res.Note = fmt.Sprintf("%d events written at %.0f/s (rps = achieved write rate, baseline_rps = the set rate), "+
 		"the first %d (%s) a warm-up whose lags are not counted; the write alone: p50 %.2f, p99 %.2f ms; "+
 		"%d redelivered copies", n, achieved, warm, outboxWarmup, ws.P50ms, ws.P99ms, dups)
-	if achieved < outboxRateReached*float64(rate) {
-		res.Note += fmt.Sprintf("; the writers reached %.0f%% of the set rate (< %.0f%%), so the lag was not measured "+
-			"at %d/s and the target is not met whatever the p99", 100*achieved/float64(rate), 100*outboxRateReached, rate)
-	}
+	res.Note += rateShortNote(achieved, rate)
 	if missing > 0 {
 		res.violate(fmt.Sprintf("%d of %d outbox events never delivered", missing, n))
 	}

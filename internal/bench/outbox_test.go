@@ -1,6 +1,9 @@
 package bench
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestOutboxTargetNeedsTheSetRate: a lag measured while the writers fell short of the set rate is not
 // a figure at that rate, however low it is.
@@ -19,5 +22,18 @@ func TestOutboxTargetNeedsTheSetRate(t *testing.T) {
 		if got := outboxTargetMet(c.p99, 50, c.achieved, 2000); got != c.want {
 			t.Errorf("p99 %.0f ms at %.0f/s of 2000/s: met = %v, want %v", c.p99, c.achieved, got, c.want)
 		}
+	}
+}
+
+// TestRateShortNoteSaysHowShort: the note names a shortfall with its decimal (1,890 of 2,000/s is 94.5%,
+// not "95%", which would read as the rule met) and says nothing when the rate was reached.
+func TestRateShortNoteSaysHowShort(t *testing.T) {
+	t.Parallel()
+	if got := rateShortNote(1900, 2000); got != "" {
+		t.Errorf("at 95%% of the rate: note %q, want none", got)
+	}
+	got := rateShortNote(1890, 2000)
+	if !strings.Contains(got, "reached 94.5% of the set rate (< 95%)") || !strings.Contains(got, "not met") {
+		t.Errorf("at 94.5%% of the rate: note %q", got)
 	}
 }

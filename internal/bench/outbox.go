@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -91,14 +92,15 @@ func outboxTargetMet(p99, target, achieved float64, rate int) bool {
 }
 
 // rateShortNote is what a lag measure's note adds when the writers reached less than outboxRateReached
-// of the set rate (events/s), and "" when they reached it. The share has one decimal: 94.5% printed as
-// "95%" would read as the rule met.
+// of the set rate (events/s), and "" when they reached it. The share is cut, not rounded, to one
+// decimal: 94.5% or 94.96% printed as "95%" would read as the rule met.
 func rateShortNote(achieved float64, rate int) string {
 	if achieved >= outboxRateReached*float64(rate) {
 		return ""
 	}
+	share := math.Floor(1000*achieved/float64(rate)) / 10
 	return fmt.Sprintf("; the writers reached %.1f%% of the set rate (< %.0f%%), so the lag was not measured "+
-		"at %d/s and the target is not met whatever the p99", 100*achieved/float64(rate), 100*outboxRateReached, rate)
+		"at %d/s and the target is not met whatever the p99", share, 100*outboxRateReached, rate)
 }
 
 // outboxTarget is the p99 target at rate events/s, in milliseconds.

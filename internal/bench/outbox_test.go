@@ -36,4 +36,7 @@ func TestRateShortNoteSaysHowShort(t *testing.T) {
 	if !strings.Contains(got, "reached 94.5% of the set rate (< 95%)") || !strings.Contains(got, "not met") {
 		t.Errorf("at 94.5%% of the rate: note %q", got)
 	}
+	if got := rateShortNote(1899.9, 2000); !strings.Contains(got, "reached 94.9% of the set rate") {
+		t.Errorf("at 94.995%% of the rate: note %q, want the share cut to 94.9%%, never shown as 95.0%%", got)
+	}
 }

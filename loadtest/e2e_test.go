@@ -147,6 +147,7 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole stack")
 	}
+	t.Parallel()
 	s := newStack(t)
 	mock := testenv.FreeAddr(t)
 	s.mockURL = "http://" + mock

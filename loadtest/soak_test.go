@@ -22,6 +22,7 @@ func TestSoakConvergesShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries and soaks the whole stack for 15 s")
 	}
+	t.Parallel()
 	svc := testenv.Find(t)
 	var dir string
 	for _, pkg := range []string{"cmd/orders", "cmd/payments-mock", "cmd/points-consumer", "loadtest"} {

@@ -341,6 +341,7 @@ func TestWorkshopProveSteps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole stack")
 	}
+	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join("..", "docs", "workshop.md"))
 	require.NoError(t, err)
 	doc := string(raw)

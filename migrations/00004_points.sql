@@ -12,7 +12,8 @@ CREATE TABLE points_accounts (
 -- business key of the change ("order-paid:<order id>"; redeem writes its own, with a negative delta)
 -- and its UNIQUE index is the consumer's source of truth for dedup (layer 2): a redelivered or
 -- republished order.paid inserts nothing, so it credits nothing. The user_id foreign key turns an
--- event for an unknown user into a failed (and, after the delivery limit, dead-lettered) message.
+-- event for an unknown user into a failed (and, after the delivery limit, dead-lettered) message
+-- (dropped in 00009: the account row written with every ledger row does that since).
 CREATE TABLE points_ledger (
     id          BIGSERIAL PRIMARY KEY,
     user_id     BIGINT NOT NULL REFERENCES users (id),

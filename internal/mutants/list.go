@@ -391,6 +391,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestLedgerApply$",
 	},
 	{
+		ID: "points-reverse-account", Guard: "reverse: account row",
+		File: "internal/points/ledger.go",
+		// The reversal writes its account row only when it takes points back, as before migration
+		// 00009: a reversal naming an unknown user then writes a ledger row for nobody.
+		Original:    "\t\tapplied, delta = true, -taken\n",
+		Replacement: "\t\tapplied, delta = true, -taken\n\t\tif taken == 0 {\n\t\t\treturn nil\n\t\t}\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalForAnUnknownUserIsRefusedAndWritesNothing$",
+	},
+	{
 		ID: "points-done-maybe-done", Guard: "done is maybe done",
 		File:        "internal/points/consumer.go",
 		Original:    "\t\t\tm.maybeDone = true\n\t\t\ttoApply = append(toApply, m)",

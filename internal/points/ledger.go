@@ -3,6 +3,12 @@
 // business key (order-paid:<id>, order-refunded:<id>) in two layers: a Redis lease (lease.go, an
 // efficiency layer) and the unique index on points_ledger.biz_id (this file, the source of truth).
 // docs/points.md walks through the flow, the reversal rules and the crash windows.
+//
+// Every writer of points_ledger writes the row's user's points_accounts row in the same transaction
+// (insertCredits: the account upsert in the same statement; Reverse; Debit). That is what refuses an
+// unknown user: points_accounts.user_id references users, and the ledger's own foreign key was dropped
+// for the cost of its per-row check (migrations/00009, docs/performance.md). A new writer must do the
+// same.
 package points
 
 import (
@@ -210,7 +216,11 @@ type Reversal struct {
 //     DO NOTHING: the unique biz_id makes it exactly once per order. Points the user already spent on
 //     rewards are not clawed back below zero (points_accounts has CHECK balance >= 0); the row records
 //     what was actually taken back, possibly less than Points, possibly 0.
-//  4. Take that amount off the balance, so that balance == sum of the ledger deltas still holds.
+//  4. Take that amount off the balance, so that balance == sum of the ledger deltas still holds. It is
+//     an upsert, run even when the amount is 0: the reversal row, like every ledger row, is written
+//     with its user's account row, whose foreign key refuses a user who does not exist (the ledger
+//     has no key of its own, migrations/00009). Without it, a reversal naming an unknown user for an
+//     order credited to someone else would write a row for nobody and take the order's reversal key.
 func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta int64, err error) {
 	if r.OrderID <= 0 || r.UserID <= 0 || r.Points < 0 {
 		return false, 0, fmt.Errorf("%w: reversal of order %d for user %d, points %d", ErrRejected, r.OrderID, r.UserID, r.Points)
@@ -237,12 +247,11 @@ func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta i
 			return nil // already reversed: the balance was changed then, not now
 		}
 		applied, delta = true, -taken
-		if taken == 0 {
-			return nil
-		}
-		// A plain UPDATE, not the upsert: the row exists (we hold its lock) and the delta is negative.
-		err = tx.Exec(`UPDATE points_accounts SET balance = balance - ?, updated_at = now() WHERE user_id = ?`,
-			taken, r.UserID).Error
+		// A missing account gets balance 0 (taken is 0 then); an existing one (we hold its lock) loses
+		// taken, never below 0.
+		err = tx.Exec(`INSERT INTO points_accounts (user_id, balance) VALUES (?, 0)
+			ON CONFLICT (user_id) DO UPDATE SET balance = points_accounts.balance - ?, updated_at = now()`,
+			r.UserID, taken).Error
 		if err != nil {
 			return fmt.Errorf("debit balance: %w", translate(err))
 		}

@@ -168,6 +168,36 @@ func TestLedgerReverseRacingCallsApplyOnce(t *testing.T) {
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
 }
 
+// A reversal that names a user who does not exist is refused and writes nothing, as a credit for one
+// is: the ledger has no foreign key of its own (migrations/00009), so the reversal's account row,
+// written even when it takes nothing back, is what checks the user. The case that needs it: the
+// order's credit exists (for its real user), so the reversal's first step writes nothing, and the
+// unknown user has no account to take points from. Written for that user, the row would take the
+// order's reversal key, and the real refund would be a duplicate that reverses nothing.
+func TestReversalForAnUnknownUserIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	l, err := points.NewLedger(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(81), UserID: 1, Delta: 40, Reason: points.ReasonOrderPaid}})
+	require.NoError(t, err)
+
+	applied, _, err := l.Reverse(ctx, points.Reversal{OrderID: 81, UserID: 999, Points: 40})
+	require.ErrorIs(t, err, points.ErrRejected, "user 999 does not exist")
+	assert.False(t, applied)
+	_, _, err = l.Reverse(ctx, points.Reversal{OrderID: 82, UserID: 998, Points: 5})
+	require.ErrorIs(t, err, points.ErrRejected, "no credit either: the credit's account upsert refuses it")
+	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 40, Balances: 40}, state(t, env), "nothing written")
+
+	applied, delta, err := l.Reverse(ctx, points.Reversal{OrderID: 81, UserID: 1, Points: 40})
+	require.NoError(t, err)
+	assert.True(t, applied, "the order's reversal key is still free")
+	assert.EqualValues(t, -40, delta)
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:81": 40, "order-refunded:81": -40}},
+		accountOf(t, env, 1))
+}
+
 // The amount a reversal takes back is computed on the balance it will change. A redeem of the same
 // user commits while the reversal runs: the reversal waits on the account row's lock and then reads
 // the committed balance. (Read without the lock, it would compute 50 on a balance that is about to be

@@ -138,6 +138,9 @@ func runBenchSummary(args []string, stdout, stderr io.Writer) int {
 	if m := bench.Machines(reps); m != "" {
 		fmt.Fprintln(stdout, m)
 	}
+	if st := bench.Steals(reps); st != "" {
+		fmt.Fprintln(stdout, st)
+	}
 	rc := 0
 	for i, rep := range reps {
 		if rep.Passed() {

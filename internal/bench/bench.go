@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -173,6 +174,11 @@ type Report struct {
 	} `json:"config"`
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
+	// StealPct is the share of the machine's CPU time, in percent, that its hypervisor gave to other
+	// guests during the run (steal in /proc/stat, over every CPU); nil where the kernel does not say.
+	// On the 2-core VM the same code measured its worst figures when several percent were stolen
+	// (docs/performance.md, 2026-12-03): a run with much steal ran on less than its two cores.
+	StealPct *float64 `json:"cpu_steal_pct,omitempty"`
 }
 
 // Machine describes where the figures come from.
@@ -252,6 +258,7 @@ func Run(ctx context.Context, env *lab.Env, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	rep := Report{Started: time.Now().UTC(), Machine: thisMachine()}
+	cpu0, cpuKnown := readCPUTimes()
 	rep.Config.Duration, rep.Config.Concurrency, rep.Config.OutboxRate = cfg.Duration.String(), cfg.Concurrency, cfg.OutboxRate
 
 	sampler := startRSS(ctx, env, cfg.Processes)
@@ -285,7 +292,56 @@ func Run(ctx context.Context, env *lab.Env, cfg Config) (Report, error) {
 	}
 	rep.RSS = sampler.stop()
 	rep.Seconds = time.Since(rep.Started).Seconds()
+	if cpu1, ok := readCPUTimes(); ok && cpuKnown {
+		rep.StealPct = cpu1.stealPctSince(cpu0)
+	}
 	return rep, ctx.Err()
+}
+
+// cpuTimes is the machine's aggregate CPU line of /proc/stat, in clock ticks: all the time its CPUs
+// spent (user, nice, system, idle, iowait, irq, softirq, steal) and steal alone.
+type cpuTimes struct{ total, steal uint64 }
+
+// readCPUTimes reads /proc/stat; ok is false where there is none or its first line is not the "cpu" one.
+func readCPUTimes() (cpuTimes, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseCPULine(line)
+}
+
+// parseCPULine parses "cpu  user nice system idle iowait irq softirq steal [guest guest_nice]" (guest
+// time is already counted in user and nice, so it is left out of the total). A kernel older than 2.6.11
+// has no steal field: not known.
+func parseCPULine(line string) (cpuTimes, bool) {
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}, false
+	}
+	var t cpuTimes
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cpuTimes{}, false
+		}
+		t.total += n
+		if i == 7 {
+			t.steal = n
+		}
+	}
+	return t, true
+}
+
+// stealPctSince is the steal share of the CPU time between before and t, in percent; nil if no time
+// passed or the counters went backwards.
+func (t cpuTimes) stealPctSince(before cpuTimes) *float64 {
+	if t.total <= before.total || t.steal < before.steal {
+		return nil
+	}
+	pct := 100 * float64(t.steal-before.steal) / float64(t.total-before.total)
+	return &pct
 }
 
 // runner carries the run's environment to the measures.

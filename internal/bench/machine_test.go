@@ -49,3 +49,43 @@ func TestMachinesSaysWhenRunsDiffer(t *testing.T) {
 		"2 CPUs, kernel 6.18, sched_autogroup on (runs 1, 3); 2 CPUs, kernel 6.18, sched_autogroup off (run 2)",
 		Machines([]Report{on, off, on}))
 }
+
+// The steal share is the steal ticks over all the ticks between two reads of /proc/stat's cpu line;
+// guest time is inside user already and stays out of the total.
+func TestStealShareFromTwoReadsOfProcStat(t *testing.T) {
+	t.Parallel()
+	before, ok := parseCPULine("cpu  201451 37 73695 217292 4024 0 11858 5218 0 0")
+	require.True(t, ok)
+	after, ok := parseCPULine("cpu  215273 37 81101 227566 4848 0 14179 8292 900 0")
+	require.True(t, ok)
+	pct := after.stealPctSince(before)
+	require.NotNil(t, pct)
+	require.InDelta(t, 100*3074.0/37721.0, *pct, 1e-9)
+	require.Nil(t, before.stealPctSince(after), "counters that went backwards say nothing")
+	require.Nil(t, before.stealPctSince(before), "no time passed")
+
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3 4 5 6 7", "cpu 1 2 3 x 5 6 7 8"} {
+		_, ok := parseCPULine(bad)
+		require.False(t, ok, "%q", bad)
+	}
+}
+
+// On Linux every report says how much CPU the hypervisor took (0 on bare metal).
+func TestReadCPUTimesOnThisMachine(t *testing.T) {
+	t.Parallel()
+	c, ok := readCPUTimes()
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		require.False(t, ok)
+		return
+	}
+	require.True(t, ok)
+	require.Positive(t, c.total)
+	require.LessOrEqual(t, c.steal, c.total)
+}
+
+func TestStealsNamesEachRun(t *testing.T) {
+	t.Parallel()
+	a, b := 0.4, 8.12
+	require.Empty(t, Steals([]Report{{}, {}}), "no run knows")
+	require.Equal(t, "CPU steal by run: 0.4%, -, 8.1%", Steals([]Report{{StealPct: &a}, {}, {StealPct: &b}}))
+}

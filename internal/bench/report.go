@@ -73,8 +73,12 @@ func WriteText(w io.Writer, rep Report) {
 	if !rep.Passed() {
 		verdict = "INVARIANTS BROKEN or a measure failed"
 	}
-	fmt.Fprintf(w, "%d measures in %.1fs, %s, duration %s, concurrency %d: %s\n", len(rep.Results), rep.Seconds,
-		rep.Machine, rep.Config.Duration, rep.Config.Concurrency, verdict)
+	steal := ""
+	if rep.StealPct != nil {
+		steal = fmt.Sprintf(", CPU steal %.1f%%", *rep.StealPct)
+	}
+	fmt.Fprintf(w, "%d measures in %.1fs, %s, duration %s, concurrency %d%s: %s\n", len(rep.Results), rep.Seconds,
+		rep.Machine, rep.Config.Duration, rep.Config.Concurrency, steal, verdict)
 }
 
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
@@ -156,7 +160,7 @@ code{font-size:90%}section{margin-bottom:2em}
 </style></head><body>
 <h1>idemshop: what the guards cost</h1>
 <p>{{.R.Started.Format "2006-01-02 15:04:05 MST"}} · {{.R.Machine}} · {{.R.Machine.GoVersion}} · duration {{.R.Config.Duration}} per side ·
-concurrency {{.R.Config.Concurrency}} · {{printf "%.1f" .R.Seconds}} s.
+concurrency {{.R.Config.Concurrency}} · {{printf "%.1f" .R.Seconds}} s{{with .R.StealPct}} · CPU steal {{printf "%.1f" .}}%{{end}}.
 {{if .R.Passed}}<span class="ok">Every invariant held.</span>{{else}}<span class="bad">Invariants broken or a measure failed.</span>{{end}}</p>
 <table><tr><th class="l">measure</th><th>rps</th><th>baseline rps</th><th>ratio</th><th class="l">target</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>errors</th><th>violations</th></tr>
 {{range .R.Results}}<tr><td class="l"><a href="#{{.Name}}">{{.Name}}</a></td>{{if .Error}}<td class="l bad" colspan="10">{{.Error}}</td>{{else}}

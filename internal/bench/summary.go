@@ -159,3 +159,22 @@ func Machines(reps []Report) string {
 	}
 	return "machines differ between runs, so their figures do not compare: " + strings.Join(parts, "; ")
 }
+
+// Steals is the line that says how much CPU time the hypervisor took during each run
+// (Report.StealPct), "" when no run knows: a run with much steal had less than its CPUs, which moves
+// every figure that competes for them.
+func Steals(reps []Report) string {
+	vals := make([]string, len(reps))
+	known := false
+	for i, rep := range reps {
+		vals[i] = "-"
+		if rep.StealPct != nil {
+			vals[i] = fmt.Sprintf("%.1f%%", *rep.StealPct)
+			known = true
+		}
+	}
+	if !known {
+		return ""
+	}
+	return "CPU steal by run: " + strings.Join(vals, ", ")
+}

@@ -30,8 +30,8 @@ func mountLabBench(p labParts) error {
 	return nil
 }
 
-// noKeyRunner is the Guard minus the key layer: no Idempotency-Key check, no fingerprint, no Redis
-// marker, no key row. What is left (read the body, run the work in one transaction, answer its JSON)
+// noKeyRunner is the Guard minus the key layer: no Idempotency-Key check, no fingerprint, no key read,
+// no key row. What is left (read the body, run the work in one transaction, answer its JSON)
 // is what the Guard does too, so the difference in a benchmark is the cost of the guard alone.
 type noKeyRunner struct{ db *gorm.DB }
 

@@ -176,12 +176,8 @@ func TestLedgerReverseRacingCallsApplyOnce(t *testing.T) {
 // order's reversal key, and the real refund would be a duplicate that reverses nothing.
 func TestReversalForAnUnknownUserIsRefusedAndWritesNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	l, err := points.NewLedger(env.DB)
-	require.NoError(t, err)
+	env, l := ledgerWithCredit(t, 81, 1, 40)
 	ctx := context.Background()
-	_, err = l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(81), UserID: 1, Delta: 40, Reason: points.ReasonOrderPaid}})
-	require.NoError(t, err)
 
 	applied, _, err := l.Reverse(ctx, points.Reversal{OrderID: 81, UserID: 999, Points: 40})
 	require.ErrorIs(t, err, points.ErrRejected, "user 999 does not exist")
@@ -204,12 +200,8 @@ func TestReversalForAnUnknownUserIsRefusedAndWritesNothing(t *testing.T) {
 // 20, and its UPDATE would break CHECK balance >= 0: the reversal would fail as poison.)
 func TestReverseComputesOnTheCommittedBalance(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	l, err := points.NewLedger(env.DB)
-	require.NoError(t, err)
+	env, l := ledgerWithCredit(t, 80, 1, 50)
 	ctx := context.Background()
-	_, err = l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(80), UserID: 1, Delta: 50, Reason: points.ReasonOrderPaid}})
-	require.NoError(t, err)
 
 	// The redeem's transaction holds the account row while the reversal starts.
 	redeem := env.DB.Begin()
@@ -268,6 +260,19 @@ func debit(t testing.TB, tx *gorm.DB, userID, points int64, bizID string) {
 type account struct {
 	Balance int64
 	Ledger  map[string]int64
+}
+
+// ledgerWithCredit returns a ledger on a database of its own in which userID has been credited credit
+// points for orderID (biz_id order-paid:<orderID>).
+func ledgerWithCredit(t testing.TB, orderID, userID, credit int64) (*testenv.Env, *points.Ledger) {
+	t.Helper()
+	env := testenv.New(t)
+	l, err := points.NewLedger(env.DB)
+	require.NoError(t, err)
+	_, err = l.Apply(context.Background(), []points.Credit{{BizID: points.BizIDOrderPaid(orderID), UserID: userID,
+		Delta: credit, Reason: points.ReasonOrderPaid}})
+	require.NoError(t, err)
+	return env, l
 }
 
 func accountOf(t testing.TB, env *testenv.Env, userID int64) account {

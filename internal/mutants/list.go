@@ -131,6 +131,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOutOfOrderCallbacks$",
 	},
 	{
+		ID: "refund-postpone", Guard: "refund: refused, later",
+		File: "internal/refunds/executor.go",
+		// A refused or unanswered refund keeps its place at the head of the queue.
+		Original:    "\t\t\tif perr := Postpone(ctx, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t}\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsRefundsQueuedBehindRefusedOnes$",
+	},
+	{
 		ID: "callback-amount", Guard: "callback: amount",
 		File:        "internal/callback/callback.go",
 		Original:    "return cb.AmountCents == o.AmountCents",

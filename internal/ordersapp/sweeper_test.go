@@ -6,6 +6,7 @@ package ordersapp_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -154,4 +155,50 @@ func TestSweeperSendsEachRefundOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, amount, p.RefundedCents, "refunded once, in full")
 	assert.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id), "its callback never came")
+}
+
+// A refund the platform refuses stays owed (PENDING) but goes to the back: with a batch's worth of
+// refused requests ahead of it (SWEEP_BATCH 2, two requests for payments the platform does not
+// know), a good refund is still sent, on the next sweep. Sent oldest id first, the two refused ones
+// would fill every sweep's batch and the good one would never go out.
+func TestSweeperSendsRefundsQueuedBehindRefusedOnes(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	mock := newMock(t, nil)
+	pay := payTo(mock, 10*time.Second)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { pay(c); c.SweepBatch = 2 }})
+	id, amount := rp.newOrder(bob, 2, 1)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	for i := range 2 {
+		require.NoError(t, env.DB.Exec(`INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
+			VALUES (?, ?, ?, 100, 'test: a payment the platform does not know')`,
+			id, fmt.Sprintf("pay_unknown_%d", i), fmt.Sprintf("test-refused-%d", i)).Error)
+	}
+
+	nowhere := "http://" + testenv.FreeAddr(t) + "/v1/payments/callback"
+	p, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
+		MerchantOrderNo: strconv.FormatInt(id, 10), AmountCents: amount, Currency: "EUR", NotifyURL: nowhere})
+	require.NoError(t, err)
+	_, err = mock.client.Approve(ctx, p.ID)
+	require.NoError(t, err)
+	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-paid-out-of-stock")
+	cb.PaymentID = p.ID
+	assertAcked(t, []response{rp.postCallback(cb)})
+	owed := "order_id = ? AND payment_id = ?"
+	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'PENDING'", id, p.ID))
+
+	for range 2 {
+		_, err := rp.app.Sweeper.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'REQUESTED'", id, p.ID),
+		"sent on the second sweep, ahead of the refused ones")
+	got, err := mock.client.GetPayment(ctx, p.ID)
+	require.NoError(t, err)
+	assert.Equal(t, amount, got.RefundedCents, "refunded in full")
+	assert.EqualValues(t, 2, count(t, env.DB, "refund_requests", "payment_id LIKE 'pay_unknown_%' AND status = 'PENDING'"),
+		"the refused ones are still owed")
+	assert.EqualValues(t, 4, platformCalls(t, mock, http.MethodPost, "/v1/refunds"),
+		"sweep 1: the two refused; sweep 2: the good one, then one refused again")
 }

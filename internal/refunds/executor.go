@@ -47,7 +47,8 @@ func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, r
 // RunOnce sends every PENDING refund request (up to the batch) to the platform. The platform is
 // idempotent on refund_no (one per order), so a crash between the call and MarkRequested, or two
 // replicas sending the same request, still makes one refund. It stops at the first request the
-// platform leaves unanswered: the rest would wait out the same timeout one by one.
+// platform leaves unanswered: the rest would wait out the same timeout one by one. That request, and
+// every refused one, is postponed: it is sent again after the others (ListPending).
 func (e *Executor) RunOnce(ctx context.Context) error {
 	reqs, err := ListPending(ctx, e.db, e.batch)
 	if err != nil {
@@ -57,6 +58,9 @@ func (e *Executor) RunOnce(ctx context.Context) error {
 		_, _, err := e.platform.Refund(ctx, payclient.RefundRequest{PaymentID: r.PaymentID, RefundNo: r.RefundNo,
 			AmountCents: r.AmountCents})
 		if err != nil {
+			if perr := Postpone(ctx, e.db, r.ID, r.RefundNo); perr != nil {
+				return perr
+			}
 			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {
 				e.results.WithLabelValues(ResultUnreachable).Inc()
 				return nil

@@ -50,15 +50,28 @@ type Pending struct {
 	AmountCents int64
 }
 
-// ListPending returns up to limit PENDING refund requests, oldest first.
+// ListPending returns up to limit PENDING refund requests, the one left alone longest first
+// (updated_at, then id). A request the platform refused or did not answer is postponed (Postpone): it
+// stays owed, behind the others, so that a batch's worth of such requests at the head cannot keep
+// the ones after them from ever being sent.
 func ListPending(ctx context.Context, db *gorm.DB, limit int) ([]Pending, error) {
 	var reqs []Pending
 	err := db.WithContext(ctx).Raw(`SELECT id, order_id, payment_id, refund_no, amount_cents
-		FROM refund_requests WHERE status = 'PENDING' ORDER BY id LIMIT ?`, limit).Scan(&reqs).Error
+		FROM refund_requests WHERE status = 'PENDING' ORDER BY updated_at, id LIMIT ?`, limit).Scan(&reqs).Error
 	if err != nil {
 		return nil, fmt.Errorf("list refund requests: %w", err)
 	}
 	return reqs, nil
+}
+
+// Postpone puts PENDING refund request id at the back of ListPending's order; it stays PENDING, to be
+// sent again on a later sweep.
+func Postpone(ctx context.Context, db *gorm.DB, id int64, refundNo string) error {
+	if err := db.WithContext(ctx).Exec(`UPDATE refund_requests SET updated_at = clock_timestamp()
+			WHERE id = ? AND status = 'PENDING'`, id).Error; err != nil {
+		return fmt.Errorf("postpone refund %s: %w", refundNo, err)
+	}
+	return nil
 }
 
 // MarkRequested records that the platform has refund request id (PENDING → REQUESTED), so that it is

@@ -134,7 +134,7 @@ var List = []Mutant{
 		ID: "refund-postpone", Guard: "refund: refused, later",
 		File: "internal/refunds/executor.go",
 		// A refused or unanswered refund keeps its place at the head of the queue.
-		Original:    "\t\t\tif perr := Postpone(ctx, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t}\n",
+		Original:    "\t\t\tif perr := Postpone(context.WithoutCancel(ctx), e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t}\n",
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsRefundsQueuedBehindRefusedOnes$",
 	},

@@ -58,7 +58,9 @@ func (e *Executor) RunOnce(ctx context.Context) error {
 		_, _, err := e.platform.Refund(ctx, payclient.RefundRequest{PaymentID: r.PaymentID, RefundNo: r.RefundNo,
 			AmountCents: r.AmountCents})
 		if err != nil {
-			if perr := Postpone(ctx, e.db, r.ID, r.RefundNo); perr != nil {
+			// Even when the send failed because the process is stopping: one short statement, and
+			// without it the request would keep its place at the head of the queue.
+			if perr := Postpone(context.WithoutCancel(ctx), e.db, r.ID, r.RefundNo); perr != nil {
 				return perr
 			}
 			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {

@@ -133,16 +133,7 @@ func TestSweeperSendsEachRefundOnce(t *testing.T) {
 	id, amount := rp.newOrder(bob, 2, 1)
 	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
 
-	nowhere := "http://" + testenv.FreeAddr(t) + "/v1/payments/callback"
-	pay, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
-		MerchantOrderNo: strconv.FormatInt(id, 10), AmountCents: amount, Currency: "EUR", NotifyURL: nowhere})
-	require.NoError(t, err)
-	_, err = mock.client.Approve(ctx, pay.ID)
-	require.NoError(t, err)
-	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-paid-out-of-stock")
-	cb.PaymentID = pay.ID
-	assertAcked(t, []response{rp.postCallback(cb)})
-	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
+	payID := paidOutOfStock(t, env, rp, mock, id, amount)
 	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'PENDING'", id))
 
 	for range 2 {
@@ -151,7 +142,7 @@ func TestSweeperSendsEachRefundOnce(t *testing.T) {
 	}
 	assert.EqualValues(t, 1, platformCalls(t, mock, http.MethodPost, "/v1/refunds"), "two sweeps sent one refund")
 	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'REQUESTED'", id))
-	p, err := mock.client.GetPayment(ctx, pay.ID)
+	p, err := mock.client.GetPayment(ctx, payID)
 	require.NoError(t, err)
 	assert.Equal(t, amount, p.RefundedCents, "refunded once, in full")
 	assert.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id), "its callback never came")
@@ -176,6 +167,31 @@ func TestSweeperSendsRefundsQueuedBehindRefusedOnes(t *testing.T) {
 			id, fmt.Sprintf("pay_unknown_%d", i), fmt.Sprintf("test-refused-%d", i)).Error)
 	}
 
+	payID := paidOutOfStock(t, env, rp, mock, id, amount)
+	owed := "order_id = ? AND payment_id = ?"
+	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'PENDING'", id, payID))
+
+	for range 2 {
+		_, err := rp.app.Sweeper.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'REQUESTED'", id, payID),
+		"sent on the second sweep, ahead of the refused ones")
+	got, err := mock.client.GetPayment(ctx, payID)
+	require.NoError(t, err)
+	assert.Equal(t, amount, got.RefundedCents, "refunded in full")
+	assert.EqualValues(t, 2, count(t, env.DB, "refund_requests", "payment_id LIKE 'pay_unknown_%' AND status = 'PENDING'"),
+		"the refused ones are still owed")
+	assert.EqualValues(t, 4, platformCalls(t, mock, http.MethodPost, "/v1/refunds"),
+		"sweep 1: the two refused; sweep 2: the good one, then one refused again")
+}
+
+// paidOutOfStock pays order id (amount cents) at the platform and delivers its SUCCESS once the
+// order's stock is gone: the order goes REFUND_REQUIRED and owes a refund. The platform's own
+// callbacks go nowhere, so only the sweeper can move the refund on. It returns the payment id.
+func paidOutOfStock(t *testing.T, env *testenv.Env, rp *replica, mock *mockPlatform, id, amount int64) string {
+	t.Helper()
+	ctx := context.Background()
 	nowhere := "http://" + testenv.FreeAddr(t) + "/v1/payments/callback"
 	p, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
 		MerchantOrderNo: strconv.FormatInt(id, 10), AmountCents: amount, Currency: "EUR", NotifyURL: nowhere})
@@ -185,20 +201,6 @@ func TestSweeperSendsRefundsQueuedBehindRefusedOnes(t *testing.T) {
 	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-paid-out-of-stock")
 	cb.PaymentID = p.ID
 	assertAcked(t, []response{rp.postCallback(cb)})
-	owed := "order_id = ? AND payment_id = ?"
-	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'PENDING'", id, p.ID))
-
-	for range 2 {
-		_, err := rp.app.Sweeper.RunOnce(ctx)
-		require.NoError(t, err)
-	}
-	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'REQUESTED'", id, p.ID),
-		"sent on the second sweep, ahead of the refused ones")
-	got, err := mock.client.GetPayment(ctx, p.ID)
-	require.NoError(t, err)
-	assert.Equal(t, amount, got.RefundedCents, "refunded in full")
-	assert.EqualValues(t, 2, count(t, env.DB, "refund_requests", "payment_id LIKE 'pay_unknown_%' AND status = 'PENDING'"),
-		"the refused ones are still owed")
-	assert.EqualValues(t, 4, platformCalls(t, mock, http.MethodPost, "/v1/refunds"),
-		"sweep 1: the two refused; sweep 2: the good one, then one refused again")
+	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
+	return p.ID
 }

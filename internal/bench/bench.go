@@ -129,6 +129,9 @@ type Result struct {
 	ViolationDetails []string `json:"violation_details,omitempty"`
 	Note             string   `json:"note,omitempty"`
 	Error            string   `json:"error,omitempty"`
+	// CPU is what one request cost each side in CPU, by process (create_order_fresh); nil where no
+	// process could be read.
+	CPU *CPUCost `json:"cpu,omitempty"`
 
 	series []timeSeries // raw latencies, for the HTML plots
 }

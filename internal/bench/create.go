@@ -103,14 +103,26 @@ func (r *runner) createOrder(ctx context.Context) []Result {
 	bc.limit += bc.issued()
 
 	guarded, baseline := newSample(), newSample()
-	baseline.merge(attack(ctx, "nokey", bTargets, cfg.Concurrency, half, timeout, want201))
-	guarded.merge(attack(ctx, "guarded", gTargets, cfg.Concurrency, half, timeout, want201))
-	guarded.merge(attack(ctx, "guarded", gTargets, cfg.Concurrency, half, timeout, want201))
-	baseline.merge(attack(ctx, "nokey", bTargets, cfg.Concurrency, half, timeout, want201))
+	// Each phase is also charged with the CPU every process used during it (read at its boundaries).
+	meter := newCPUMeter(r.cfg.Processes)
+	var guardedCPU, baselineCPU cpuAccount
+	phase := func(into *sample, cpu *cpuAccount, name string, tr vegeta.Targeter) {
+		before := meter.read(ctx)
+		s := attack(ctx, name, tr, cfg.Concurrency, half, timeout, want201)
+		cpu.add(before, meter.read(ctx), s.ok+s.errs)
+		into.merge(s)
+	}
+	phase(baseline, &baselineCPU, "nokey", bTargets)
+	phase(guarded, &guardedCPU, "guarded", gTargets)
+	phase(guarded, &guardedCPU, "guarded", gTargets)
+	phase(baseline, &baselineCPU, "nokey", bTargets)
 
 	fresh := ratioResult(name1, title1, guarded, baseline, "no key layer")
 	fresh.Latency = "request round trip"
 	fresh.atLeast(0.85)
+	if fresh.CPU = cpuCost(guardedCPU, baselineCPU); fresh.CPU != nil {
+		fresh.Note = fresh.CPU.note("the no-key baseline")
+	}
 	r.checkCreate(ctx, &fresh, g.UserID, b.UserID, baseline)
 
 	// 2. Replay.

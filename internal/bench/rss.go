@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -95,32 +94,10 @@ func (s *rssSampler) stop() []RSS {
 	return out
 }
 
-// metricsRSS reads process_resident_memory_bytes from a Prometheus text endpoint.
+// metricsRSS reads process_resident_memory_bytes from a Prometheus text endpoint, in MiB.
 func metricsRSS(ctx context.Context, c *http.Client, url string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return 0, err
-			}
-			return f / (1 << 20), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s has no process_resident_memory_bytes", url)
+	b, err := metricsValue(ctx, c, url, "process_resident_memory_bytes")
+	return b / (1 << 20), err
 }
 
 // selfRSS reads this process's VmRSS (Linux).

@@ -48,6 +48,17 @@ func Summarize(reps []Report) []SummaryRow {
 			if r.Target != "" && r.TargetMet && r.Violations == 0 {
 				row.Met++
 			}
+			// The CPU per request beside a ratio (CPUCost): a row of its own, for reference.
+			if r.CPU != nil {
+				key := r.Name + "\x00cpu"
+				cpu := byName[key]
+				if cpu == nil {
+					cpu = &SummaryRow{Name: r.Name, Figure: "CPU ratio"}
+					byName[key] = cpu
+					rows = append(rows, cpu)
+				}
+				cpu.Values = append(cpu.Values, r.CPU.Ratio)
+			}
 		}
 	}
 	out := make([]SummaryRow, len(rows))

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseProcStatCountsFieldsFromTheLastParenthesis(t *testing.T) {
+	t.Parallel()
+	// utime 250 and stime 150 ticks (fields 14 and 15); the comm holds a space and a ')'.
+	line := "4242 (post gres) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 150 0 0 20 0 1 0 100 1000 200\n"
+	s, ok := parseProcStat(line)
+	if !ok || s.comm != "post gres) x" || s.cpuSeconds != 4.0 {
+		t.Fatalf("parseProcStat = %+v, %v; want comm %q, 4.0 s", s, ok, "post gres) x")
+	}
+	for _, bad := range []string{"", "4242 postgres S 1", "4242 (postgres) S 1 2 3", "1 (a) S 1 1 1 0 -1 0 0 0 0 0 x 5"} {
+		if _, ok := parseProcStat(bad); ok {
+			t.Errorf("parseProcStat(%q) ok, want not", bad)
+		}
+	}
+}
+
+func TestPostgresCPUAddsUpEveryProcessNamedPostgres(t *testing.T) {
+	t.Parallel()
+	proc := t.TempDir()
+	stat := func(pid int, comm string, utime, stime int) {
+		dir := filepath.Join(proc, fmt.Sprint(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprintf("%d (%s) S 1 1 1 0 -1 0 0 0 0 0 %d %d 0 0 20 0 1 0 1 1 1\n", pid, comm, utime, stime)
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stat(10, "postgres", 100, 50) // the postmaster
+	stat(11, "postgres", 30, 20)  // a backend
+	stat(12, "orders", 999, 999)  // not postgres
+	if err := os.MkdirAll(filepath.Join(proc, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := postgresCPU(proc)
+	if !ok || s != 2.0 {
+		t.Fatalf("postgresCPU = %v, %v; want 2.0 s", s, ok)
+	}
+	if _, ok := postgresCPU(t.TempDir()); ok {
+		t.Error("postgresCPU of a /proc without postgres: ok, want not")
+	}
+}
+
+func TestCPUCostIsMicrosecondsPerRequestAndTheirRatio(t *testing.T) {
+	t.Parallel()
+	var measured, baseline cpuAccount
+	// Two phases a side. "gone" was read only before the second measured phase: never charged.
+	measured.add(cpuReading{"orders": 1, "postgres": 2}, cpuReading{"orders": 1.4, "postgres": 2.5}, 1000)
+	measured.add(cpuReading{"orders": 3, "postgres": 4, "gone": 1}, cpuReading{"orders": 3.4, "postgres": 4.5}, 1000)
+	baseline.add(cpuReading{"orders": 0, "postgres": 0}, cpuReading{"orders": 0.7, "postgres": 0.7}, 2000)
+	c := cpuCost(measured, baseline)
+	if c == nil {
+		t.Fatal("cpuCost = nil")
+	}
+	if c.Measured["orders"] != 400 || c.Measured["postgres"] != 500 || c.Baseline["orders"] != 350 ||
+		c.Baseline["postgres"] != 350 || len(c.Measured) != 2 {
+		t.Fatalf("cpuCost = %+v; want orders 400 vs 350, postgres 500 vs 350 µs", c)
+	}
+	if c.Ratio != round(700.0/900.0) {
+		t.Errorf("ratio %v, want %v", c.Ratio, round(700.0/900.0))
+	}
+	note := c.note("the baseline")
+	for _, s := range []string{"orders 400 vs 350", "postgres 500 vs 350", "total 900 vs 700", "CPU ratio 0.778"} {
+		if !strings.Contains(note, s) {
+			t.Errorf("note %q lacks %q", note, s)
+		}
+	}
+	if cpuCost(measured, cpuAccount{}) != nil {
+		t.Error("cpuCost with a side that answered nothing: not nil")
+	}
+}
+
+func TestCPUMeterReadsServicesPostgresAndItself(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n")
+	}))
+	defer srv.Close()
+	m := newCPUMeter(map[string]string{"orders": srv.URL + "/metrics", "remote": "http://10.1.2.3/metrics"})
+	got := m.read(context.Background())
+	if got["orders"] != 12.5 {
+		t.Errorf("orders %v, want 12.5", got["orders"])
+	}
+	if _, ok := got["remote"]; ok {
+		t.Error("a non-loopback URL was read")
+	}
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		if got["loadtest"] <= 0 {
+			t.Errorf("loadtest %v, want this process's CPU", got["loadtest"])
+		}
+	}
+}

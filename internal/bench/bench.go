@@ -132,6 +132,9 @@ type Result struct {
 	// CPU is what one request cost each side in CPU, by process (create_order_fresh); nil where no
 	// process could be read.
 	CPU *CPUCost `json:"cpu,omitempty"`
+	// CPUPerEvent is the CPU one event cost, in µs by process, over a whole outbox lag run (warm-up
+	// included): the load the lag was measured under. Nil where no process could be read.
+	CPUPerEvent map[string]float64 `json:"cpu_us_per_event,omitempty"`
 
 	series []timeSeries // raw latencies, for the HTML plots
 }

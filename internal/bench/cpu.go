@@ -24,9 +24,10 @@ import (
 const clockTicksPerSecond = 100
 
 // cpuMeter reads how much CPU time the processes under load have used so far: each service by its
-// Prometheus endpoint (process_cpu_seconds_total), PostgreSQL by /proc (every process named postgres:
-// its backends and helpers, when they run on this machine and are visible to it), and this process by
-// /proc/self. A process it cannot read is left out of a reading, and then out of the report.
+// Prometheus endpoint (process_cpu_seconds_total), PostgreSQL and RabbitMQ by /proc (every process
+// named postgres, its backends and helpers, and the broker's Erlang VM, beam.smp, when they run on
+// this machine and are visible to it), and this process by /proc/self. A process it cannot read is
+// left out of a reading, and then out of the report.
 type cpuMeter struct {
 	client   *http.Client
 	services map[string]string // name → loopback /metrics URL
@@ -54,8 +55,10 @@ func (m *cpuMeter) read(ctx context.Context) cpuReading {
 			out[name] = s
 		}
 	}
-	if s, ok := postgresCPU("/proc"); ok {
-		out["postgres"] = s
+	for name, comm := range map[string]string{"postgres": "postgres", "rabbitmq": "beam.smp"} {
+		if s, ok := commCPU("/proc", comm); ok {
+			out[name] = s
+		}
 	}
 	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
 		if s, ok := parseProcStat(string(b)); ok {
@@ -191,9 +194,9 @@ func parseProcStat(line string) (procStat, bool) {
 	return procStat{comm: line[open+1 : end], cpuSeconds: float64(utime+stime) / clockTicksPerSecond}, true
 }
 
-// postgresCPU is the CPU seconds of every process named postgres under proc. A backend that exits
-// between two readings takes its CPU with it (a measure's connections are pooled and stay).
-func postgresCPU(proc string) (float64, bool) {
+// commCPU is the CPU seconds of every process named comm under proc. A process that exits between
+// two readings takes its CPU with it (a measure's database connections are pooled and stay).
+func commCPU(proc, comm string) (float64, bool) {
 	stats, err := filepath.Glob(filepath.Join(proc, "[0-9]*", "stat"))
 	if err != nil {
 		return 0, false
@@ -205,10 +208,42 @@ func postgresCPU(proc string) (float64, bool) {
 		if err != nil {
 			continue // gone since the glob
 		}
-		if s, ok := parseProcStat(string(b)); ok && s.comm == "postgres" {
+		if s, ok := parseProcStat(string(b)); ok && s.comm == comm {
 			total += s.cpuSeconds
 			found = true
 		}
 	}
 	return total, found
+}
+
+// perEvent is the CPU used between before and after, in µs per event by process (processes read both
+// times), and the sentence the report gives it: the total against what the machine's CPUs offer at
+// rate events/s.
+func perEvent(before, after cpuReading, events int64, rate, cpus int) (map[string]float64, string) {
+	if events <= 0 {
+		return nil, ""
+	}
+	var a cpuAccount
+	a.add(before, after, events)
+	if len(a.seconds) == 0 {
+		return nil, ""
+	}
+	us := map[string]float64{}
+	names := make([]string, 0, len(a.seconds))
+	var total float64
+	for n, s := range a.seconds {
+		us[n] = round(s * 1e6 / float64(events))
+		names = append(names, n)
+		total += s * 1e6 / float64(events)
+	}
+	slices.Sort(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f", n, us[n]))
+	}
+	note := fmt.Sprintf("CPU µs per event: %s, total %.0f", strings.Join(parts, ", "), total)
+	if cpus > 0 && rate > 0 {
+		note += fmt.Sprintf(" (at %d/s, %.0f%% of %d CPUs)", rate, total*float64(rate)/1e6/float64(cpus)*100, cpus)
+	}
+	return us, note
 }

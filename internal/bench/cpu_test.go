@@ -26,7 +26,7 @@ func TestParseProcStatCountsFieldsFromTheLastParenthesis(t *testing.T) {
 	}
 }
 
-func TestPostgresCPUAddsUpEveryProcessNamedPostgres(t *testing.T) {
+func TestCommCPUAddsUpEveryProcessOfThatName(t *testing.T) {
 	t.Parallel()
 	proc := t.TempDir()
 	stat := func(pid int, comm string, utime, stime int) {
@@ -45,12 +45,12 @@ func TestPostgresCPUAddsUpEveryProcessNamedPostgres(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(proc, "self"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s, ok := postgresCPU(proc)
+	s, ok := commCPU(proc, "postgres")
 	if !ok || s != 2.0 {
-		t.Fatalf("postgresCPU = %v, %v; want 2.0 s", s, ok)
+		t.Fatalf("commCPU = %v, %v; want 2.0 s", s, ok)
 	}
-	if _, ok := postgresCPU(t.TempDir()); ok {
-		t.Error("postgresCPU of a /proc without postgres: ok, want not")
+	if _, ok := commCPU(proc, "beam.smp"); ok {
+		t.Error("commCPU of a /proc without beam.smp: ok, want not")
 	}
 }
 
@@ -101,5 +101,21 @@ func TestCPUMeterReadsServicesPostgresAndItself(t *testing.T) {
 		if got["loadtest"] <= 0 {
 			t.Errorf("loadtest %v, want this process's CPU", got["loadtest"])
 		}
+	}
+}
+
+func TestPerEventIsMicrosecondsPerEventAndTheMachinesShare(t *testing.T) {
+	t.Parallel()
+	us, note := perEvent(cpuReading{"orders": 1, "postgres": 2, "gone": 5}, cpuReading{"orders": 1.3, "postgres": 2.5},
+		1000, 2000, 2)
+	if us["orders"] != 300 || us["postgres"] != 500 || len(us) != 2 {
+		t.Fatalf("perEvent = %v; want orders 300, postgres 500", us)
+	}
+	// 800 µs an event at 2,000/s is 1.6 CPU-seconds a second: 80% of 2 CPUs.
+	if want := "CPU µs per event: orders 300, postgres 500, total 800 (at 2000/s, 80% of 2 CPUs)"; note != want {
+		t.Errorf("note %q, want %q", note, want)
+	}
+	if us, note := perEvent(cpuReading{}, cpuReading{}, 0, 2000, 2); us != nil || note != "" {
+		t.Errorf("no events: %v, %q", us, note)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -251,6 +252,10 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 			}
 		})
 	}
+	// The CPU the whole run costs (warm-up included), read before the first write and after the last
+	// delivery: the load on the machine that the lag is measured under.
+	meter := newCPUMeter(r.cfg.Processes)
+	cpuBefore := meter.read(ctx)
 	start := time.Now()
 	interval := time.Second / time.Duration(rate)
 	for i := 0; i < n && ctx.Err() == nil; i++ {
@@ -268,6 +273,7 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 	case <-time.After(max(env.Quiet, 10*time.Second)):
 	case <-ctx.Done():
 	}
+	cpuAfter := meter.read(ctx)
 	_ = ch.Cancel("", false)
 	_ = conn.Close()
 	<-recvDone
@@ -306,6 +312,10 @@ func (r *runner) outboxLagAt(ctx context.Context, name string, rate int, writer 
 		"the first %d (%s) a warm-up whose lags are not counted; the write alone: p50 %.2f, p99 %.2f ms; "+
 		"%d redelivered copies", n, achieved, warm, outboxWarmup, ws.P50ms, ws.P99ms, dups)
 	res.Note += rateShortNote(achieved, rate)
+	var cpuNote string
+	if res.CPUPerEvent, cpuNote = perEvent(cpuBefore, cpuAfter, int64(n), rate, runtime.NumCPU()); cpuNote != "" {
+		res.Note += "; " + cpuNote
+	}
 	if missing > 0 {
 		res.violate(fmt.Sprintf("%d of %d outbox events never delivered", missing, n))
 	}

@@ -48,8 +48,9 @@ func Summarize(reps []Report) []SummaryRow {
 			if r.Target != "" && r.TargetMet && r.Violations == 0 {
 				row.Met++
 			}
-			// The CPU per request beside a ratio (CPUCost): a row of its own, for reference.
-			if r.CPU != nil {
+			// The CPU per request beside a ratio (CPUCost): a row of its own, for reference. A run
+			// without that reading (or with an empty one) is left out of the row, not counted as 0.
+			if r.CPU != nil && r.CPU.Ratio > 0 {
 				key := r.Name + "\x00cpu"
 				cpu := byName[key]
 				if cpu == nil {

@@ -20,10 +20,15 @@ func TestSummarizeCountsEachRunsFigureAndTarget(t *testing.T) {
 			Growth: []GrowthPoint{{Rows: 10_000, P99ms: growth[0]}, {Rows: 5_000_000, P99ms: growth[1]}},
 		}
 	}
+	empty := run(0.88, true, 30, true, [2]float64{20, 22}, "")
+	empty.Results[0].CPU = &CPUCost{} // a reading with nothing in it: left out of the CPU row
 	rows := Summarize([]Report{
 		run(0.91, true, 30, true, [2]float64{20, 22}, ""),
 		run(0.79, false, 240, false, [2]float64{20, 30}, "broker gone"),
 	})
+	if cpu := Summarize([]Report{empty})[1]; cpu.Figure == "CPU ratio" {
+		t.Errorf("an empty CPU reading made a row: %+v", cpu)
+	}
 	if len(rows) != 5 {
 		t.Fatalf("%d rows, want 5: %+v", len(rows), rows)
 	}

@@ -14,10 +14,10 @@ import (
 )
 
 // The CPU a request costs, by process: what issue 16's question ("what does the guard cost me?")
-// comes down to on a machine whose CPUs the service, its database and the load generator share. A
-// throughput ratio moves with every stall of the machine (steal, scheduling), because a stall costs
-// requests but no CPU; the CPU spent per request barely moves, so it says what the guard costs even
-// in a run whose ratio a stall decided. It is reported beside the ratio, never as a target.
+// comes down to on a machine whose CPUs the service, its database, the broker and the load generator
+// share. Where the throughput ratio says how much slower the guarded side was, this says in which
+// process the difference was spent. It is reported beside the ratio, never as a target; on the 2-core
+// machine it drifts with the machine as the ratio does (docs/performance.md).
 
 // clockTicksPerSecond is USER_HZ, the unit of /proc/<pid>/stat's utime and stime: 100 on every Linux
 // architecture Go supports (the kernel converts to it for user space whatever its own HZ).
@@ -46,8 +46,8 @@ func newCPUMeter(services map[string]string) *cpuMeter {
 // cpuReading is CPU seconds used so far, by process name.
 type cpuReading map[string]float64
 
-// read takes one reading. It costs one GET per service and a scan of /proc: about a millisecond, so
-// a measure reads at its phase boundaries only, never while requests are timed.
+// read takes one reading. It costs one GET per service and a scan of /proc, a few milliseconds, so a
+// measure reads at its phase boundaries only, never while requests are timed.
 func (m *cpuMeter) read(ctx context.Context) cpuReading {
 	out := cpuReading{}
 	for name, u := range m.services {
@@ -90,8 +90,8 @@ func (a *cpuAccount) add(before, after cpuReading, n int64) {
 
 // CPUCost is the CPU one request cost on each side of a ratio measure, in microseconds by process,
 // over the measured phases (warm-up left out). Everything each process did in those phases is
-// charged to the requests, background work included (the relay's polls, the sweeper), on both sides
-// alike.
+// charged to the requests, background work included (the relay's polls, the sweeper): the same per
+// second on both sides, so a little more per request on the slower one.
 type CPUCost struct {
 	Measured map[string]float64 `json:"measured_us_per_request"`
 	Baseline map[string]float64 `json:"baseline_us_per_request"`

@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // The CPU a request costs, by process: what issue 16's question ("what does the guard cost me?")
@@ -19,9 +20,9 @@ import (
 // process the difference was spent. It is reported beside the ratio, never as a target; on the 2-core
 // machine it drifts with the machine as the ratio does (docs/performance.md).
 
-// clockTicksPerSecond is USER_HZ, the unit of /proc/<pid>/stat's utime and stime: 100 on every Linux
-// architecture Go supports (the kernel converts to it for user space whatever its own HZ).
-const clockTicksPerSecond = 100
+// procComms names the processes read from /proc, by the name the report gives them: PostgreSQL's
+// (the postmaster, its backends and helpers) and RabbitMQ's Erlang VM.
+var procComms = map[string]string{"postgres": "postgres", "beam.smp": "rabbitmq"}
 
 // cpuMeter reads how much CPU time the processes under load have used so far: each service by its
 // Prometheus endpoint (process_cpu_seconds_total), PostgreSQL and RabbitMQ by /proc (every process
@@ -55,14 +56,12 @@ func (m *cpuMeter) read(ctx context.Context) cpuReading {
 			out[name] = s
 		}
 	}
-	for name, comm := range map[string]string{"postgres": "postgres", "rabbitmq": "beam.smp"} {
-		if s, ok := commCPU("/proc", comm); ok {
-			out[name] = s
-		}
-	}
-	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
-		if s, ok := parseProcStat(string(b)); ok {
-			out["loadtest"] = s.cpuSeconds
+	if fs, err := procfs.NewFS(procfs.DefaultMountPoint); err == nil {
+		maps.Copy(out, procCPU(fs, procComms))
+		if p, err := fs.Self(); err == nil {
+			if st, err := p.Stat(); err == nil {
+				out["loadtest"] = st.CPUTime()
+			}
 		}
 	}
 	return out
@@ -108,17 +107,15 @@ func cpuCost(measured, baseline cpuAccount) *CPUCost {
 		return nil
 	}
 	c := &CPUCost{Measured: map[string]float64{}, Baseline: map[string]float64{}}
-	var m, b float64
+	both, baseBoth := cpuReading{}, cpuReading{}
 	for name, ms := range measured.seconds {
-		bs, ok := baseline.seconds[name]
-		if !ok {
-			continue
+		if bs, ok := baseline.seconds[name]; ok {
+			both[name], baseBoth[name] = ms, bs
 		}
-		c.Measured[name] = round(ms * 1e6 / float64(measured.requests))
-		c.Baseline[name] = round(bs * 1e6 / float64(baseline.requests))
-		m += ms / float64(measured.requests)
-		b += bs / float64(baseline.requests)
 	}
+	var m, b float64
+	c.Measured, m = microsPer(both, measured.requests)
+	c.Baseline, b = microsPer(baseBoth, baseline.requests)
 	if m <= 0 || b <= 0 {
 		return nil
 	}
@@ -126,13 +123,20 @@ func cpuCost(measured, baseline cpuAccount) *CPUCost {
 	return c
 }
 
+// microsPer divides CPU seconds by n (requests or events): µs each, by process, and their total.
+func microsPer(seconds cpuReading, n int64) (map[string]float64, float64) {
+	us := make(map[string]float64, len(seconds))
+	var total float64
+	for name, s := range seconds {
+		us[name] = round(s * 1e6 / float64(n))
+		total += s * 1e6 / float64(n)
+	}
+	return us, total
+}
+
 // note is the report's sentence: each process's µs per request, measured vs baseline.
 func (c *CPUCost) note(baselineName string) string {
-	names := make([]string, 0, len(c.Measured))
-	for n := range c.Measured {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(c.Measured))
 	parts := make([]string, 0, len(names)+1)
 	var m, b float64
 	for _, n := range names {
@@ -169,51 +173,25 @@ func metricsValue(ctx context.Context, c *http.Client, url, metric string) (floa
 	return 0, fmt.Errorf("%s has no %s", url, metric)
 }
 
-// procStat is what the report needs of one /proc/<pid>/stat line.
-type procStat struct {
-	comm       string
-	cpuSeconds float64 // utime + stime
-}
-
-// parseProcStat parses "pid (comm) state ppid ... utime stime ...": comm may hold spaces and
-// parentheses, so the fields are counted from its last ')'. utime and stime are fields 14 and 15.
-func parseProcStat(line string) (procStat, bool) {
-	open, end := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
-	if open < 0 || end < open {
-		return procStat{}, false
-	}
-	f := strings.Fields(line[end+1:])
-	if len(f) < 13 { // state is field 3; stime field 15
-		return procStat{}, false
-	}
-	utime, err1 := strconv.ParseUint(f[11], 10, 64)
-	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return procStat{}, false
-	}
-	return procStat{comm: line[open+1 : end], cpuSeconds: float64(utime+stime) / clockTicksPerSecond}, true
-}
-
-// commCPU is the CPU seconds of every process named comm under proc. A process that exits between
-// two readings takes its CPU with it (a measure's database connections are pooled and stay).
-func commCPU(proc, comm string) (float64, bool) {
-	stats, err := filepath.Glob(filepath.Join(proc, "[0-9]*", "stat"))
+// procCPU is the CPU seconds of the processes under fs whose command name is a key of comms, summed
+// under that key's value, in one pass over the process list. A process that exits between two
+// readings takes its CPU with it (a measure's database connections are pooled and stay).
+func procCPU(fs procfs.FS, comms map[string]string) cpuReading {
+	out := cpuReading{}
+	procs, err := fs.AllProcs()
 	if err != nil {
-		return 0, false
+		return out
 	}
-	var total float64
-	found := false
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
+	for _, p := range procs {
+		st, err := p.Stat()
 		if err != nil {
-			continue // gone since the glob
+			continue // gone since the listing
 		}
-		if s, ok := parseProcStat(string(b)); ok && s.comm == comm {
-			total += s.cpuSeconds
-			found = true
+		if name, ok := comms[st.Comm]; ok {
+			out[name] += st.CPUTime()
 		}
 	}
-	return total, found
+	return out
 }
 
 // perEvent is the CPU used between before and after, in µs per event by process (processes read both
@@ -228,15 +206,8 @@ func perEvent(before, after cpuReading, events int64, rate, cpus int) (map[strin
 	if len(a.seconds) == 0 {
 		return nil, ""
 	}
-	us := map[string]float64{}
-	names := make([]string, 0, len(a.seconds))
-	var total float64
-	for n, s := range a.seconds {
-		us[n] = round(s * 1e6 / float64(events))
-		names = append(names, n)
-		total += s * 1e6 / float64(events)
-	}
-	slices.Sort(names)
+	us, total := microsPer(a.seconds, events)
+	names := slices.Sorted(maps.Keys(us))
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%s %.0f", n, us[n]))

@@ -9,48 +9,41 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/procfs"
 )
 
-func TestParseProcStatCountsFieldsFromTheLastParenthesis(t *testing.T) {
-	t.Parallel()
-	// utime 250 and stime 150 ticks (fields 14 and 15); the comm holds a space and a ')'.
-	line := "4242 (post gres) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 150 0 0 20 0 1 0 100 1000 200\n"
-	s, ok := parseProcStat(line)
-	if !ok || s.comm != "post gres) x" || s.cpuSeconds != 4.0 {
-		t.Fatalf("parseProcStat = %+v, %v; want comm %q, 4.0 s", s, ok, "post gres) x")
-	}
-	for _, bad := range []string{"", "4242 postgres S 1", "4242 (postgres) S 1 2 3", "1 (a) S 1 1 1 0 -1 0 0 0 0 0 x 5"} {
-		if _, ok := parseProcStat(bad); ok {
-			t.Errorf("parseProcStat(%q) ok, want not", bad)
-		}
-	}
-}
-
-func TestCommCPUAddsUpEveryProcessOfThatName(t *testing.T) {
+func TestProcCPUAddsUpEachNamedCommandInOnePass(t *testing.T) {
 	t.Parallel()
 	proc := t.TempDir()
+	// stat writes /proc/<pid>/stat as the kernel does: utime and stime are the 14th and 15th fields,
+	// in ticks of 10 ms; the comm may hold spaces and parentheses.
 	stat := func(pid int, comm string, utime, stime int) {
 		dir := filepath.Join(proc, fmt.Sprint(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		line := fmt.Sprintf("%d (%s) S 1 1 1 0 -1 0 0 0 0 0 %d %d 0 0 20 0 1 0 1 1 1\n", pid, comm, utime, stime)
+		rest := strings.Repeat(" 0", 38)
+		line := fmt.Sprintf("%d (%s) S 1 1 1 0 -1 0 0 0 0 0 %d %d%s\n", pid, comm, utime, stime, rest)
 		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(line), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	stat(10, "postgres", 100, 50) // the postmaster
-	stat(11, "postgres", 30, 20)  // a backend
-	stat(12, "orders", 999, 999)  // not postgres
+	stat(10, "postgres", 100, 50)  // the postmaster
+	stat(11, "postgres", 30, 20)   // a backend
+	stat(12, "beam.smp", 7, 3)     // the broker
+	stat(13, "orders", 999, 999)   // not asked for
+	stat(14, "post gres) x", 5, 5) // a comm that only looks like one
 	if err := os.MkdirAll(filepath.Join(proc, "self"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s, ok := commCPU(proc, "postgres")
-	if !ok || s != 2.0 {
-		t.Fatalf("commCPU = %v, %v; want 2.0 s", s, ok)
+	fs, err := procfs.NewFS(proc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, ok := commCPU(proc, "beam.smp"); ok {
-		t.Error("commCPU of a /proc without beam.smp: ok, want not")
+	got := procCPU(fs, procComms)
+	if got["postgres"] != 2.0 || got["rabbitmq"] != 0.1 || len(got) != 2 {
+		t.Fatalf("procCPU = %v; want postgres 2.0 s, rabbitmq 0.1 s", got)
 	}
 }
 

@@ -6,6 +6,12 @@ PKGS    ?= ./...
 # `make test` has already run the whole of `go vet ./...` in lint, of which go test's own vet step is a
 # subset (about 26 CPU-s on a cold cache, 2026-12-02).
 TESTFLAGS ?= -race -count=1 -timeout 8m -vet=off
+# -trimpath for every go command make runs (and the ones it starts: mutants, soak, testenv.Build): the
+# build cache's keys then leave out the checkout's directory, so a clean clone (CI's) reuses what an
+# earlier checkout of the same code compiled instead of compiling the module's packages again. On
+# 2026-12-04, warm dependencies, a new clone: 11m18s without it; with it, 6 minutes as in the same
+# directory. A fresh cache gains nothing (15m40s for `make test`, most of it compiling).
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
 .DEFAULT_GOAL := help
 .PHONY: help demo build test test-short lint fmt vet staticcheck mutants-check bench bench-quick migrate run-orders

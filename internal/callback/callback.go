@@ -225,7 +225,13 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction. A
 		// transient failure (the order or product row stayed locked past DB_LOCK_TIMEOUT in a storm on one
 		// product, a lost connection) becomes 503 with Retry-After: the platform resends, as it would anyway.
-		s.reject(ctx, lg, cb, true, "not applied: "+err.Error())
+		// Unless the connection broke after the COMMIT went out: then the change and its audit row may
+		// have committed, and this row must not claim otherwise. The resend finds out from the order.
+		reason := "not applied: "
+		if errors.Is(err, pgtx.ErrCommitUnknown) {
+			reason = "outcome unknown (the answer to COMMIT was lost; a resend finds the order's state): "
+		}
+		s.reject(ctx, lg, cb, true, reason+err.Error())
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, postgres.TranslateError(err))
 	}
 	s.committed(outcome)
@@ -262,11 +268,11 @@ func commitWithAudit(ctx context.Context, t *pgtx.Tx, lg *slog.Logger, args []an
 		return err
 	})
 	if !errors.Is(err, errAuditRow) {
-		return false, err
+		return false, pgtx.CommitOutcome(err)
 	}
 	lg.Warn("audit row not written in the transaction; written after the commit", "err", err)
 	if err := t.Exec(ctx, "ROLLBACK TO SAVEPOINT audit", "COMMIT"); err != nil {
-		return false, fmt.Errorf("commit without the audit row: %w", err)
+		return false, fmt.Errorf("commit without the audit row: %w", pgtx.CommitOutcome(err))
 	}
 	return true, nil
 }

@@ -63,6 +63,14 @@ var List = []Mutant{
 		Replacement: `return fmt.Errorf("%w: %w", ErrLockTimeout, err)`,
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCreateOrderOnALockedProductIs503$",
 	},
+	{
+		// A connection closed where an answer should have been (an EOF) is as transient as a reset.
+		ID: "transient-eof", Guard: "transient error: EOF",
+		File:        "internal/platform/postgres/postgres.go",
+		Original:    "\t\terrors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||\n",
+		Replacement: "\t\terrors.Is(err, io.ErrNoProgress) ||\n", // io stays in use; no reader returns it here
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestTranslateErrorTransient$",
+	},
 
 	// ── Logs never carry statement parameters (internal/platform/postgres) ──
 	{
@@ -160,6 +168,15 @@ var List = []Mutant{
 		Original:    "\t\tb.Queue(\"SAVEPOINT audit\")\n",
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuditFailureNeverRollsBackThePayment$",
+	},
+	{
+		// A COMMIT whose answer was lost may have committed: the audit row must not say "not applied"
+		// beside the applied row the same COMMIT wrote.
+		ID: "audit-commit-unknown", Guard: "audit: commit unknown",
+		File:        "internal/callback/callback.go",
+		Original:    "\t\treturn false, pgtx.CommitOutcome(err)\n",
+		Replacement: "\t\treturn false, err\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackWhoseCommitAnswerIsLostConvergesOnResend$",
 	},
 	{
 		// The refunded total comes back with the PAID transition (Repository.Pay); a SUCCESS that ignores

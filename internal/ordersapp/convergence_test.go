@@ -6,6 +6,7 @@ package ordersapp_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
 )
 
 // declinedProduct inserts a product whose price ends in 13 cents: payments-mock declines it.
@@ -427,4 +429,72 @@ func TestAuditFailureNeverRollsBackThePayment(t *testing.T) {
 	assert.Equal(t, "PAID", statusOf(t, env.DB, next))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", next))
 	assert.Equal(t, before-2, stockOf(t, env.DB, 1))
+}
+
+// lostCommitReplica is a replica whose database connections go through a proxy that can lose the
+// answer to a COMMIT (tcpproxy.LoseNextCommitAnswer).
+func lostCommitReplica(t *testing.T, env *testenv.Env) (*replica, *tcpproxy.Proxy) {
+	t.Helper()
+	proxy, viaProxy := tcpproxy.PostgresForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	return newReplica(t, env, replicaOpts{db: db}), proxy
+}
+
+// The connection dies after the create's COMMIT (the order and its key row with the response) was
+// written: 503 with Retry-After, and the retry with the same key replays the order that committed.
+func TestCreateWhoseCommitAnswerIsLostReplaysOnRetry(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp, proxy := lostCommitReplica(t, env)
+
+	proxy.LoseNextCommitAnswer()
+	r := rp.createOrder(alice, "lost-commit-1", `{"product_id":1,"quantity":2}`)
+	require.EqualValues(t, 1, proxy.CommitAnswersLost(), "the fault fired")
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"), "the COMMIT whose answer was lost committed")
+
+	again := rp.createOrder(alice, "lost-commit-1", `{"product_id":1,"quantity":2}`)
+	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	var o struct{ ID int64 }
+	require.NoError(t, json.Unmarshal(again.Body, &o))
+	var committed int64
+	require.NoError(t, env.DB.Raw(`SELECT id FROM orders`).Scan(&committed).Error)
+	assert.Equal(t, committed, o.ID, "the replay is the order that committed")
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+}
+
+// The connection dies after the callback's COMMIT was written and before its answer came back: the
+// payment committed (audit row included) but orders cannot know it. It answers 503, so the platform
+// resends, and its audit row says the outcome is unknown rather than "not applied". The resend finds
+// the order PAID and changes nothing: stock down once, one outbox row, one applied row.
+func TestCallbackWhoseCommitAnswerIsLostConvergesOnResend(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp, proxy := lostCommitReplica(t, env)
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 2)
+	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-commit-answer-lost")
+
+	proxy.LoseNextCommitAnswer()
+	r := rp.postCallback(cb)
+	require.EqualValues(t, 1, proxy.CommitAnswersLost(), "the fault fired")
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id), "the COMMIT whose answer was lost committed")
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", id))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
+		"order_id = ? AND outcome = 'rejected' AND reason LIKE 'outcome unknown%'", id))
+	assert.Zero(t, count(t, env.DB, "payment_callbacks", "order_id = ? AND reason LIKE 'not applied%'", id))
+
+	assertAcked(t, []response{rp.postCallback(cb)})
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.Equal(t, before-2, stockOf(t, env.DB, 1), "stock down by the quantity exactly once")
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", id))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'duplicate'", id))
 }

@@ -18,9 +18,26 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 )
+
+// ErrCommitUnknown marks a failure after a COMMIT was sent and before its answer came back (the
+// connection broke, or the wait for the answer was cancelled): the transaction may have committed or
+// not, and only the database's rows can say which.
+var ErrCommitUnknown = errors.New("pgtx: COMMIT sent, its outcome unknown")
+
+// CommitOutcome is for the error of a round trip that carried a COMMIT: it wraps err in
+// ErrCommitUnknown unless the server answered (an error with a SQLSTATE: PostgreSQL then skipped the
+// COMMIT) or the request was never written (pgconn.SafeToRetry). nil stays nil.
+func CommitOutcome(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+}
 
 // Tx is one pooled connection with a transaction that the caller begins and ends with Batch (or Exec).
 type Tx struct {

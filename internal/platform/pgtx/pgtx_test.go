@@ -2,9 +2,13 @@ package pgtx_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,4 +66,18 @@ func TestBeginWithoutARowRollsBackAtRunsEnd(t *testing.T) {
 	var n int64
 	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM pgtx_probe`).Row().Scan(&n))
 	assert.Zero(t, n, "the open transaction was rolled back")
+}
+
+// A COMMIT's outcome is unknown only if the server did not answer and the request was written.
+func TestCommitOutcome(t *testing.T) {
+	if pgtx.CommitOutcome(nil) != nil {
+		t.Fatal("nil is no failure")
+	}
+	refused := &pgconn.PgError{Code: "40001"}
+	if err := pgtx.CommitOutcome(refused); errors.Is(err, pgtx.ErrCommitUnknown) {
+		t.Errorf("the server answered %v: it skipped the COMMIT", err)
+	}
+	if err := pgtx.CommitOutcome(fmt.Errorf("batch: %w", io.ErrUnexpectedEOF)); !errors.Is(err, pgtx.ErrCommitUnknown) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a broken connection after the write: got %v", err)
+	}
 }

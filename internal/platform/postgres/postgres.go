@@ -8,6 +8,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -230,11 +231,13 @@ func TranslateError(err error) error {
 }
 
 // connectionLost reports a failure to reach or keep the server that carries no SQLSTATE: a refused
-// dial, a connection closed under a statement, a pool that could not hand out a connection in time.
+// dial, a connection closed under a statement (a reset, or an EOF where an answer should have been),
+// a pool that could not hand out a connection in time.
 func connectionLost(err error) bool {
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
 		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
 

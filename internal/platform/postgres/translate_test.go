@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,6 +24,13 @@ func TestTranslateErrorTransient(t *testing.T) {
 		assert.Equal(t, problem.KindUnavailable, pe.Kind, code)
 		assert.Positive(t, pe.RetryAfter, code)
 		assert.ErrorIs(t, err, postgres.ErrTransient, code)
+	}
+	// The server closed the connection where an answer should have come (TestCallbackWhoseCommitAnswer-
+	// IsLostConvergesOnResend meets it for real).
+	for _, eof := range []error{io.ErrUnexpectedEOF, io.EOF} {
+		err := postgres.TranslateError(fmt.Errorf("audit savepoint: %w", eof))
+		assert.ErrorIs(t, err, postgres.ErrTransient, eof.Error())
+		assert.Equal(t, problem.KindUnavailable, httpproblem.Resolve(err).Kind, eof.Error())
 	}
 	assert.ErrorIs(t, postgres.TranslateError(&pgconn.PgError{Code: "55P03"}), postgres.ErrLockTimeout)
 	assert.ErrorIs(t, postgres.TranslateError(&pgconn.PgError{Code: "23505"}), postgres.ErrDuplicate)

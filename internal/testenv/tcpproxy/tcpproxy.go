@@ -20,16 +20,24 @@ type Proxy struct {
 	cut   bool
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+
+	pgState // Postgres proxies only (pgcommit.go)
 }
 
 // New starts a proxy to target (host:port) and stops it when t ends.
 func New(t testing.TB, target string) *Proxy {
+	t.Helper()
+	return start(t, target, false)
+}
+
+func start(t testing.TB, target string, pg bool) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("tcpproxy: listen: %v", err)
 	}
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.pg = pg
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
@@ -38,11 +46,16 @@ func New(t testing.TB, target string) *Proxy {
 // ForURL starts a proxy to the host of rawURL and returns the same URL pointing at the proxy.
 func ForURL(t testing.TB, rawURL string) (*Proxy, string) {
 	t.Helper()
+	return forURL(t, rawURL, false)
+}
+
+func forURL(t testing.TB, rawURL string, pg bool) (*Proxy, string) {
+	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatalf("tcpproxy: parse %q: %v", rawURL, err)
 	}
-	p := New(t, u.Host)
+	p := start(t, u.Host, pg)
 	u.Host = p.Addr()
 	return p, u.String()
 }
@@ -96,7 +109,11 @@ func (p *Proxy) accept() {
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Go(func() { p.pipe(c, up) })
-		p.wg.Go(func() { p.pipe(up, c) })
+		if p.pg {
+			p.wg.Go(func() { p.pipeWatched(up, c) })
+		} else {
+			p.wg.Go(func() { p.pipe(up, c) })
+		}
 	}
 }
 
@@ -108,6 +125,40 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// pipeWatched copies what client c sends to the server up, as pipe does, watching for a COMMIT. When
+// one has been sent whole and LoseNextCommitAnswer is armed, it closes c and only then hands the last
+// bytes on, so no answer can reach the client. up stays open: pipe (server to client) closes it when
+// the server answers and the answer finds c closed, so the server always gets the COMMIT whole.
+func (p *Proxy) pipeWatched(up, c net.Conn) {
+	var w commitWatch
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			lose := w.feed(buf[:n]) && p.loseCommit.CompareAndSwap(true, false)
+			if lose {
+				p.lostCommits.Add(1)
+				_ = c.Close()
+			}
+			if _, werr := up.Write(buf[:n]); werr != nil {
+				break
+			}
+			if lose {
+				return
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = up.Close()
+	_ = c.Close()
+	p.mu.Lock()
+	delete(p.conns, up)
+	delete(p.conns, c)
 	p.mu.Unlock()
 }
 

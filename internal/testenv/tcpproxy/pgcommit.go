@@ -8,15 +8,10 @@ import (
 	"testing"
 )
 
-// Postgres starts a proxy to a PostgreSQL server (host:port) that can lose the answer to a COMMIT
-// (LoseNextCommitAnswer). It reads what clients send as PostgreSQL's wire protocol (frontend
-// messages, PostgreSQL docs §55.7), so it must see every connection from its first byte.
-func Postgres(t testing.TB, target string) *Proxy {
-	t.Helper()
-	return start(t, target, true)
-}
-
-// PostgresForURL is Postgres for the host of a postgres:// URL, and the same URL pointing at the proxy.
+// PostgresForURL starts a proxy to the host of a postgres:// URL that can lose the answer to a COMMIT
+// (LoseNextCommitAnswer), and returns the same URL pointing at the proxy. It reads what clients send
+// as PostgreSQL's wire protocol (frontend messages, PostgreSQL docs §55.7), so it sees every
+// connection from its first byte.
 func PostgresForURL(t testing.TB, rawURL string) (*Proxy, string) {
 	t.Helper()
 	return forURL(t, rawURL, true)
@@ -33,7 +28,10 @@ func (p *Proxy) CommitAnswersLost() int64 { return p.lostCommits.Load() }
 
 // commitWatch follows one connection's frontend messages and reports when a COMMIT has been sent in
 // full: a simple Query holding a COMMIT statement, or an Execute of a portal bound to a prepared COMMIT
-// once its Sync has gone (the server runs the pipeline up to the Sync before it answers).
+// once its Sync has gone (the server runs the pipeline up to the Sync before it answers). It reads only
+// the framing and those messages, and the bytes go on untouched. pgx's pgproto3.Backend would decode
+// every message to re-encode it, and reads a SCRAM answer as a password message unless told the
+// server's auth type, which only the server's side of the stream says.
 type commitWatch struct {
 	buf     []byte
 	started bool              // past the startup message (which has no type byte)

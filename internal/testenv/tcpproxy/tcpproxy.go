@@ -120,11 +120,16 @@ func (p *Proxy) accept() {
 // pipe copies one direction; when it ends it closes both sides, so the other direction ends too.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	_, _ = io.Copy(dst, src)
-	_ = dst.Close()
-	_ = src.Close()
+	p.drop(dst, src)
+}
+
+// drop closes both sides of a proxied connection and forgets them.
+func (p *Proxy) drop(a, b net.Conn) {
+	_ = a.Close()
+	_ = b.Close()
 	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
+	delete(p.conns, a)
+	delete(p.conns, b)
 	p.mu.Unlock()
 }
 
@@ -154,12 +159,7 @@ func (p *Proxy) pipeWatched(up, c net.Conn) {
 			break
 		}
 	}
-	_ = up.Close()
-	_ = c.Close()
-	p.mu.Lock()
-	delete(p.conns, up)
-	delete(p.conns, c)
-	p.mu.Unlock()
+	p.drop(up, c)
 }
 
 func (p *Proxy) close() {

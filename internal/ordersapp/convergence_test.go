@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -440,11 +441,21 @@ func lostCommitReplica(t *testing.T, env *testenv.Env) (*replica, *tcpproxy.Prox
 		StatementTimeout: 10 * time.Second, MaxConns: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = postgres.Close(db) })
-	return newReplica(t, env, replicaOpts{db: db}), proxy
+	// Every log line, and what the server answered to the lost COMMIT, shown if the test fails: they
+	// tell a COMMIT the server ran from one it refused or never ran.
+	logs := &testenv.Output{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's answers to the lost COMMITs:\n%s\nthe replica's log:\n%s", proxy.LostCommitAnswers(), logs.String())
+		}
+	})
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return newReplica(t, env, replicaOpts{db: db, logger: logger}), proxy
 }
 
-// The connection dies after the create's COMMIT (the order and its key row with the response) was
-// written: 503 with Retry-After, and the retry with the same key replays the order that committed.
+// The connection dies after the create's COMMIT (the order and its key row with the response) ran and
+// before its answer came back: 503 with Retry-After, and the retry with the same key replays the order
+// that committed.
 func TestCreateWhoseCommitAnswerIsLostReplaysOnRetry(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -453,6 +464,7 @@ func TestCreateWhoseCommitAnswerIsLostReplaysOnRetry(t *testing.T) {
 	proxy.LoseNextCommitAnswer()
 	r := rp.createOrder(alice, "lost-commit-1", `{"product_id":1,"quantity":2}`)
 	require.EqualValues(t, 1, proxy.CommitAnswersLost(), "the fault fired")
+	require.True(t, strings.HasSuffix(proxy.LostCommitAnswers(), "Z(I)"), "the server ran the COMMIT: %s", proxy.LostCommitAnswers())
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"), "the COMMIT whose answer was lost committed")
@@ -468,8 +480,8 @@ func TestCreateWhoseCommitAnswerIsLostReplaysOnRetry(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
 }
 
-// The connection dies after the callback's COMMIT was written and before its answer came back: the
-// payment committed (audit row included) but orders cannot know it. It answers 503, so the platform
+// The connection dies after the callback's COMMIT ran and before its answer came back: the payment
+// committed (audit row included) but orders cannot know it. It answers 503, so the platform
 // resends, and its audit row says the outcome is unknown rather than "not applied". The resend finds
 // the order PAID and changes nothing: stock down once, one outbox row, one applied row.
 func TestCallbackWhoseCommitAnswerIsLostConvergesOnResend(t *testing.T) {
@@ -479,10 +491,21 @@ func TestCallbackWhoseCommitAnswerIsLostConvergesOnResend(t *testing.T) {
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 2)
 	cb := callbackFor(id, callback.StatusSuccess, amount, "evt-commit-answer-lost")
+	t.Cleanup(func() {
+		if t.Failed() {
+			var rows []struct {
+				Outcome, Reason string
+				ReceivedAt      time.Time
+			}
+			_ = env.DB.Raw(`SELECT outcome, reason, received_at FROM payment_callbacks WHERE order_id = ? ORDER BY id`, id).Scan(&rows).Error
+			t.Logf("the order's audit rows: %+v", rows)
+		}
+	})
 
 	proxy.LoseNextCommitAnswer()
 	r := rp.postCallback(cb)
 	require.EqualValues(t, 1, proxy.CommitAnswersLost(), "the fault fired")
+	require.True(t, strings.HasSuffix(proxy.LostCommitAnswers(), "Z(I)"), "the server ran the COMMIT: %s", proxy.LostCommitAnswers())
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id), "the COMMIT whose answer was lost committed")

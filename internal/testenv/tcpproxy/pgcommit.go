@@ -3,6 +3,7 @@ package tcpproxy
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,13 +19,55 @@ func PostgresForURL(t testing.TB, rawURL string) (*Proxy, string) {
 }
 
 // LoseNextCommitAnswer arms a one-shot fault: the next COMMIT a client sends reaches the server whole,
-// and then the proxy closes that client's connection before any answer comes back. The server commits;
-// the client sees its connection break after the request was written and cannot know whether it did.
-// The server's side stays open until the server answers, so the COMMIT is never cut short.
+// the server runs it and answers, and the proxy swallows that answer and closes the client's
+// connection. The server has committed (or refused, and then LostCommitAnswers says why); the client
+// sees its connection break after the request was written and cannot know which.
+//
+// Cutting the client before the server had answered would not do: pgx, seeing its connection break,
+// sends a CancelRequest for it (pgconn's asyncClose), and on a loaded machine that cancel reaches the
+// server while the COMMIT's batch is still running, so the transaction rolls back (57014, seen in CI).
+// That outcome is the plain "connection lost before COMMIT" case; this fault is the other one.
 func (p *Proxy) LoseNextCommitAnswer() { p.loseCommit.Store(true) }
 
 // CommitAnswersLost counts the COMMIT answers this proxy has lost.
 func (p *Proxy) CommitAnswersLost() int64 { return p.lostCommits.Load() }
+
+// LostCommitAnswers says what the server answered to each lost COMMIT, one line per answer, as message
+// types with an error's SQLSTATE and message and ReadyForQuery's transaction status: "C C C Z(I)" for
+// a SAVEPOINT, INSERT and COMMIT that ran, "E(57014 canceling statement due to user request) Z(E)" for
+// a batch the server refused. For a test's failure message.
+func (p *Proxy) LostCommitAnswers() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var lines []string
+	for _, a := range p.lostAnswers {
+		lines = append(lines, describeAnswer(a))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// keepLostAnswer records the server's whole answer to a lost COMMIT.
+func (p *Proxy) keepLostAnswer(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lostAnswers = append(p.lostAnswers, b)
+}
+
+// answered reports whether b, the server's bytes since a COMMIT went out, hold a whole ReadyForQuery:
+// the server has answered everything up to the Sync (or the simple Query) that carried the COMMIT.
+func answered(b []byte) bool {
+	for len(b) >= 5 {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:]))
+		if n < 5 || len(b) < n {
+			return false
+		}
+		if b[0] == 'Z' {
+			return true
+		}
+		b = b[n:]
+	}
+	return false
+}
 
 // commitWatch follows one connection's frontend messages and reports when a COMMIT has been sent in
 // full: a simple Query holding a COMMIT statement, or an Execute of a portal bound to a prepared COMMIT
@@ -132,4 +175,40 @@ type pgState struct {
 	pg          bool // set before the proxy accepts: watch what clients send
 	loseCommit  atomic.Bool
 	lostCommits atomic.Int64
+	lostAnswers [][]byte // under mu: what the server answered to each lost COMMIT
+}
+
+// describeAnswer names the backend messages in b (PostgreSQL docs §55.7): the type letter, with an
+// ErrorResponse's SQLSTATE and message and a ReadyForQuery's transaction status.
+func describeAnswer(b []byte) string {
+	var out []string
+	for len(b) >= 5 {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:]))
+		if n < 5 || len(b) < n {
+			out = append(out, "(cut)")
+			break
+		}
+		typ, body := b[0], b[5:n]
+		switch {
+		case typ == 'E':
+			var code, text string
+			for len(body) > 1 { // fields: a type byte, then a NUL-terminated string
+				field, v := body[0], cstring(body[1:], 0)
+				body = body[min(len(body), 1+len(v)+1):]
+				switch field {
+				case 'C':
+					code = v
+				case 'M':
+					text = v
+				}
+			}
+			out = append(out, fmt.Sprintf("E(%s %s)", code, text))
+		case typ == 'Z' && len(body) == 1:
+			out = append(out, fmt.Sprintf("Z(%c)", body[0]))
+		default:
+			out = append(out, string(typ))
+		}
+		b = b[n:]
+	}
+	return strings.Join(out, " ")
 }

@@ -55,3 +55,39 @@ func TestCommitWatchFindsTheCommitInAnyChunking(t *testing.T) {
 		}
 	}
 }
+
+// The answer to a lost COMMIT is described message by message, with an error's SQLSTATE and message
+// and the transaction status of ReadyForQuery, so that a test's failure can say what the server did.
+func TestDescribeAnswerNamesTheMessages(t *testing.T) {
+	errResp := msg('E', "SERROR", "C57014", "Mcanceling statement due to user request", "")
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"committed", append(append(msg('C', "SAVEPOINT"), msg('C', "COMMIT")...), readyFor('I')...), "C C Z(I)"},
+		{"failed batch", append(errResp, readyFor('E')...), "E(57014 canceling statement due to user request) Z(E)"},
+		{"cut short", msg('C', "COMMIT")[:7], "(cut)"},
+	} {
+		if got := describeAnswer(tc.b); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// readyFor is a ReadyForQuery with transaction status s.
+func readyFor(s byte) []byte { return []byte{'Z', 0, 0, 0, 5, s} }
+
+// The proxy cuts the client only once the server's answer is whole: up to and including ReadyForQuery,
+// however the bytes arrive.
+func TestAnsweredWaitsForReadyForQuery(t *testing.T) {
+	whole := append(append(msg('C', "SAVEPOINT"), msg('C', "COMMIT")...), readyFor('I')...)
+	for i := range whole {
+		if answered(whole[:i]) {
+			t.Errorf("answered after %d of %d bytes", i, len(whole))
+		}
+	}
+	if !answered(whole) {
+		t.Error("not answered with ReadyForQuery in")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -108,10 +109,12 @@ func (p *Proxy) accept() {
 		}
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(c, up) })
 		if p.pg {
-			p.wg.Go(func() { p.pipeWatched(up, c) })
+			lost := new(atomic.Bool) // this connection's COMMIT answer is being lost
+			p.wg.Go(func() { p.pipeAnswers(c, up, lost) })
+			p.wg.Go(func() { p.pipeWatched(up, c, lost) })
 		} else {
+			p.wg.Go(func() { p.pipe(c, up) })
 			p.wg.Go(func() { p.pipe(up, c) })
 		}
 	}
@@ -134,10 +137,10 @@ func (p *Proxy) drop(a, b net.Conn) {
 }
 
 // pipeWatched copies what client c sends to the server up, as pipe does, watching for a COMMIT. When
-// one has been sent whole and LoseNextCommitAnswer is armed, it closes c and only then hands the last
-// bytes on, so no answer can reach the client. up stays open: pipe (server to client) closes it when
-// the server answers and the answer finds c closed, so the server always gets the COMMIT whole.
-func (p *Proxy) pipeWatched(up, c net.Conn) {
+// one has been sent whole and LoseNextCommitAnswer is armed, it marks the connection lost before it
+// hands the last bytes on, so that pipeAnswers swallows the server's answer and then cuts the client.
+// It stops reading then: the client sends nothing more before that answer.
+func (p *Proxy) pipeWatched(up, c net.Conn, lost *atomic.Bool) {
 	var w commitWatch
 	buf := make([]byte, 32<<10)
 	for {
@@ -146,7 +149,7 @@ func (p *Proxy) pipeWatched(up, c net.Conn) {
 			lose := w.feed(buf[:n]) && p.loseCommit.CompareAndSwap(true, false)
 			if lose {
 				p.lostCommits.Add(1)
-				_ = c.Close()
+				lost.Store(true)
 			}
 			if _, werr := up.Write(buf[:n]); werr != nil {
 				break
@@ -160,6 +163,33 @@ func (p *Proxy) pipeWatched(up, c net.Conn) {
 		}
 	}
 	p.drop(up, c)
+}
+
+// pipeAnswers copies the server's answers to client c, as pipe does. On a connection whose COMMIT
+// answer is being lost, it keeps what the server sends instead (for LostCommitAnswers) until the
+// answer is whole (its ReadyForQuery), and then closes both sides: the server has run the COMMIT to
+// its end, and the client sees its connection break with the request written and no answer.
+func (p *Proxy) pipeAnswers(c, up net.Conn, lost *atomic.Bool) {
+	buf := make([]byte, 32<<10)
+	var answer []byte
+	for {
+		n, err := up.Read(buf)
+		if n > 0 && lost.Load() {
+			answer = append(answer, buf[:n]...)
+			if answered(answer) {
+				p.keepLostAnswer(answer)
+				break
+			}
+		} else if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	p.drop(c, up)
 }
 
 func (p *Proxy) close() {

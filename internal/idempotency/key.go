@@ -40,8 +40,9 @@ var (
 )
 
 // KeyFromHeader returns the Idempotency-Key of h, validated. The draft defines the value as a
-// Structured Field string (RFC 8941), so a value in double quotes is unquoted: `"abc"` and `abc` are the
-// same key. More than one header line is invalid, since the server could not tell which one the client meant.
+// Structured Field string (RFC 8941 §3.3.3), so a value in double quotes is unquoted, escapes and all:
+// `"abc"` is the key abc, and `"q\"x"` the key q"x. More than one header line is invalid, since the
+// server could not tell which one the client meant.
 func KeyFromHeader(h http.Header) (string, error) {
 	vals := h.Values(Header)
 	if len(vals) == 0 {
@@ -52,12 +53,37 @@ func KeyFromHeader(h http.Header) (string, error) {
 	}
 	key := vals[0]
 	if len(key) >= 2 && strings.HasPrefix(key, `"`) && strings.HasSuffix(key, `"`) {
-		key = key[1 : len(key)-1]
+		var ok bool
+		if key, ok = unquote(key[1 : len(key)-1]); !ok {
+			return "", ErrKeyInvalid
+		}
 	}
 	if err := ValidateKey(key); err != nil {
 		return "", err
 	}
 	return key, nil
+}
+
+// unquote reads the inside of an sf-string (RFC 8941 §4.2.5): a backslash escapes the next character,
+// which must be `"` or `\`; a bare `"` or any other escape makes the string invalid.
+func unquote(s string) (string, bool) {
+	if !strings.ContainsAny(s, `"\`) {
+		return s, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			return "", false
+		case '\\':
+			i++
+			if i == len(s) || (s[i] != '"' && s[i] != '\\') {
+				return "", false
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String(), true
 }
 
 // ValidateKey returns ErrKeyInvalid unless key is 1..MaxKeyLen bytes of printable ASCII (0x20-0x7E).

@@ -88,6 +88,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}{
 		{"malformed JSON", alice, []byte(`{"product_id":1,"quantity":`), 400, "malformed_body"},
 		{"not an object", alice, []byte(`[1,2]`), 400, "malformed_body"},
+		{"null", alice, []byte(`null`), 400, "malformed_body"},
 		{"unknown field", alice, []byte(`{"product_id":1,"quantity":1,"discount":100}`), 400, "malformed_body"},
 		{"wrong type", alice, []byte(`{"product_id":"1","quantity":1}`), 400, "malformed_body"},
 		{"wrongly cased field", alice, []byte(`{"PRODUCT_ID":1,"quantity":1}`), 400, "malformed_body"},

@@ -458,6 +458,12 @@ func TestPayBodyAndBusyOrder(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, r.Status)
 	assert.Equal(t, "malformed_body", r.problem(t).Code)
 	assert.Zero(t, count(t, env.DB, "idempotency_keys", "idempotency_key = 'pay-body'"))
+	// null is not an object either (encoding/json would take it as {}).
+	r = rp.call(http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", id), alice, "pay-null", []byte(`null`))
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Equal(t, "malformed_body", r.problem(t).Code)
+	assert.Zero(t, count(t, env.DB, "idempotency_keys", "idempotency_key = 'pay-null'"))
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
 
 	// Another request holds the order's pay lock: a new key is told the order is busy.
 	locker, err := lock.New(env.Redis, env.Prefix)

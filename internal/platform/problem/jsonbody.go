@@ -20,6 +20,11 @@ import (
 // JSON, keys kept as sent) differs from {"PRODUCT_ID":4,"product_id":3}'s only in ways the decoder
 // ignores: two different requests could share a fingerprint, or one meaning get two.
 func DecodeJSON(body []byte, v any) error {
+	// encoding/json decodes null into a struct as nothing at all, without an error: a body of null
+	// would pass as {} (and fingerprint differently from it).
+	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		return ErrMalformedBody.WithDetail("request body must be a JSON object")
+	}
 	if err := exactMembers(body, v); err != nil {
 		return err
 	}

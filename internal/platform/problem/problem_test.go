@@ -27,6 +27,7 @@ func TestDecodeJSON(t *testing.T) {
 	for in, wantErr := range map[string]bool{
 		`{"a":1}`: false, `{"a":1,"b":2}`: true, `{"a":"x"}`: true, `{"a":1} {}`: true, ``: true, `{`: true,
 		`{"A":1}`: true, `{"a":1,"a":2}`: true, `[]`: true, `{ "a" : 1 }`: false,
+		`null`: true, ` null `: true, `"x"`: true, `1`: true,
 	} {
 		var v body
 		err := problem.DecodeJSON([]byte(in), &v)

@@ -235,6 +235,10 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, postgres.TranslateError(err))
 	}
 	s.committed(outcome)
+	if strings.Contains(reason, overRefund) {
+		lg.Error("ALERT: the platform's refunds of this payment exceed the amount paid", "alert", "over_refund",
+			"refund_cents", cb.AmountCents, "order_amount_cents", o.AmountCents, "reason", reason)
+	}
 	if auditLater {
 		s.audit(ctx, lg, cb, orderID, true, outcome, reason)
 	}
@@ -243,6 +247,12 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	lg.Info("payment callback", "outcome", outcome, "reason", reason)
 	return outcome, nil
 }
+
+// overRefund is in the audit reason of a REFUNDED event that took the order's refunds past the amount
+// paid: the event is recorded with its amount, the order's total stops at the amount, and Handle logs
+// an ALERT (alert=over_refund). The real platform refuses such a refund; a sender that makes one is
+// broken or forged.
+const overRefund = "refunds exceed the amount paid"
 
 // errAuditRow marks the audit INSERT's failure inside commitWithAudit's batch.
 var errAuditRow = errors.New("audit row not written")
@@ -295,7 +305,7 @@ func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, 
 	case StatusRefunded:
 		// A refund is a fact about money, whatever the order's status: it is recorded once per event
 		// (a resend adds nothing), and the order follows when the refunded total reaches its amount.
-		fresh, err := s.orders.RecordRefund(ctx, tx, o.ID, cb.EventID, cb.AmountCents)
+		fresh, over, err := s.orders.RecordRefund(ctx, tx, o.ID, cb.EventID, cb.AmountCents)
 		if err != nil {
 			return "", "", err
 		}
@@ -303,7 +313,11 @@ func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, 
 		if err != nil {
 			return "", "", err
 		}
-		return refundOutcome(ctx, tx, s.orders, o, fresh, refunded)
+		outcome, reason, err := refundOutcome(ctx, tx, s.orders, o, fresh, refunded)
+		if over > 0 {
+			reason = fmt.Sprintf("%s; %s by %d cents", reason, overRefund, over)
+		}
+		return outcome, reason, err
 	}
 	return "", "", fmt.Errorf("unreachable: status %q passed validation", cb.Status)
 }

@@ -201,21 +201,24 @@ func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64
 }
 
 // RecordRefund adds one refund event of amountCents to order id, once per eventID (the event's primary
-// key in order_refund_events: a resent copy adds nothing). The total is capped at the order's amount.
-// It reports whether the event was new.
-func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, eventID string, amountCents int64) (bool, error) {
+// key in order_refund_events: a resent copy adds nothing). The event keeps its own amount; the order's
+// total is capped at the order's amount. It reports whether the event was new and by how many cents
+// the refunds now exceed the amount (0 unless a platform refunded more than was paid, an anomaly the
+// caller raises an alert for).
+func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, eventID string, amountCents int64) (fresh bool, overCents int64, err error) {
 	res := tx.WithContext(ctx).Exec(`INSERT INTO order_refund_events (event_id, order_id, amount_cents)
 		VALUES (?, ?, ?) ON CONFLICT (event_id) DO NOTHING`, eventID, id, amountCents)
 	if res.Error != nil {
-		return false, fmt.Errorf("record refund event %s of order %d: %w", eventID, id, res.Error)
+		return false, 0, fmt.Errorf("record refund event %s of order %d: %w", eventID, id, res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return false, nil
+		return false, 0, nil
 	}
-	if err := r.addRefunded(ctx, tx, id, amountCents); err != nil {
-		return false, err
+	over, err := r.addRefunded(ctx, tx, id, amountCents)
+	if err != nil {
+		return false, 0, err
 	}
-	return true, nil
+	return true, over, nil
 }
 
 // RecordFullRefund sets order id's refunded total to its whole amount: the platform's query API said the
@@ -229,12 +232,20 @@ func (r *Repository) RecordFullRefund(ctx context.Context, tx *gorm.DB, id int64
 	return nil
 }
 
-func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id, amountCents int64) error {
-	if err := tx.WithContext(ctx).Exec(`UPDATE orders SET refunded_cents = LEAST(amount_cents, refunded_cents + ?),
-		updated_at = now() WHERE id = ?`, amountCents, id).Error; err != nil {
-		return fmt.Errorf("add refund to order %d: %w", id, err)
+// addRefunded adds amountCents to order id's refunded total, capped at its amount, and returns by how
+// many cents the uncapped total exceeds the amount. The sub-select reads the total before the UPDATE,
+// under the row lock it takes, which RETURNING alone cannot (it sees only the new row).
+func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id, amountCents int64) (int64, error) {
+	var over int64
+	err := tx.WithContext(ctx).Raw(`UPDATE orders o SET refunded_cents = LEAST(o.amount_cents, o.refunded_cents + ?),
+		updated_at = now()
+		FROM (SELECT refunded_cents FROM orders WHERE id = ? FOR UPDATE) prev
+		WHERE o.id = ? RETURNING GREATEST(0, prev.refunded_cents + ? - o.amount_cents)`,
+		amountCents, id, id, amountCents).Scan(&over).Error
+	if err != nil {
+		return 0, fmt.Errorf("add refund to order %d: %w", id, err)
 	}
-	return nil
+	return over, nil
 }
 
 // RestoreStock gives quantity units of product id back: the compensation of a paid order that was

@@ -1,10 +1,13 @@
 package ordersapp_test
 
 import (
+	"log/slog"
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/callback"
 	"idemshop/internal/testenv"
@@ -32,4 +35,34 @@ func TestPartialRefundResentCountsOnce(t *testing.T) {
 	assert.Equal(t, before, stockOf(t, env.DB, 1))
 	assert.Zero(t, refundedOutboxRows(t, env.DB, id))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND outcome = 'duplicate'", id))
+}
+
+// Refunds that add up to more than was paid (the real platform refuses them; a broken or forged sender
+// does not): each event is recorded with its own amount, the order's total stops at the amount, the
+// order is refunded once (stock back once, one order.refunded row), and the event that went over says
+// so in its audit row and in an ALERT log line.
+func TestOverRefundIsRecordedCappedAndAlerted(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil))})
+	id, amount := rp.newOrder(alice, 1, 1)
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-paid"))})
+	before := stockOf(t, env.DB, 1)
+	part := amount*2/3 + 1 // two of them exceed the amount
+
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, part, "evt-refund-a"))})
+	assert.NotContains(t, logs.String(), "over_refund")
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, part, "evt-refund-b"))})
+
+	var recorded int64
+	require.NoError(t, env.DB.Raw(`SELECT SUM(amount_cents) FROM order_refund_events WHERE order_id = ?`, id).Scan(&recorded).Error)
+	assert.Equal(t, 2*part, recorded, "each event keeps its amount")
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = ?", id, amount), "the total stops at the amount")
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.Equal(t, before+1, stockOf(t, env.DB, 1), "stock back once")
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
+		"order_id = ? AND event_id = 'evt-refund-b' AND applied AND reason LIKE ?", id, "%exceed the amount paid by "+strconv.FormatInt(2*part-amount, 10)+" cents"))
+	assert.Contains(t, logs.String(), "alert=over_refund")
 }

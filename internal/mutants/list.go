@@ -127,15 +127,15 @@ var List = []Mutant{
 	{
 		ID: "refund-event-counted", Guard: "refund event: once",
 		File:        "internal/orders/repository.go",
-		Original:    "\tif res.RowsAffected == 0 {\n\t\treturn false, 0, nil\n\t}\n\tover, err := r.addRefunded(",
-		Replacement: "\tover, err := r.addRefunded(",
+		Original:    "\tif res.RowsAffected == 0 {\n\t\treturn false, 0, nil\n\t}\n\tif err := r.addRefunded(",
+		Replacement: "\tif err := r.addRefunded(",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPartialRefundResentCountsOnce$",
 	},
 	{
 		ID: "refund-over-alert", Guard: "over-refund: alert",
 		File:        "internal/orders/repository.go",
-		Original:    "RETURNING GREATEST(0, prev.refunded_cents + ? - o.amount_cents)`",
-		Replacement: "RETURNING 0 * (prev.refunded_cents + ? - o.amount_cents)`",
+		Original:    "SELECT GREATEST(0, (SELECT",
+		Replacement: "SELECT LEAST(0, (SELECT",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOverRefundIsRecordedCappedAndAlerted$",
 	},
 	{

@@ -203,8 +203,8 @@ func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64
 // RecordRefund adds one refund event of amountCents to order id, once per eventID (the event's primary
 // key in order_refund_events: a resent copy adds nothing). The event keeps its own amount; the order's
 // total is capped at the order's amount. It reports whether the event was new and by how many cents
-// the refunds now exceed the amount (0 unless a platform refunded more than was paid, an anomaly the
-// caller raises an alert for).
+// the order's refund events now add up to more than its amount (0 unless a platform refunded more than
+// was paid, an anomaly the caller raises an alert for).
 func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, eventID string, amountCents int64) (fresh bool, overCents int64, err error) {
 	res := tx.WithContext(ctx).Exec(`INSERT INTO order_refund_events (event_id, order_id, amount_cents)
 		VALUES (?, ?, ?) ON CONFLICT (event_id) DO NOTHING`, eventID, id, amountCents)
@@ -214,11 +214,19 @@ func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, ev
 	if res.RowsAffected == 0 {
 		return false, 0, nil
 	}
-	over, err := r.addRefunded(ctx, tx, id, amountCents)
-	if err != nil {
+	if err := r.addRefunded(ctx, tx, id, amountCents); err != nil {
 		return false, 0, err
 	}
-	return true, over, nil
+	// The events' own sum, not refunded_cents: the reconciler may have set that to the whole amount
+	// (RecordFullRefund) before the events that make it up arrive, which is no anomaly. Read after the
+	// UPDATE, under its row lock, so a refund of this order that committed meanwhile is counted: of two
+	// concurrent events that go over together, the later one reports it.
+	if err := tx.WithContext(ctx).Raw(`SELECT GREATEST(0, (SELECT COALESCE(SUM(amount_cents), 0)
+		FROM order_refund_events WHERE order_id = o.id) - o.amount_cents) FROM orders o WHERE o.id = ?`, id).
+		Scan(&overCents).Error; err != nil {
+		return false, 0, fmt.Errorf("sum refund events of order %d: %w", id, err)
+	}
+	return true, overCents, nil
 }
 
 // RecordFullRefund sets order id's refunded total to its whole amount: the platform's query API said the
@@ -232,20 +240,12 @@ func (r *Repository) RecordFullRefund(ctx context.Context, tx *gorm.DB, id int64
 	return nil
 }
 
-// addRefunded adds amountCents to order id's refunded total, capped at its amount, and returns by how
-// many cents the uncapped total exceeds the amount. The sub-select reads the total before the UPDATE,
-// under the row lock it takes, which RETURNING alone cannot (it sees only the new row).
-func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id, amountCents int64) (int64, error) {
-	var over int64
-	err := tx.WithContext(ctx).Raw(`UPDATE orders o SET refunded_cents = LEAST(o.amount_cents, o.refunded_cents + ?),
-		updated_at = now()
-		FROM (SELECT refunded_cents FROM orders WHERE id = ? FOR UPDATE) prev
-		WHERE o.id = ? RETURNING GREATEST(0, prev.refunded_cents + ? - o.amount_cents)`,
-		amountCents, id, id, amountCents).Scan(&over).Error
-	if err != nil {
-		return 0, fmt.Errorf("add refund to order %d: %w", id, err)
+func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id, amountCents int64) error {
+	if err := tx.WithContext(ctx).Exec(`UPDATE orders SET refunded_cents = LEAST(amount_cents, refunded_cents + ?),
+		updated_at = now() WHERE id = ?`, amountCents, id).Error; err != nil {
+		return fmt.Errorf("add refund to order %d: %w", id, err)
 	}
-	return over, nil
+	return nil
 }
 
 // RestoreStock gives quantity units of product id back: the compensation of a paid order that was

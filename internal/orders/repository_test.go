@@ -79,3 +79,45 @@ func TestBeginAndLookupReadsWhatLookupReads(t *testing.T) {
 	})
 	require.ErrorIs(t, err, orders.ErrOrderNotFound)
 }
+
+// RecordRefund reports how far the order's refund events add up past its amount: 0 while they do not,
+// the excess once they do, and 0 for events that arrive after the reconciler set the whole amount
+// refunded (RecordFullRefund), which they make up rather than exceed.
+func TestRecordRefundReportsEventsPastTheAmount(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	repo, err := orders.NewRepository(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	newOrder := func() orders.Order {
+		o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
+		require.NoError(t, err)
+		return o
+	}
+	record := func(id int64, event string, cents int64) (bool, int64) {
+		fresh, over, err := repo.RecordRefund(ctx, env.DB, id, event, cents)
+		require.NoError(t, err)
+		return fresh, over
+	}
+
+	o := newOrder()
+	part := o.AmountCents*2/3 + 1
+	fresh, over := record(o.ID, "e1", part)
+	assert.True(t, fresh)
+	assert.Zero(t, over)
+	fresh, over = record(o.ID, "e2", part)
+	assert.True(t, fresh)
+	assert.Equal(t, 2*part-o.AmountCents, over)
+	fresh, over = record(o.ID, "e2", part)
+	assert.False(t, fresh, "a resent event")
+	assert.Zero(t, over, "a resent event reports nothing")
+	refunded, _, err := repo.Refunded(ctx, env.DB, o.ID)
+	require.NoError(t, err)
+	assert.Equal(t, o.AmountCents, refunded, "the total stops at the amount")
+
+	late := newOrder()
+	require.NoError(t, repo.RecordFullRefund(ctx, env.DB, late.ID))
+	fresh, over = record(late.ID, "late-1", late.AmountCents)
+	assert.True(t, fresh)
+	assert.Zero(t, over, "the events make up the total the reconciler set")
+}

@@ -25,8 +25,9 @@ func PostgresForURL(t testing.TB, rawURL string) (*Proxy, string) {
 //
 // Cutting the client before the server had answered would not do: pgx, seeing its connection break,
 // sends a CancelRequest for it (pgconn's asyncClose), and on a loaded machine that cancel reaches the
-// server while the COMMIT's batch is still running, so the transaction rolls back (57014, seen in CI).
-// That outcome is the plain "connection lost before COMMIT" case; this fault is the other one.
+// server while the COMMIT's batch is still running, so the transaction rolls back (57014, seen in
+// make test under load). That outcome is the plain "connection lost before COMMIT" case; this fault is
+// the other one.
 func (p *Proxy) LoseNextCommitAnswer() { p.loseCommit.Store(true) }
 
 // CommitAnswersLost counts the COMMIT answers this proxy has lost.

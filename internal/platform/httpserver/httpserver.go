@@ -75,7 +75,11 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 			}
 			status := c.Response().Status
 			reqDuration.WithLabelValues(c.Path(), req.Method, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
-			logging.From(c.Request().Context()).Info("http request",
+			level := slog.LevelInfo
+			if status < 400 && opsPaths[req.URL.Path] {
+				level = slog.LevelDebug
+			}
+			logging.From(c.Request().Context()).Log(req.Context(), level, "http request",
 				"method", req.Method, "path", req.URL.Path, "status", status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
 			return nil
@@ -85,6 +89,10 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 	e.Use(middleware.BodyLimit(strconv.FormatInt(bodyLimit, 10)))
 	return e
 }
+
+// opsPaths are polled by probes, Prometheus and the lab page (every second): their successful requests
+// are logged at DEBUG, so that an INFO log shows the traffic of the API. A failure is logged at INFO.
+var opsPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
 // Check is one readiness probe. A failing Critical check makes /readyz answer 503; a failing
 // non-critical one (Redis, an efficiency layer only) makes it answer 200 with status "degraded".

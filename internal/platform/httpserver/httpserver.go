@@ -79,7 +79,8 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 			if status < 400 && opsPaths[req.URL.Path] {
 				level = slog.LevelDebug
 			}
-			logging.From(c.Request().Context()).Log(req.Context(), level, "http request",
+			ctx := c.Request().Context()
+			logging.From(ctx).Log(ctx, level, "http request",
 				"method", req.Method, "path", req.URL.Path, "status", status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
 			return nil

@@ -57,17 +57,30 @@ func (p *Proxy) keepLostAnswer(b []byte) {
 // answered reports whether b, the server's bytes since a COMMIT went out, hold a whole ReadyForQuery:
 // the server has answered everything up to the Sync (or the simple Query) that carried the COMMIT.
 func answered(b []byte) bool {
-	for len(b) >= 5 {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:]))
-		if n < 5 || len(b) < n {
+	for {
+		typ, _, rest, ok := nextMessage(b)
+		if !ok {
 			return false
 		}
-		if b[0] == 'Z' {
+		if typ == 'Z' {
 			return true
 		}
-		b = b[n:]
+		b = rest
 	}
-	return false
+}
+
+// nextMessage splits the first whole typed message off b (PostgreSQL docs §55.7: a type byte, then a
+// length that counts itself and the body). ok is false while b holds less than a whole message, or a
+// length too small to be one.
+func nextMessage(b []byte) (typ byte, body, rest []byte, ok bool) {
+	if len(b) < 5 {
+		return 0, nil, b, false
+	}
+	n := 1 + int(binary.BigEndian.Uint32(b[1:]))
+	if n < 5 || len(b) < n {
+		return 0, nil, b, false
+	}
+	return b[0], b[5:n], b[n:], true
 }
 
 // commitWatch follows one connection's frontend messages and reports when a COMMIT has been sent in
@@ -111,17 +124,14 @@ func (w *commitWatch) feed(b []byte) bool {
 			w.buf = w.buf[n:]
 			continue
 		}
-		if len(w.buf) < 5 {
+		typ, body, rest, ok := nextMessage(w.buf)
+		if !ok {
 			return committed
 		}
-		n := 1 + int(binary.BigEndian.Uint32(w.buf[1:]))
-		if len(w.buf) < n {
-			return committed
-		}
-		if w.message(w.buf[0], w.buf[5:n]) {
+		if w.message(typ, body) {
 			committed = true
 		}
-		w.buf = w.buf[n:]
+		w.buf = rest
 	}
 }
 
@@ -183,13 +193,12 @@ type pgState struct {
 // ErrorResponse's SQLSTATE and message and a ReadyForQuery's transaction status.
 func describeAnswer(b []byte) string {
 	var out []string
-	for len(b) >= 5 {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:]))
-		if n < 5 || len(b) < n {
+	for len(b) > 0 {
+		typ, body, rest, ok := nextMessage(b)
+		if !ok {
 			out = append(out, "(cut)")
 			break
 		}
-		typ, body := b[0], b[5:n]
 		switch {
 		case typ == 'E':
 			var code, text string
@@ -209,7 +218,7 @@ func describeAnswer(b []byte) string {
 		default:
 			out = append(out, string(typ))
 		}
-		b = b[n:]
+		b = rest
 	}
 	return strings.Join(out, " ")
 }

@@ -94,6 +94,7 @@ func New(d Deps) (*App, error) {
 		BatchSize:      cfg.OutboxBatchSize,
 		PollInterval:   cfg.OutboxPollInterval,
 		ConfirmTimeout: cfg.OutboxConfirmTimeout,
+		BatchWait:      cfg.OutboxBatchWait,
 		ReconnectMin:   cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max,
 		Decisions: d.sink(),
 	}, d.Logger, d.Registry)

@@ -1,10 +1,12 @@
 package outbox_test
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +84,52 @@ func TestRelayDrainsAgainAtOnceAfterABatchThatFoundRows(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return pending(t, env.DB) == 0 },
 		"the rows committed during the batch wait for the poll, an hour away")
 	assert.Equal(t, 4, gathered(relay, "idemshop_outbox_published_total"))
+}
+
+// With BatchWait set, the rows of the commits that follow a wake-up within the wait share its drain:
+// one drain publishes the row that woke the relay and the two committed after the relay took that
+// wake-up. Without the wait, the wake-up's drain starts at once and takes the first row alone.
+func TestRelayBatchWaitGathersTheRowsCommittedAfterTheWakeUp(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	cfg := relayConfig(env.AMQPURL, topology(t, env))
+	cfg.PollInterval = time.Hour
+	cfg.BatchWait = 3 * time.Second // far longer than the insert below takes
+	var r *outbox.Relay
+	relay := runRelay(t, env, cfg, func(rel *outbox.Relay) {
+		r = rel
+		// No listen connection: its wake-up on connecting would start a wait of its own, and the
+		// test's wake-up could land in that one instead.
+		outbox.SetBeforeListen(rel, func() error { return errors.New("simulated: no listen connection") })
+	})
+	waitFor(t, 10*time.Second, func() bool { return polls(relay) >= 1 && outbox.PendingWakeUps(r) == 0 },
+		"the start-up drain done")
+	require.Zero(t, drainsWithRows(relay))
+
+	insertPaid(t, env.DB, 1, 1)
+	r.Wake()
+	waitFor(t, 5*time.Second, func() bool { return outbox.PendingWakeUps(r) == 0 }, "the relay took the wake-up")
+	insertPaid(t, env.DB, 2, 3)
+	r.Wake() // as a writer does; it waits in the channel, and the drain takes it as it starts
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "all three rows published")
+	assert.Equal(t, 3, gathered(relay, "idemshop_outbox_published_total"))
+	assert.Equal(t, 1, drainsWithRows(relay), "the three rows in one drain")
+}
+
+// drainsWithRows returns the relay's drains that found rows.
+func drainsWithRows(g prometheus.Gatherer) int {
+	mfs, _ := g.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "idemshop_outbox_polls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "rows" {
+					return int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -56,4 +56,8 @@ func TestOutboxRelayKnobsAreValidated(t *testing.T) {
 	c = config.DefaultOrders()
 	c.Reconnect.Max = c.Reconnect.Min / 2
 	assert.ErrorContains(t, c.Validate(), "AMQP_RECONNECT_MAX")
+	c = config.DefaultOrders()
+	assert.Zero(t, c.OutboxBatchWait, "the relay drains at once by default")
+	c.OutboxBatchWait = -time.Millisecond
+	assert.ErrorContains(t, c.Validate(), "OUTBOX_BATCH_WAIT")
 }

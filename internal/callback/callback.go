@@ -467,14 +467,16 @@ func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Or
 }
 
 // already reports whether an order in status has already done what a callback with cbStatus asks.
+// Never for a REFUNDED event: a refund is a fact about money, recorded once per event, and an order's
+// status cannot tell a resend from a further refund (one past the amount paid, which must be recorded
+// and alerted) without reading its refund events. Refunds are rare; apply's INSERT … ON CONFLICT on
+// the event id answers a resend.
 func already(cbStatus string, status orders.Status) bool {
 	switch cbStatus {
 	case StatusSuccess:
 		return status == orders.StatusPaid || status == orders.StatusRefundRequired || status == orders.StatusRefunded
 	case StatusFailed:
 		return status == orders.StatusFailed
-	case StatusRefunded:
-		return status == orders.StatusRefunded
 	}
 	return false
 }

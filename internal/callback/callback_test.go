@@ -24,7 +24,7 @@ func TestAlready(t *testing.T) {
 		{StatusSuccess, orders.StatusFailed, false}, // a success after a failure owes a refund: not a resend
 		{StatusFailed, orders.StatusFailed, true},
 		{StatusFailed, orders.StatusPaid, false},
-		{StatusRefunded, orders.StatusRefunded, true},
+		{StatusRefunded, orders.StatusRefunded, false}, // a further refund is recorded: apply decides
 		{StatusRefunded, orders.StatusPaid, false},
 		{"UNKNOWN", orders.StatusPaid, false},
 	}

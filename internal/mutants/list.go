@@ -139,6 +139,13 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOverRefundIsRecordedCappedAndAlerted$",
 	},
 	{
+		ID: "refund-after-full", Guard: "over-refund: recorded",
+		File:        "internal/callback/callback.go",
+		Original:    "return status == orders.StatusFailed",
+		Replacement: "return status == orders.StatusFailed\n\tcase StatusRefunded:\n\t\treturn status == orders.StatusRefunded",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundAfterTheOrderWasRefundedIsRecordedAndAlerted$",
+	},
+	{
 		ID: "refund-request-once", Guard: "refund request: once",
 		File:        "internal/refunds/refunds.go",
 		Original:    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`",

@@ -66,3 +66,37 @@ func TestOverRefundIsRecordedCappedAndAlerted(t *testing.T) {
 		"order_id = ? AND event_id = 'evt-refund-b' AND applied AND reason LIKE ?", id, "%exceed the amount paid by "+strconv.FormatInt(2*part-amount, 10)+" cents"))
 	assert.Contains(t, logs.String(), "alert=over_refund")
 }
+
+// A further refund after the order was refunded in full (past the amount paid: a broken or forged
+// sender) is recorded and alerted like any over-refund, not answered duplicate from the order's
+// status: the order stays REFUNDED, refunded once. A resend of the event that refunded it stays a
+// duplicate that records nothing.
+func TestRefundAfterTheOrderWasRefundedIsRecordedAndAlerted(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil))})
+	id, amount := rp.newOrder(alice, 1, 1)
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-paid"))})
+	before := stockOf(t, env.DB, 1)
+	full := callbackFor(id, callback.StatusRefunded, amount, "evt-refund-full")
+	assertAcked(t, []response{rp.postCallback(full)})
+	require.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	require.NotContains(t, logs.String(), "over_refund")
+
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, 100, "evt-refund-more"))})
+	assertAcked(t, []response{rp.postCallback(full)}) // a resend
+
+	var recorded int64
+	require.NoError(t, env.DB.Raw(`SELECT SUM(amount_cents) FROM order_refund_events WHERE order_id = ?`, id).Scan(&recorded).Error)
+	assert.Equal(t, amount+100, recorded, "both events recorded, each once")
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = ?", id, amount), "the total stops at the amount")
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.Equal(t, before+1, stockOf(t, env.DB, 1), "stock back once")
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
+		"order_id = ? AND event_id = 'evt-refund-more' AND outcome = 'recorded' AND reason LIKE ?", id, "%exceed the amount paid by 100 cents"))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
+		"order_id = ? AND event_id = 'evt-refund-full' AND outcome = 'duplicate'", id), "the resend")
+	assert.Contains(t, logs.String(), "alert=over_refund")
+}

@@ -341,7 +341,9 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	if !inStock {
 		// The money is taken but the goods are gone (stock is checked at order time, deducted only now):
 		// the order owes a refund, which the sweeper executes against the platform, unless the platform
-		// has already refunded it in full (a refund that arrived before this SUCCESS).
+		// has already refunded it in full (a refund that arrived before this SUCCESS). What it refunded in
+		// part before this SUCCESS is not asked for again: the platform refuses a refund past what is
+		// left, and the request would stay owed for ever.
 		if _, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusRefundRequired, ""); err != nil {
 			return "", "", err
 		}
@@ -352,7 +354,7 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 		if refunded {
 			return OutcomeApplied, "paid, out of stock, and already refunded in full", nil
 		}
-		if err := refunds.Request(ctx, tx, o.ID, paymentID, o.AmountCents, "out_of_stock"); err != nil {
+		if err := refunds.Request(ctx, tx, o.ID, paymentID, o.AmountCents-refundedCents, "out_of_stock"); err != nil {
 			return "", "", err
 		}
 		return OutcomeApplied, "paid, but out of stock: refund required", nil
@@ -458,7 +460,19 @@ func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Or
 	case orders.StatusPaid, orders.StatusRefundRequired, orders.StatusRefunded:
 		return OutcomeDuplicate, "already " + string(current), nil
 	case orders.StatusFailed, orders.StatusCancelled:
-		if err := refunds.Request(ctx, tx, o.ID, paymentID, o.AmountCents, "success_after_"+strings.ToLower(string(current))); err != nil {
+		// Only what the platform has not refunded yet is owed: refunds of this payment may have been
+		// recorded before its SUCCESS arrived, and a request past what is left would be refused for ever.
+		// The row lock keeps a refund committing meanwhile from being missed. (Only here: the copies of
+		// a SUCCESS that lost the race to PAID take no lock.)
+		refunded, _, err := s.orders.RefundedLocked(ctx, tx, o.ID)
+		if err != nil {
+			return "", "", err
+		}
+		rest := o.AmountCents - refunded
+		if rest <= 0 {
+			return OutcomeStale, "success for a " + string(current) + " order: already refunded in full", nil
+		}
+		if err := refunds.Request(ctx, tx, o.ID, paymentID, rest, "success_after_"+strings.ToLower(string(current))); err != nil {
 			return "", "", err
 		}
 		return OutcomeStale, "success for a " + string(current) + " order: refund requested", nil

@@ -146,6 +146,20 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundAfterTheOrderWasRefundedIsRecordedAndAlerted$",
 	},
 	{
+		ID: "refund-request-rest", Guard: "refund request: rest",
+		File:        "internal/callback/callback.go",
+		Original:    "o.AmountCents-refundedCents",
+		Replacement: "o.AmountCents",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPartialRefundBeforeAnOutOfStockSuccessAsksOnlyForTheRest$",
+	},
+	{
+		ID: "refund-late-rest", Guard: "refund request: rest",
+		File:        "internal/callback/callback.go",
+		Original:    "rest := o.AmountCents - refunded",
+		Replacement: "rest := o.AmountCents - 0*refunded",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSuccessAfterFailedAsksOnlyForWhatIsNotRefunded$",
+	},
+	{
 		ID: "refund-request-once", Guard: "refund request: once",
 		File:        "internal/refunds/refunds.go",
 		Original:    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`",

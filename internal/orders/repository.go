@@ -200,6 +200,19 @@ func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64
 	return refunded, status, nil
 }
 
+// RefundedLocked is Refunded for a caller that has not changed the row in this transaction: it takes
+// the order's row lock first (FOR UPDATE), so that a refund of this order committing meanwhile is
+// counted rather than missed, and no refund can be recorded between this read and the caller's commit.
+func (r *Repository) RefundedLocked(ctx context.Context, tx *gorm.DB, id int64) (int64, Status, error) {
+	var refunded int64
+	var status Status
+	if err := tx.WithContext(ctx).Raw(`SELECT refunded_cents, status FROM orders WHERE id = ? FOR UPDATE`, id).
+		Row().Scan(&refunded, &status); err != nil {
+		return 0, "", fmt.Errorf("lock and read refunds of order %d: %w", id, err)
+	}
+	return refunded, status, nil
+}
+
 // RecordRefund adds one refund event of amountCents to order id, once per eventID (the event's primary
 // key in order_refund_events: a resent copy adds nothing). The event keeps its own amount; the order's
 // total is capped at the order's amount. It reports whether the event was new and by how many cents

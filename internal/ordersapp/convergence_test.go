@@ -290,6 +290,65 @@ func TestRefundOfAnOutOfStockOrderGivesNothingBack(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'DONE'", id))
 }
 
+// A partial refund that arrived before its SUCCESS, on an order whose stock is gone by then: the refund
+// the order owes is the rest, not the whole amount (the platform refuses a refund past what is left,
+// and a request for the whole would stay owed for ever). The platform's refund of that rest then
+// refunds the order, with nothing given back.
+func TestPartialRefundBeforeAnOutOfStockSuccessAsksOnlyForTheRest(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	id, amount := rp.newOrder(alice, 2, 1)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	part := amount / 4
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, part, "evt-r1"))})
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-s"))})
+	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'PENDING' AND amount_cents = ?", id, amount-part),
+		"the request asks for what the platform has not refunded yet")
+
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, amount-part, "evt-r2"))})
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'DONE'", id))
+	assert.EqualValues(t, 0, stockOf(t, env.DB, 2))
+	assert.Zero(t, refundedOutboxRows(t, env.DB, id))
+}
+
+// A SUCCESS that arrives after the order FAILED owes the customer a refund of what the platform has not
+// refunded yet: the rest after a partial refund recorded on the FAILED order, nothing after a full one
+// (a request for the whole would be refused for ever).
+func TestSuccessAfterFailedAsksOnlyForWhatIsNotRefunded(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	for _, tc := range []struct {
+		name     string
+		refunded func(amount int64) int64
+	}{
+		{"partial refund first", func(amount int64) int64 { return amount / 3 }},
+		{"full refund first", func(amount int64) int64 { return amount }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, amount := rp.newOrder(alice, 3, 1)
+			evt := func(s string) string { return fmt.Sprintf("evt-%d-%s", id, s) } // event ids are global
+			assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusFailed, amount, evt("f")))})
+			require.Equal(t, "FAILED", statusOf(t, env.DB, id))
+			refunded := tc.refunded(amount)
+			assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, refunded, evt("r")))})
+			assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, evt("s")))})
+			assert.Equal(t, "FAILED", statusOf(t, env.DB, id))
+			if rest := amount - refunded; rest > 0 {
+				assert.EqualValues(t, 1, count(t, env.DB, "refund_requests",
+					"order_id = ? AND reason = 'success_after_failed' AND status = 'PENDING' AND amount_cents = ?", id, rest))
+			} else {
+				assert.Zero(t, count(t, env.DB, "refund_requests", "order_id = ?", id), "nothing is owed")
+				assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
+					"order_id = ? AND event_id = ? AND outcome = 'stale' AND reason LIKE '%already refunded in full'", id, evt("s")))
+			}
+		})
+	}
+}
+
 // The reconciler: the shop never hears from the platform (every callback is lost), yet the order ends
 // where the platform says, through the same guarded steps: PAID with its effects, then REFUNDED with
 // its compensation; a second run changes nothing.

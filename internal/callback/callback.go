@@ -154,14 +154,16 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	}
 
 	// 2. Parse and validate. Signed is not the same as storable: text PostgreSQL would refuse (a NUL, a
-	// broken UTF-8 sequence) is cleaned here, once, so that no statement below can fail on it.
+	// broken UTF-8 sequence) is cleaned here, once, so that no statement below can fail on it. The
+	// fields are validated as they came: an id too long to store is refused, not cut, or two ids that
+	// differ past the cut would count as one event.
 	var cb Callback
 	if err := json.Unmarshal(raw, &cb); err != nil {
 		s.reject(ctx, lg, cb, true, "malformed body: "+err.Error())
 		return OutcomeRejected, problem.ErrMalformedBody.Wrap(err)
 	}
-	cb = cb.cleaned()
 	orderID, err := validate(cb)
+	cb = cb.cleaned()
 	if err != nil {
 		s.reject(ctx, lg, cb, true, err.Error())
 		return OutcomeRejected, err
@@ -518,6 +520,9 @@ func validate(cb Callback) (int64, error) {
 	}
 	if len(missing) > 0 {
 		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("missing %s", strings.Join(missing, ", ")))
+	}
+	if len(cb.EventID) > callbackIDMax || len(cb.PaymentID) > callbackIDMax {
+		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("event_id and payment_id must be at most %d bytes", callbackIDMax))
 	}
 	switch cb.Status {
 	case StatusSuccess, StatusFailed, StatusRefunded:

@@ -182,6 +182,13 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
 	},
 	{
+		ID: "callback-id-length", Guard: "callback ids: length",
+		File:        "internal/callback/callback.go",
+		Original:    "len(cb.EventID) > callbackIDMax || len(cb.PaymentID) > callbackIDMax",
+		Replacement: "false",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackTextPostgresRefusesIsCleaned$",
+	},
+	{
 		ID: "callback-text-cleaned", Guard: "callback text: pgtext",
 		File:        "internal/callback/callback.go",
 		Original:    "\tcb = cb.cleaned()\n",

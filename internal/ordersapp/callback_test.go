@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -343,6 +344,8 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	wrongCurrency := mutate(func(c *callback.Callback) { c.Currency = "USD" })
 	unknownOrder := mutate(func(c *callback.Callback) { c.MerchantOrderNo = "999999" })
 	badStatus := mutate(func(c *callback.Callback) { c.Status = "MAYBE" })
+	longEventID := mutate(func(c *callback.Callback) { c.EventID = strings.Repeat("E", 201) })
+	longPaymentID := mutate(func(c *callback.Callback) { c.PaymentID = strings.Repeat("P", 201) })
 
 	cases := []struct {
 		name   string
@@ -361,6 +364,9 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 		{"unknown order", unknownOrder, sign(unknownOrder), 404, "order_not_found"},
 		{"malformed JSON", []byte(`{"event_id":`), sign([]byte(`{"event_id":`)), 400, "malformed_body"},
 		{"unknown status", badStatus, sign(badStatus), 400, "validation_failed"},
+		// Refused, not cut to the 200 bytes stored: two ids that differ past the cut are two events.
+		{"event_id over 200 bytes", longEventID, sign(longEventID), 400, "validation_failed"},
+		{"payment_id over 200 bytes", longPaymentID, sign(longPaymentID), 400, "validation_failed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -423,9 +423,9 @@ func TestReconcilerSettlesRetryableRecords(t *testing.T) {
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 }
 
-// Case 6: text PostgreSQL refuses. A signed callback whose event_id holds a NUL, or whose text is cut at
-// the byte limit inside a multi-byte character, is applied and audited; a forged one leaves its audit
-// row too.
+// Case 6: text PostgreSQL refuses. A signed callback whose event_id holds a NUL, or whose payment_id a
+// broken UTF-8 byte, is applied and audited; one whose event_id is longer than can be stored is refused
+// (400) and audited; a forged one leaves its audit row too.
 func TestCallbackTextPostgresRefusesIsCleaned(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -440,12 +440,21 @@ func TestCallbackTextPostgresRefusesIsCleaned(t *testing.T) {
 	assert.EqualValues(t, 2, count(t, env.DB, "payment_callbacks", "order_id = ? AND signature_ok", id))
 
 	id2, amount2 := rp.newOrder(alice, 1, 1)
-	long := strings.Repeat("a", 199) + "€" // 202 bytes: the 200-byte limit falls inside the €
-	cb2 := callbackFor(id2, callback.StatusSuccess, amount2, long)
-	cb2.PaymentID = "pay\xff" + long
+	cb2 := callbackFor(id2, callback.StatusSuccess, amount2, "evt-broken-byte")
+	cb2.PaymentID = "pay\xff"
 	assertAcked(t, []response{rp.postCallback(cb2)})
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id2))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", id2))
+
+	// An id longer than the 200 bytes stored is refused, not cut: two ids that differ past the cut
+	// would count as one event, and the second would be dropped as its duplicate.
+	id3, amount3 := rp.newOrder(alice, 1, 1)
+	long := strings.Repeat("a", 199) + "€" // 202 bytes
+	r3 := rp.postCallback(callbackFor(id3, callback.StatusSuccess, amount3, long))
+	assert.Equal(t, http.StatusBadRequest, r3.Status, "%s", r3.Body)
+	assert.Equal(t, "validation_failed", r3.problem(t).Code)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id3))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'rejected'", id3))
 
 	forged := []byte(`{"event_id":"evt\u0000forged","payment_id":"p","merchant_order_no":"` +
 		strconv.FormatInt(id2, 10) + `","status":"SUCCESS","amount_cents":1,"currency":"EUR","occurred_at":"2026-01-01T00:00:00Z"}`)

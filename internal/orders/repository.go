@@ -191,24 +191,22 @@ func (r *Repository) TransitionFrom(ctx context.Context, tx *gorm.DB, id int64, 
 // Refunded returns order id's refunded total (cents) and status, read inside tx. The caller holds the
 // order's row lock (it changed the row in this transaction), so the two agree with what it wrote.
 func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64, Status, error) {
-	var refunded int64
-	var status Status
-	if err := tx.WithContext(ctx).Raw(`SELECT refunded_cents, status FROM orders WHERE id = ?`, id).
-		Row().Scan(&refunded, &status); err != nil {
-		return 0, "", fmt.Errorf("read refunds of order %d: %w", id, err)
-	}
-	return refunded, status, nil
+	return readRefunded(ctx, tx, id, "")
 }
 
 // RefundedLocked is Refunded for a caller that has not changed the row in this transaction: it takes
 // the order's row lock first (FOR UPDATE), so that a refund of this order committing meanwhile is
 // counted rather than missed, and no refund can be recorded between this read and the caller's commit.
 func (r *Repository) RefundedLocked(ctx context.Context, tx *gorm.DB, id int64) (int64, Status, error) {
+	return readRefunded(ctx, tx, id, " FOR UPDATE")
+}
+
+func readRefunded(ctx context.Context, tx *gorm.DB, id int64, lock string) (int64, Status, error) {
 	var refunded int64
 	var status Status
-	if err := tx.WithContext(ctx).Raw(`SELECT refunded_cents, status FROM orders WHERE id = ? FOR UPDATE`, id).
+	if err := tx.WithContext(ctx).Raw(`SELECT refunded_cents, status FROM orders WHERE id = ?`+lock, id).
 		Row().Scan(&refunded, &status); err != nil {
-		return 0, "", fmt.Errorf("lock and read refunds of order %d: %w", id, err)
+		return 0, "", fmt.Errorf("read refunds of order %d: %w", id, err)
 	}
 	return refunded, status, nil
 }

@@ -43,28 +43,14 @@ func TestPartialRefundResentCountsOnce(t *testing.T) {
 // so in its audit row and in an ALERT log line.
 func TestOverRefundIsRecordedCappedAndAlerted(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	logs := &testenv.Output{}
-	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil))})
-	id, amount := rp.newOrder(alice, 1, 1)
-	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-paid"))})
-	before := stockOf(t, env.DB, 1)
-	part := amount*2/3 + 1 // two of them exceed the amount
+	o := newPaidOrderWithLogs(t)
+	part := o.amount*2/3 + 1 // two of them exceed the amount
 
-	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, part, "evt-refund-a"))})
-	assert.NotContains(t, logs.String(), "over_refund")
-	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, part, "evt-refund-b"))})
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(o.id, callback.StatusRefunded, part, "evt-refund-a"))})
+	assert.NotContains(t, o.logs.String(), "over_refund")
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(o.id, callback.StatusRefunded, part, "evt-refund-b"))})
 
-	var recorded int64
-	require.NoError(t, env.DB.Raw(`SELECT SUM(amount_cents) FROM order_refund_events WHERE order_id = ?`, id).Scan(&recorded).Error)
-	assert.Equal(t, 2*part, recorded, "each event keeps its amount")
-	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = ?", id, amount), "the total stops at the amount")
-	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
-	assert.Equal(t, before+1, stockOf(t, env.DB, 1), "stock back once")
-	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
-	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
-		"order_id = ? AND event_id = 'evt-refund-b' AND applied AND reason LIKE ?", id, "%exceed the amount paid by "+strconv.FormatInt(2*part-amount, 10)+" cents"))
-	assert.Contains(t, logs.String(), "alert=over_refund")
+	o.assertOverRefund(t, 2*part, "evt-refund-b", "applied")
 }
 
 // A further refund after the order was refunded in full (past the amount paid: a broken or forged
@@ -73,30 +59,53 @@ func TestOverRefundIsRecordedCappedAndAlerted(t *testing.T) {
 // duplicate that records nothing.
 func TestRefundAfterTheOrderWasRefundedIsRecordedAndAlerted(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	logs := &testenv.Output{}
-	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil))})
-	id, amount := rp.newOrder(alice, 1, 1)
-	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-paid"))})
-	before := stockOf(t, env.DB, 1)
-	full := callbackFor(id, callback.StatusRefunded, amount, "evt-refund-full")
-	assertAcked(t, []response{rp.postCallback(full)})
-	require.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
-	require.NotContains(t, logs.String(), "over_refund")
+	o := newPaidOrderWithLogs(t)
+	full := callbackFor(o.id, callback.StatusRefunded, o.amount, "evt-refund-full")
+	assertAcked(t, []response{o.rp.postCallback(full)})
+	require.Equal(t, "REFUNDED", statusOf(t, o.env.DB, o.id))
+	require.NotContains(t, o.logs.String(), "over_refund")
 
-	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, 100, "evt-refund-more"))})
-	assertAcked(t, []response{rp.postCallback(full)}) // a resend
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(o.id, callback.StatusRefunded, 100, "evt-refund-more"))})
+	assertAcked(t, []response{o.rp.postCallback(full)}) // a resend
 
-	var recorded int64
-	require.NoError(t, env.DB.Raw(`SELECT SUM(amount_cents) FROM order_refund_events WHERE order_id = ?`, id).Scan(&recorded).Error)
-	assert.Equal(t, amount+100, recorded, "both events recorded, each once")
-	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = ?", id, amount), "the total stops at the amount")
-	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
-	assert.Equal(t, before+1, stockOf(t, env.DB, 1), "stock back once")
-	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
-	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
-		"order_id = ? AND event_id = 'evt-refund-more' AND outcome = 'recorded' AND reason LIKE ?", id, "%exceed the amount paid by 100 cents"))
-	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks",
-		"order_id = ? AND event_id = 'evt-refund-full' AND outcome = 'duplicate'", id), "the resend")
-	assert.Contains(t, logs.String(), "alert=over_refund")
+	o.assertOverRefund(t, o.amount+100, "evt-refund-more", "recorded")
+	assert.EqualValues(t, 1, count(t, o.env.DB, "payment_callbacks",
+		"order_id = ? AND event_id = 'evt-refund-full' AND outcome = 'duplicate'", o.id), "the resend")
+}
+
+// paidOrderWithLogs is an order of product 1 paid by a SUCCESS callback, on a replica whose log is
+// kept, with the product's stock after the payment.
+type paidOrderWithLogs struct {
+	env               *testenv.Env
+	rp                *replica
+	logs              *testenv.Output
+	id, amount, stock int64
+}
+
+func newPaidOrderWithLogs(t *testing.T) paidOrderWithLogs {
+	t.Helper()
+	o := paidOrderWithLogs{env: testenv.New(t), logs: &testenv.Output{}}
+	o.rp = newReplica(t, o.env, replicaOpts{logger: slog.New(slog.NewTextHandler(o.logs, nil))})
+	o.id, o.amount = o.rp.newOrder(alice, 1, 1)
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(o.id, callback.StatusSuccess, o.amount, "evt-paid"))})
+	o.stock = stockOf(t, o.env.DB, 1)
+	return o
+}
+
+// assertOverRefund checks the end state of refunds that went past the amount: the events recorded
+// with their own amounts (recorded, in cents), the order's total capped at its amount, REFUNDED once
+// (stock back once, one order.refunded row), and the event that went over (eventID, with outcome)
+// saying by how much in its audit row and in an ALERT log line.
+func (o paidOrderWithLogs) assertOverRefund(t *testing.T, recorded int64, eventID, outcome string) {
+	t.Helper()
+	var sum int64
+	require.NoError(t, o.env.DB.Raw(`SELECT SUM(amount_cents) FROM order_refund_events WHERE order_id = ?`, o.id).Scan(&sum).Error)
+	assert.Equal(t, recorded, sum, "each event recorded once, with its own amount")
+	assert.EqualValues(t, 1, count(t, o.env.DB, "orders", "id = ? AND refunded_cents = ?", o.id, o.amount), "the total stops at the amount")
+	assert.Equal(t, "REFUNDED", statusOf(t, o.env.DB, o.id))
+	assert.Equal(t, o.stock+1, stockOf(t, o.env.DB, 1), "stock back once")
+	assert.EqualValues(t, 1, refundedOutboxRows(t, o.env.DB, o.id))
+	assert.EqualValues(t, 1, count(t, o.env.DB, "payment_callbacks", "order_id = ? AND event_id = ? AND outcome = ? AND reason LIKE ?",
+		o.id, eventID, outcome, "%exceed the amount paid by "+strconv.FormatInt(recorded-o.amount, 10)+" cents"))
+	assert.Contains(t, o.logs.String(), "alert=over_refund")
 }

@@ -141,6 +141,9 @@ func runBenchSummary(args []string, stdout, stderr io.Writer) int {
 	if st := bench.Steals(reps); st != "" {
 		fmt.Fprintln(stdout, st)
 	}
+	if bw := bench.BatchWaits(reps); bw != "" {
+		fmt.Fprintln(stdout, bw)
+	}
 	rc := 0
 	for i, rep := range reps {
 		if rep.Passed() {

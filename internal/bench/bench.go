@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"runtime"
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	"idemshop/internal/lab"
+	"idemshop/internal/outbox"
 )
 
 // Config bounds a run.
@@ -177,6 +179,10 @@ type Report struct {
 		Duration    string `json:"duration"`
 		Concurrency int    `json:"concurrency"`
 		OutboxRate  int    `json:"outbox_rate"`
+		// OrdersBatchWaitMs is orders' OUTBOX_BATCH_WAIT in ms, read from its /metrics when the run
+		// started (outbox.BatchWaitMetric); nil where orders did not say. It moves the outbox lag and
+		// the CPU an event costs, so runs with different settings do not compare.
+		OrdersBatchWaitMs *float64 `json:"orders_outbox_batch_wait_ms,omitempty"`
 	} `json:"config"`
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
@@ -243,6 +249,20 @@ func autogroupSetting(v string) string {
 	return ""
 }
 
+// ordersBatchWait reads orders' OUTBOX_BATCH_WAIT, in ms, from its /metrics URL; nil if there is none
+// or it cannot be read (an orders that predates the gauge).
+func ordersBatchWait(ctx context.Context, metricsURL string) *float64 {
+	if metricsURL == "" || checkLoopback(metricsURL) != nil {
+		return nil
+	}
+	v, err := metricsValue(ctx, &http.Client{Timeout: time.Second}, metricsURL, outbox.BatchWaitMetric)
+	if err != nil {
+		return nil
+	}
+	ms := round(v * 1000)
+	return &ms
+}
+
 // Passed: every measure ran and no invariant broke. Targets do not count.
 func (r Report) Passed() bool {
 	for _, res := range r.Results {
@@ -266,6 +286,7 @@ func Run(ctx context.Context, env *lab.Env, cfg Config) (Report, error) {
 	rep := Report{Started: time.Now().UTC(), Machine: thisMachine()}
 	cpu0, cpuKnown := readCPUTimes()
 	rep.Config.Duration, rep.Config.Concurrency, rep.Config.OutboxRate = cfg.Duration.String(), cfg.Concurrency, cfg.OutboxRate
+	rep.Config.OrdersBatchWaitMs = ordersBatchWait(ctx, cfg.Processes["orders"])
 
 	sampler := startRSS(ctx, env, cfg.Processes)
 	r := &runner{env: env, cfg: cfg}

@@ -1,11 +1,21 @@
 package bench
 
 import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"idemshop/internal/outbox"
+	"idemshop/internal/platform/rabbitmq"
 )
 
 func TestAutogroupSettingNamesOnlyTheKernelsTwoValues(t *testing.T) {
@@ -88,4 +98,42 @@ func TestStealsNamesEachRun(t *testing.T) {
 	a, b := 0.4, 8.12
 	require.Empty(t, Steals([]Report{{}, {}}), "no run knows")
 	require.Equal(t, "CPU steal by run: 0.4%, -, 8.1%", Steals([]Report{{StealPct: &a}, {}, {StealPct: &b}}))
+}
+
+// TestOrdersBatchWaitIsReadFromTheRelaysGauge: a relay configured with a batch wait exports it, and
+// the report reads it from the /metrics it is served on; an orders without the gauge reads as unknown.
+func TestOrdersBatchWaitIsReadFromTheRelaysGauge(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	// The relay is built, never run: NewRelay touches neither the database nor the broker.
+	_, err := outbox.NewRelay(&gorm.DB{}, outbox.RelayConfig{AMQPURL: "amqp://127.0.0.1:5672/",
+		Topology: rabbitmq.OrderPaidTopology(), BatchSize: 10, PollInterval: time.Second, ConfirmTimeout: time.Second,
+		BatchWait: 2500 * time.Microsecond, ReconnectMin: time.Second, ReconnectMax: time.Second},
+		slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	withGauge := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(withGauge.Close)
+	without := httptest.NewServer(promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}))
+	t.Cleanup(without.Close)
+
+	got := ordersBatchWait(context.Background(), withGauge.URL)
+	require.NotNil(t, got)
+	require.InDelta(t, 2.5, *got, 1e-9)
+	require.Nil(t, ordersBatchWait(context.Background(), without.URL))
+	require.Nil(t, ordersBatchWait(context.Background(), ""))
+
+	var rep Report
+	rep.Config.OrdersBatchWaitMs = got
+	var text strings.Builder
+	WriteText(&text, rep)
+	require.Contains(t, text.String(), "orders' OUTBOX_BATCH_WAIT 2.5 ms")
+}
+
+func TestBatchWaitsNamesEachRun(t *testing.T) {
+	t.Parallel()
+	a, b := 0.0, 2.0
+	require.Empty(t, BatchWaits([]Report{{}, {}}), "no run knows")
+	r1, r3 := Report{}, Report{}
+	r1.Config.OrdersBatchWaitMs, r3.Config.OrdersBatchWaitMs = &a, &b
+	require.Equal(t, "orders' OUTBOX_BATCH_WAIT by run: 0 ms, -, 2 ms", BatchWaits([]Report{r1, {}, r3}))
 }

@@ -77,6 +77,9 @@ func WriteText(w io.Writer, rep Report) {
 	if rep.StealPct != nil {
 		steal = fmt.Sprintf(", CPU steal %.1f%%", *rep.StealPct)
 	}
+	if w := rep.Config.OrdersBatchWaitMs; w != nil {
+		steal += fmt.Sprintf(", orders' OUTBOX_BATCH_WAIT %g ms", *w)
+	}
 	fmt.Fprintf(w, "%d measures in %.1fs, %s, duration %s, concurrency %d%s: %s\n", len(rep.Results), rep.Seconds,
 		rep.Machine, rep.Config.Duration, rep.Config.Concurrency, steal, verdict)
 }

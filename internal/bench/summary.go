@@ -190,3 +190,22 @@ func Steals(reps []Report) string {
 	}
 	return "CPU steal by run: " + strings.Join(vals, ", ")
 }
+
+// BatchWaits is the line that names orders' OUTBOX_BATCH_WAIT in each run (Report.Config), "" when no
+// run knows: the setting moves the outbox lag and the CPU an event costs, so a summary over runs with
+// different settings mixes two relays.
+func BatchWaits(reps []Report) string {
+	vals := make([]string, len(reps))
+	known := false
+	for i, rep := range reps {
+		vals[i] = "-"
+		if w := rep.Config.OrdersBatchWaitMs; w != nil {
+			vals[i] = fmt.Sprintf("%g ms", *w)
+			known = true
+		}
+	}
+	if !known {
+		return ""
+	}
+	return "orders' OUTBOX_BATCH_WAIT by run: " + strings.Join(vals, ", ")
+}

@@ -54,11 +54,15 @@ type orderJSON struct {
 	CreatedAt   string `json:"created_at"`
 }
 
-// orderWithCallbacks is GET /v1/orders/{id}: the order plus "callbacks":{"received":N,"applied":M}, so an
-// operator sees at a glance that 3 identical callbacks arrived and 1 was applied.
+// orderWithCallbacks is GET /v1/orders/{id}: the order plus "refunded_cents" and
+// "callbacks":{"received":N,"applied":M}, so an operator sees at a glance that 3 identical callbacks
+// arrived and 1 was applied, and a customer how much of a PAID order's amount the platform has given
+// back (partial refunds add up; the order becomes REFUNDED only at the full amount).
 type orderWithCallbacks struct {
 	orderJSON
-	Callbacks callbackCounts `json:"callbacks"`
+	// RefundedCents is in minor units of Currency, 0..amount_cents.
+	RefundedCents int64          `json:"refunded_cents"`
+	Callbacks     callbackCounts `json:"callbacks"`
 }
 
 type callbackCounts struct {
@@ -120,6 +124,6 @@ func (h *Handler) getOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, orderWithCallbacks{orderJSON: toJSON(o),
+	return c.JSON(http.StatusOK, orderWithCallbacks{orderJSON: toJSON(o), RefundedCents: o.RefundedCents,
 		Callbacks: callbackCounts{Received: received, Applied: applied}})
 }

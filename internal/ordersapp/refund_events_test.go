@@ -1,6 +1,7 @@
 package ordersapp_test
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -35,6 +36,17 @@ func TestPartialRefundResentCountsOnce(t *testing.T) {
 	assert.Equal(t, before, stockOf(t, env.DB, 1))
 	assert.Zero(t, refundedOutboxRows(t, env.DB, id))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND outcome = 'duplicate'", id))
+
+	// The customer sees the partial refund on the order, once.
+	got := rp.call(http.MethodGet, "/v1/orders/"+strconv.FormatInt(id, 10), alice, "", nil)
+	require.Equal(t, http.StatusOK, got.Status)
+	var view struct {
+		Status        string `json:"status"`
+		RefundedCents int64  `json:"refunded_cents"`
+	}
+	require.NoError(t, json.Unmarshal(got.Body, &view))
+	assert.Equal(t, "PAID", view.Status)
+	assert.Equal(t, amount/2, view.RefundedCents)
 }
 
 // Refunds that add up to more than was paid (the real platform refuses them; a broken or forged sender

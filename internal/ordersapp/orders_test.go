@@ -61,6 +61,14 @@ func TestGetOrder(t *testing.T) {
 	delete(got, "refunded_cents")
 	assert.Equal(t, want, got, "GET shows the order exactly as created")
 
+	// HEAD answers as GET does, without the body (it was 404: Echo routes HEAD only where a route names it).
+	head := rp.call(http.MethodHead, fmt.Sprintf("/v1/orders/%d", id), alice, "", nil)
+	assert.Equal(t, http.StatusOK, head.Status)
+	assert.Equal(t, own.Header.Get("Content-Type"), head.Header.Get("Content-Type"))
+	assert.Empty(t, head.Body)
+	assert.Equal(t, http.StatusNotFound, rp.call(http.MethodHead, fmt.Sprintf("/v1/orders/%d", id), bob, "", nil).Status)
+	assert.Equal(t, http.StatusUnauthorized, rp.call(http.MethodHead, fmt.Sprintf("/v1/orders/%d", id), "", "", nil).Status)
+
 	for name, tc := range map[string]struct{ path, token string }{
 		"another user's order": {fmt.Sprintf("/v1/orders/%d", id), bob},
 		"no such order":        {"/v1/orders/999999", alice},

@@ -2,15 +2,18 @@ package httpserver_test
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/platform/httpserver"
 )
@@ -32,4 +35,62 @@ func TestAccessLogKeepsPollsAtDebug(t *testing.T) {
 	assert.Contains(t, log, "path=/readyz status=503", "a failed one is")
 	assert.Contains(t, log, "path=/v1/products status=200")
 	assert.Equal(t, 2, strings.Count(log, `msg="http request"`))
+}
+
+// HEAD on a GET route is answered as GET would be, headers and status alike, without the body (RFC
+// 9110 §9.3.2); the access log says HEAD. A HEAD where no GET is routed answers as that GET would.
+func TestHeadIsAnsweredAsGetWithoutTheBody(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	e := httpserver.New(slog.New(slog.NewTextHandler(&lockedWriter{&buf, &mu}, nil)), prometheus.NewRegistry(), 1<<10)
+	e.GET("/v1/things/:id", func(c echo.Context) error {
+		c.Response().Header().Set("X-Thing", c.Param("id"))
+		return c.JSON(http.StatusOK, map[string]string{"id": c.Param("id")})
+	})
+	e.POST("/v1/things", func(c echo.Context) error { return c.NoContent(http.StatusCreated) })
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+
+	do := func(method, path string) (*http.Response, string) {
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		require.NoError(t, err)
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res, string(b)
+	}
+	get, body := do(http.MethodGet, "/v1/things/7")
+	require.Equal(t, http.StatusOK, get.StatusCode)
+	require.JSONEq(t, `{"id":"7"}`, body)
+
+	head, body := do(http.MethodHead, "/v1/things/7")
+	assert.Equal(t, http.StatusOK, head.StatusCode)
+	assert.Equal(t, "7", head.Header.Get("X-Thing"))
+	assert.Equal(t, get.Header.Get("Content-Type"), head.Header.Get("Content-Type"))
+	assert.Empty(t, body)
+
+	missing, _ := do(http.MethodHead, "/v1/nothing")
+	assert.Equal(t, http.StatusNotFound, missing.StatusCode)
+	postOnly, _ := do(http.MethodHead, "/v1/things")
+	wantPostOnly, _ := do(http.MethodGet, "/v1/things")
+	assert.Equal(t, wantPostOnly.StatusCode, postOnly.StatusCode)
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, buf.String(), "method=HEAD path=/v1/things/7 status=200")
+}
+
+// lockedWriter serializes the server goroutines' log writes into one buffer.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -51,6 +51,29 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 	}, []string{"route", "method", "code"})
 	reg.MustRegister(reqDuration)
 
+	// HEAD is answered as GET would be, without the body (RFC 9110 §9.3.2: a server that supports GET
+	// on a resource supports HEAD on it too). Echo routes HEAD only where a route names it, so a HEAD on
+	// an order that exists was a 404. The request is routed as a GET, then gets its method back before
+	// anything else sees it: the handler and the access log see HEAD, and net/http, which answers the
+	// same request, drops the body itself.
+	e.Pre(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if r := c.Request(); r.Method == http.MethodHead {
+				r.Method = http.MethodGet
+				c.Set(headKey, true)
+			}
+			return next(c)
+		}
+	})
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Get(headKey) != nil {
+				c.Request().Method = http.MethodHead
+			}
+			return next(c)
+		}
+	})
+
 	// A client's X-Request-ID is kept (it ties our logs to theirs) only if it is short and printable;
 	// otherwise a fresh one replaces it.
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -90,6 +113,9 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 	e.Use(middleware.BodyLimit(strconv.FormatInt(bodyLimit, 10)))
 	return e
 }
+
+// headKey marks, in the echo.Context, a HEAD request routed as a GET.
+const headKey = "httpserver.head"
 
 // opsPaths are polled by probes, Prometheus and the lab page (every second): their successful requests
 // are logged at DEBUG, so that an INFO log shows the traffic of the API. A failure is logged at INFO.

@@ -39,6 +39,11 @@ func (l *Live) events(c echo.Context) error {
 	h.Set(echo.HeaderContentType, "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	if c.Request().Method == http.MethodHead {
+		// A HEAD gets the stream's headers only. Run as a stream, its writes would be dropped and never
+		// fail, so it would hold the connection (and a client's next request on it) until the client left.
+		return c.NoContent(http.StatusOK)
+	}
 	// The server's WriteTimeout is for ordinary answers; a stream lives longer. Each write below sets a
 	// deadline of its own instead, so a client that stops reading is still dropped.
 	write := func(s string) error {

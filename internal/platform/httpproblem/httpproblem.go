@@ -107,7 +107,9 @@ func Write(c echo.Context, pe *problem.Error) error {
 	if pe.Kind == problem.KindUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="idemshop"`)
 	}
-	body, err := Document(pe, c.Request().URL.Path)
+	// instance is a URI reference (RFC 9457 §3.1.5): the path as it was sent, not decoded (a decoded
+	// "%20" or "%00" is no URI, and a decoded "%2F" names another resource).
+	body, err := Document(pe, c.Request().URL.EscapedPath())
 	if err != nil {
 		return err
 	}

@@ -56,3 +56,22 @@ func TestHandlerWritesRFC9457(t *testing.T) {
 	assert.Equal(t, httpproblem.Body{Type: "about:blank", Title: "Conflict", Status: 409, Detail: "try later",
 		Instance: "/x", Code: "busy"}, b)
 }
+
+// instance is a URI reference (RFC 9457 §3.1.5): the path as it was sent. Decoded, "%20" and "%00"
+// became characters no URI holds, and "%2F" a path that names another resource.
+func TestInstanceIsThePathAsSent(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	e.HTTPErrorHandler = httpproblem.Handler(func(echo.Context) *slog.Logger { return slog.New(slog.DiscardHandler) })
+	e.GET("/v1/orders/:id", func(echo.Context) error {
+		return problem.New(problem.KindNotFound, "order_not_found", "no such order")
+	})
+	for _, path := range []string{"/v1/orders/%201", "/v1/orders/%00", "/v1/orders/1%2F", "/v1/orders/7"} {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusNotFound, rec.Code, path)
+		var b httpproblem.Body
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b))
+		assert.Equal(t, path, b.Instance)
+	}
+}

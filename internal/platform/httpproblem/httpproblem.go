@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -97,6 +99,32 @@ func Document(pe *problem.Error, instance string) ([]byte, error) {
 		Detail: pe.Detail, Instance: instance, Code: pe.Code})
 }
 
+// Instance is the instance member of a problem with the request to u: the request's path as it was
+// sent, without the query (which may carry a secret). It is a URI reference (RFC 9457 §3.1.5), which a
+// client resolves against the request's URL, so what would resolve to another resource is escaped: a
+// "." or ".." segment (resolved away: "/v1/x/../orders/2" names /v1/orders/2) and a leading "//" (an
+// authority: "//evil.example/x" names another host). The path is not decoded either: a decoded "%20"
+// or "%00" is no URI, and a decoded "%2F" names another resource.
+func Instance(u *url.URL) string {
+	p := u.EscapedPath()
+	if strings.Contains(p, "/.") {
+		segs := strings.Split(p, "/")
+		for i, seg := range segs {
+			switch seg {
+			case ".":
+				segs[i] = "%2E"
+			case "..":
+				segs[i] = "%2E%2E"
+			}
+		}
+		p = strings.Join(segs, "/")
+	}
+	if strings.HasPrefix(p, "//") {
+		p = "/%2F" + p[2:]
+	}
+	return p
+}
+
 // Write renders pe as an RFC 9457 response.
 func Write(c echo.Context, pe *problem.Error) error {
 	status := StatusOf(pe.Kind)
@@ -107,9 +135,7 @@ func Write(c echo.Context, pe *problem.Error) error {
 	if pe.Kind == problem.KindUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="idemshop"`)
 	}
-	// instance is a URI reference (RFC 9457 §3.1.5): the path as it was sent, not decoded (a decoded
-	// "%20" or "%00" is no URI, and a decoded "%2F" names another resource).
-	body, err := Document(pe, c.Request().URL.EscapedPath())
+	body, err := Document(pe, Instance(c.Request().URL))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
@@ -73,5 +74,34 @@ func TestInstanceIsThePathAsSent(t *testing.T) {
 		var b httpproblem.Body
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b))
 		assert.Equal(t, path, b.Instance)
+	}
+}
+
+// Resolved against the request's URL (as a URI reference is), instance names the path that was sent:
+// dot segments and a leading "//" (an authority, another host) are escaped, the query is left out.
+func TestInstanceResolvesToThePathSent(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"/v1/orders/7":               "/v1/orders/7",
+		"/v1/x/../orders/2":          "/v1/x/%2E%2E/orders/2",
+		"/v1/./orders/2":             "/v1/%2E/orders/2",
+		"/v1/orders/..":              "/v1/orders/%2E%2E",
+		"/v1/orders/..x/.y":          "/v1/orders/..x/.y",
+		"//evil.example/v1/orders/9": "/%2Fevil.example/v1/orders/9",
+		"///x":                       "/%2F/x",
+		"/v1/orders/9?token=secret":  "/v1/orders/9",
+		"/v1/orders/%2E%2E/%2F/%20":  "/v1/orders/%2E%2E/%2F/%20",
+	} {
+		u, err := url.ParseRequestURI(raw)
+		require.NoError(t, err, raw)
+		got := httpproblem.Instance(u)
+		assert.Equal(t, want, got, raw)
+		base, err := url.Parse("http://127.0.0.1:8080" + raw)
+		require.NoError(t, err)
+		ref, err := url.Parse(got)
+		require.NoError(t, err)
+		resolved := base.ResolveReference(ref)
+		assert.Equal(t, "127.0.0.1:8080", resolved.Host, raw)
+		assert.Equal(t, got, resolved.EscapedPath(), "%s resolves to itself", raw)
 	}
 }

@@ -72,7 +72,7 @@ func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/metrics":
 		s.metrics.ServeHTTP(w, r)
 	default:
-		body, err := httpproblem.Document(problem.ErrUnavailable.WithDetail("starting: waiting for "+s.waitingFor()), r.URL.EscapedPath())
+		body, err := httpproblem.Document(problem.ErrUnavailable.WithDetail("starting: waiting for "+s.waitingFor()), httpproblem.Instance(r.URL))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -78,6 +78,15 @@ func TestHeadIsAnsweredAsGetWithoutTheBody(t *testing.T) {
 	wantPostOnly, _ := do(http.MethodGet, "/v1/things")
 	assert.Equal(t, wantPostOnly.StatusCode, postOnly.StatusCode)
 
+	// Where the router lists the methods of a path (405, OPTIONS), HEAD is among them if GET is.
+	wrong, _ := do(http.MethodDelete, "/v1/things/7")
+	assert.Equal(t, http.StatusMethodNotAllowed, wrong.StatusCode)
+	assert.ElementsMatch(t, []string{"OPTIONS", "GET", "HEAD"}, strings.Split(wrong.Header.Get("Allow"), ", "))
+	options, _ := do(http.MethodOptions, "/v1/things/7")
+	assert.ElementsMatch(t, []string{"OPTIONS", "GET", "HEAD"}, strings.Split(options.Header.Get("Allow"), ", "))
+	postOnlyAllow, _ := do(http.MethodDelete, "/v1/things")
+	assert.ElementsMatch(t, []string{"OPTIONS", "POST"}, strings.Split(postOnlyAllow.Header.Get("Allow"), ", "))
+
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Contains(t, buf.String(), "method=HEAD path=/v1/things/7 status=200")

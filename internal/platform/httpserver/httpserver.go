@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -70,6 +72,16 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 			if c.Get(headKey) != nil {
 				c.Request().Method = http.MethodHead
 			}
+			// The router found the path but not the method (405, or OPTIONS): the Allow header it
+			// writes lists the routed methods, and HEAD goes wherever GET does.
+			if _, ok := c.Get(echo.ContextKeyHeaderAllow).(string); ok {
+				res := c.Response()
+				res.Before(func() {
+					if allow := res.Header().Get(echo.HeaderAllow); allow != "" {
+						res.Header().Set(echo.HeaderAllow, allowWithHead(allow))
+					}
+				})
+			}
 			return next(c)
 		}
 	})
@@ -112,6 +124,15 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 	e.Use(middleware.Recover())
 	e.Use(middleware.BodyLimit(strconv.FormatInt(bodyLimit, 10)))
 	return e
+}
+
+// allowWithHead is an Allow header value ("OPTIONS, GET, POST") with HEAD added if it lists GET.
+func allowWithHead(allow string) string {
+	methods := strings.Split(allow, ", ")
+	if slices.Contains(methods, http.MethodGet) && !slices.Contains(methods, http.MethodHead) {
+		return allow + ", " + http.MethodHead
+	}
+	return allow
 }
 
 // headKey marks, in the echo.Context, a HEAD request routed as a GET.

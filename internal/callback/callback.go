@@ -58,7 +58,7 @@ const (
 	OutcomeDuplicate Outcome = "duplicate" // the order already has this status (a resend)
 	OutcomeStale     Outcome = "stale"     // the order has moved past what this event could change
 	OutcomeRecorded  Outcome = "recorded"  // the event's fact (a refund) is stored; it moves the order later
-	OutcomeRejected  Outcome = "rejected"  // bad signature, bad body, unknown order or amount mismatch
+	OutcomeRejected  Outcome = "rejected"  // bad signature, bad body, unknown order, amount or payment mismatch
 )
 
 // Errors of the callback route; codes are stable.
@@ -67,6 +67,8 @@ var (
 		"X-Pay-Signature is missing, malformed, stale or does not match the body")
 	ErrAmountMismatch = problem.New(problem.KindInvalid, "amount_mismatch",
 		"amount or currency does not match the order")
+	ErrPaymentMismatch = problem.New(problem.KindInvalid, "payment_mismatch",
+		"payment_id is not the order's payment")
 	ErrInvalidCallback = problem.New(problem.KindInvalid, "validation_failed", "the callback is invalid")
 )
 
@@ -140,7 +142,7 @@ func (s *Service) committed(outcome Outcome) {
 // Handle verifies, checks and applies one callback. raw is the request body exactly as received;
 // signature is the X-Pay-Signature header. It returns the outcome, or an error for a rejected callback:
 // ErrSignature (401), problem.ErrMalformedBody or ErrInvalidCallback (400), orders.ErrOrderNotFound
-// (404, so the platform retries), ErrAmountMismatch (400). Every callback is recorded in
+// (404, so the platform retries), ErrAmountMismatch or ErrPaymentMismatch (400). Every callback is recorded in
 // payment_callbacks, rejected ones included.
 func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Outcome, error) {
 	lg := logging.From(ctx)
@@ -199,6 +201,9 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		if !amountMatches(cb, o) {
 			return ErrAmountMismatch
 		}
+		if !paymentMatches(cb, o) {
+			return ErrPaymentMismatch
+		}
 		// A resend that arrives after its twin committed changes nothing and takes no row lock: an
 		// order's status only moves forward, so if it already has the status this callback asks for,
 		// nothing this callback could do would change it. Its audit row commits alone. (Skipping on a
@@ -221,6 +226,11 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 			"alert", "amount_mismatch", "callback_amount_cents", cb.AmountCents, "callback_currency", cb.Currency,
 			"order_amount_cents", o.AmountCents, "order_currency", o.Currency)
 		s.reject(ctx, lg, cb, true, "amount or currency mismatch")
+		return OutcomeRejected, err
+	case errors.Is(err, ErrPaymentMismatch):
+		lg.Error("ALERT: payment callback is for another payment than the order's",
+			"alert", "payment_mismatch", "order_payment_id", *o.PaymentID)
+		s.reject(ctx, lg, cb, true, "payment mismatch: the order's payment is "+*o.PaymentID)
 		return OutcomeRejected, err
 	}
 	if err != nil {
@@ -546,6 +556,16 @@ func amountMatches(cb Callback, o orders.Order) bool {
 		return cb.AmountCents > 0 && cb.AmountCents <= o.AmountCents
 	}
 	return cb.AmountCents == o.AmountCents
+}
+
+// paymentMatches: once the order knows its payment (the first SUCCESS or FAILED stored it), every event
+// must be about that payment. The platform keeps one payment per order (idempotent on
+// merchant_order_no), so another payment's event comes from a broken or forged sender: applied, its
+// refund would refund this order while the platform refunded something else, and its SUCCESS would pass
+// as a resend while a second charge went unnoticed. Before the order knows its payment (a refund that
+// arrives before its SUCCESS) there is nothing to compare with.
+func paymentMatches(cb Callback, o orders.Order) bool {
+	return o.PaymentID == nil || *o.PaymentID == cb.PaymentID
 }
 
 // reject records a refused callback and counts it.

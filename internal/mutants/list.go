@@ -189,6 +189,13 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackTextPostgresRefusesIsCleaned$",
 	},
 	{
+		ID: "callback-payment-match", Guard: "callback: payment_id",
+		File:        "internal/callback/callback.go",
+		Original:    "return o.PaymentID == nil || *o.PaymentID == cb.PaymentID",
+		Replacement: "return true",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestEventsOfAnotherPaymentAreRefused$",
+	},
+	{
 		ID: "callback-text-cleaned", Guard: "callback text: pgtext",
 		File:        "internal/callback/callback.go",
 		Original:    "\tcb = cb.cleaned()\n",

@@ -25,6 +25,7 @@ func TestCallbackNULReachingBusinessTablesIsCleaned(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND payment_id = ?", id, "pay\uFFFDnul"))
 
 	refund := callbackFor(id, callback.StatusRefunded, 1, "evt\x00refund")
+	refund.PaymentID = paid.PaymentID // the order's payment (events of another one are refused)
 	assertAcked(t, []response{rp.postCallback(refund)})
 	assert.EqualValues(t, 1, count(t, env.DB, "order_refund_events", "order_id = ? AND event_id = ?", id, "evt\uFFFDrefund"))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 1", id))

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -120,4 +121,36 @@ func (o paidOrderWithLogs) assertOverRefund(t *testing.T, recorded int64, eventI
 	assert.EqualValues(t, 1, count(t, o.env.DB, "payment_callbacks", "order_id = ? AND event_id = ? AND outcome = ? AND reason LIKE ?",
 		o.id, eventID, outcome, "%exceed the amount paid by "+strconv.FormatInt(recorded-o.amount, 10)+" cents"))
 	assert.Contains(t, o.logs.String(), "alert=over_refund")
+}
+
+// Once the order knows its payment, an event about another payment is refused (400 payment_mismatch),
+// audited and alerted, and changes nothing: applied, a refund of another payment refunded this order
+// (stock and points back) while the platform refunded something else, and another payment's SUCCESS
+// passed as a resend while a second charge went unnoticed. The order's own payment is still applied.
+func TestEventsOfAnotherPaymentAreRefused(t *testing.T) {
+	t.Parallel()
+	o := newPaidOrderWithLogs(t)
+
+	for _, cb := range []callback.Callback{
+		callbackFor(o.id, callback.StatusRefunded, o.amount, "evt-other-refund"),
+		callbackFor(o.id, callback.StatusSuccess, o.amount, "evt-other-success"),
+	} {
+		cb.PaymentID = "pay_other"
+		r := o.rp.postCallback(cb)
+		assert.Equal(t, http.StatusBadRequest, r.Status, cb.Status)
+		assert.Contains(t, string(r.Body), `"code":"payment_mismatch"`, cb.Status)
+		assert.EqualValues(t, 1, count(t, o.env.DB, "payment_callbacks",
+			"order_id = ? AND event_id = ? AND outcome = 'rejected' AND reason LIKE 'payment mismatch%'", o.id, cb.EventID))
+	}
+	assert.Equal(t, "PAID", statusOf(t, o.env.DB, o.id))
+	assert.Zero(t, count(t, o.env.DB, "order_refund_events", "order_id = ?", o.id))
+	assert.EqualValues(t, 1, count(t, o.env.DB, "orders", "id = ? AND refunded_cents = 0 AND payment_id = ?", o.id,
+		"pay_"+strconv.FormatInt(o.id, 10)))
+	assert.Equal(t, o.stock, stockOf(t, o.env.DB, 1))
+	assert.Zero(t, refundedOutboxRows(t, o.env.DB, o.id))
+	assert.Equal(t, 2, strings.Count(o.logs.String(), "alert=payment_mismatch"))
+
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(o.id, callback.StatusRefunded, o.amount, "evt-own-refund"))})
+	assert.Equal(t, "REFUNDED", statusOf(t, o.env.DB, o.id))
+	assert.Equal(t, o.stock+1, stockOf(t, o.env.DB, 1))
 }

@@ -142,8 +142,8 @@ func (s *Service) committed(outcome Outcome) {
 // Handle verifies, checks and applies one callback. raw is the request body exactly as received;
 // signature is the X-Pay-Signature header. It returns the outcome, or an error for a rejected callback:
 // ErrSignature (401), problem.ErrMalformedBody or ErrInvalidCallback (400), orders.ErrOrderNotFound
-// (404, so the platform retries), ErrAmountMismatch or ErrPaymentMismatch (400). Every callback is recorded in
-// payment_callbacks, rejected ones included.
+// (404, so the platform retries), ErrAmountMismatch or ErrPaymentMismatch (400). Every callback is
+// recorded in payment_callbacks, rejected ones included.
 func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Outcome, error) {
 	lg := logging.From(ctx)
 

@@ -106,19 +106,7 @@ func TestEventStreamHeartbeatsAndEndsOnShutdown(t *testing.T) {
 }
 
 func TestSinceMustBeANumber(t *testing.T) {
-	env := testenv.New(t)
-	cfg := labview.DefaultConfig()
-	cfg.PaymentsURL = "http://127.0.0.1:1"
-	live, err := labview.New(decisions.NewBus(1, 1), env.DB, cfg, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	e := httpserver.New(slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 1<<20)
-	live.Mount(e)
-	srv := &http.Server{Handler: e, ReadHeaderTimeout: time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	resp, err := http.Get("http://" + ln.Addr().String() + "/lab/events?since=x")
+	resp, err := http.Get(serveLive(t) + "/lab/events?since=x")
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
@@ -128,6 +116,27 @@ func TestSinceMustBeANumber(t *testing.T) {
 // A HEAD on the stream answers its headers and ends, so the connection serves the next request: run as
 // the stream, it would hold the connection until the client left.
 func TestHeadOnTheStreamAnswersAndEnds(t *testing.T) {
+	base := serveLive(t)
+
+	// One connection for both requests: the second is sent on the connection the HEAD used.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	t.Cleanup(client.CloseIdleConnections)
+	head, err := client.Head(base + "/lab/events")
+	require.NoError(t, err)
+	_ = head.Body.Close()
+	assert.Equal(t, http.StatusOK, head.StatusCode)
+	assert.Equal(t, "text/event-stream", head.Header.Get("Content-Type"))
+	next, err := client.Get(base + "/lab/events?since=x")
+	require.NoError(t, err, "the request after the HEAD is answered")
+	_, _ = io.Copy(io.Discard, next.Body)
+	_ = next.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, next.StatusCode)
+}
+
+// serveLive serves a lab view (its platform never called) on a loopback port until the test ends, and
+// returns its base URL.
+func serveLive(t *testing.T) string {
+	t.Helper()
 	env := testenv.New(t)
 	cfg := labview.DefaultConfig()
 	cfg.PaymentsURL = "http://127.0.0.1:1"
@@ -140,20 +149,7 @@ func TestHeadOnTheStreamAnswersAndEnds(t *testing.T) {
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-
-	// One connection for both requests: the second is sent on the connection the HEAD used.
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
-	t.Cleanup(client.CloseIdleConnections)
-	head, err := client.Head("http://" + ln.Addr().String() + "/lab/events")
-	require.NoError(t, err)
-	_ = head.Body.Close()
-	assert.Equal(t, http.StatusOK, head.StatusCode)
-	assert.Equal(t, "text/event-stream", head.Header.Get("Content-Type"))
-	next, err := client.Get("http://" + ln.Addr().String() + "/lab/events?since=x")
-	require.NoError(t, err, "the request after the HEAD is answered")
-	_, _ = io.Copy(io.Discard, next.Body)
-	_ = next.Body.Close()
-	assert.Equal(t, http.StatusBadRequest, next.StatusCode)
+	return "http://" + ln.Addr().String()
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

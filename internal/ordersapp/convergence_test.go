@@ -273,14 +273,22 @@ func TestFullRefundCompensatesOnce(t *testing.T) {
 	assert.Equal(t, amount, refunded)
 }
 
-// An out-of-stock order never took stock or earned points: its refund moves it REFUND_REQUIRED →
-// REFUNDED with nothing to give back.
-func TestRefundOfAnOutOfStockOrderGivesNothingBack(t *testing.T) {
-	t.Parallel()
+// newOrderWhoseStockIsGone creates alice's order of one flash-sale item (product 2), then takes the
+// product's whole stock away, so that the order's SUCCESS finds none.
+func newOrderWhoseStockIsGone(t *testing.T) (*testenv.Env, *replica, int64, int64) {
+	t.Helper()
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{})
 	id, amount := rp.newOrder(alice, 2, 1)
 	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	return env, rp, id, amount
+}
+
+// An out-of-stock order never took stock or earned points: its refund moves it REFUND_REQUIRED →
+// REFUNDED with nothing to give back.
+func TestRefundOfAnOutOfStockOrderGivesNothingBack(t *testing.T) {
+	t.Parallel()
+	env, rp, id, amount := newOrderWhoseStockIsGone(t)
 	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-s"))})
 	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
 	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, amount, "evt-r"))})
@@ -296,10 +304,7 @@ func TestRefundOfAnOutOfStockOrderGivesNothingBack(t *testing.T) {
 // refunds the order, with nothing given back.
 func TestPartialRefundBeforeAnOutOfStockSuccessAsksOnlyForTheRest(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	rp := newReplica(t, env, replicaOpts{})
-	id, amount := rp.newOrder(alice, 2, 1)
-	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	env, rp, id, amount := newOrderWhoseStockIsGone(t)
 	part := amount / 4
 	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusRefunded, part, "evt-r1"))})
 	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-s"))})

@@ -58,7 +58,7 @@ const (
 	OutcomeDuplicate Outcome = "duplicate" // the order already has this status (a resend)
 	OutcomeStale     Outcome = "stale"     // the order has moved past what this event could change
 	OutcomeRecorded  Outcome = "recorded"  // the event's fact (a refund) is stored; it moves the order later
-	OutcomeRejected  Outcome = "rejected"  // bad signature, bad body, unknown order, amount or payment mismatch
+	OutcomeRejected  Outcome = "rejected"  // bad signature, bad body, unknown order, amount or payment mismatch, reused refund event id
 )
 
 // Errors of the callback route; codes are stable.
@@ -142,7 +142,8 @@ func (s *Service) committed(outcome Outcome) {
 // Handle verifies, checks and applies one callback. raw is the request body exactly as received;
 // signature is the X-Pay-Signature header. It returns the outcome, or an error for a rejected callback:
 // ErrSignature (401), problem.ErrMalformedBody or ErrInvalidCallback (400), orders.ErrOrderNotFound
-// (404, so the platform retries), ErrAmountMismatch or ErrPaymentMismatch (400). Every callback is
+// (404, so the platform retries), ErrAmountMismatch or ErrPaymentMismatch (400), orders.ErrRefundEventReused
+// (422: a refund under an event id already recorded for another refund). Every callback is
 // recorded in payment_callbacks, rejected ones included.
 func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Outcome, error) {
 	lg := logging.From(ctx)
@@ -232,6 +233,15 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 			"alert", "payment_mismatch", "order_payment_id", *o.PaymentID)
 		s.reject(ctx, lg, cb, true, "payment mismatch: the order's payment is "+*o.PaymentID)
 		return OutcomeRejected, err
+	case errors.Is(err, orders.ErrRefundEventReused):
+		// Answered duplicate, this refund would be lost for good: the platform stops resending, and the
+		// reconciler sets only a whole refund from the platform's records.
+		var reused *problem.Error
+		errors.As(err, &reused) // the case above matched: the chain holds it
+		lg.Error("ALERT: a refund came under an event id already recorded for another refund",
+			"alert", "event_id_reused", "err", reused.Err)
+		s.reject(ctx, lg, cb, true, "event id reused: "+reused.Err.Error())
+		return OutcomeRejected, reused
 	}
 	if err != nil {
 		// Rolled back: nothing was applied. The audit row goes in outside the failed transaction. A

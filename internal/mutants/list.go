@@ -127,7 +127,7 @@ var List = []Mutant{
 	{
 		ID: "refund-event-counted", Guard: "refund event: once",
 		File:        "internal/orders/repository.go",
-		Original:    "\tif res.RowsAffected == 0 {\n\t\treturn false, 0, nil\n\t}\n\tif err := r.addRefunded(",
+		Original:    "\tif res.RowsAffected == 0 {\n\t\treturn false, 0, sameRefund(ctx, tx, id, eventID, amountCents)\n\t}\n\tif err := r.addRefunded(",
 		Replacement: "\tif err := r.addRefunded(",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPartialRefundResentCountsOnce$",
 	},
@@ -194,6 +194,13 @@ var List = []Mutant{
 		Original:    "return o.PaymentID == nil || *o.PaymentID == cb.PaymentID",
 		Replacement: "return true",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestEventsOfAnotherPaymentAreRefused$",
+	},
+	{
+		ID: "refund-event-reused", Guard: "refund event id",
+		File:        "internal/orders/repository.go",
+		Original:    "return false, 0, sameRefund(ctx, tx, id, eventID, amountCents)",
+		Replacement: "return false, 0, nil",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundUnderAReusedEventIDIsRefused$",
 	},
 	{
 		ID: "callback-text-cleaned", Guard: "callback text: pgtext",

@@ -69,6 +69,12 @@ var (
 	ErrUnknownProduct    = problem.New(problem.KindInvalid, "unknown_product", "no product with this product_id")
 	ErrInsufficientStock = problem.New(problem.KindConflict, "insufficient_stock", "not enough stock for this quantity")
 	ErrOrderNotFound     = problem.New(problem.KindNotFound, "order_not_found", "no such order")
+	// ErrRefundEventReused is a refund event whose id was first recorded for another order or another
+	// amount: not a resend (a resend carries the same refund), and counting it as one would lose this
+	// refund for good. The real platform gives every refund an id of its own; a sender that reuses one
+	// is broken or forged.
+	ErrRefundEventReused = problem.New(problem.KindUnprocessable, "event_id_reused",
+		"event_id was already used for another refund")
 )
 
 // Validate checks the fields that need no database.

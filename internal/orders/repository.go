@@ -215,7 +215,8 @@ func readRefunded(ctx context.Context, tx *gorm.DB, id int64, lock string) (int6
 // key in order_refund_events: a resent copy adds nothing). The event keeps its own amount; the order's
 // total is capped at the order's amount. It reports whether the event was new and by how many cents
 // the order's refund events now add up to more than its amount (0 unless a platform refunded more than
-// was paid, an anomaly the caller raises an alert for).
+// was paid, an anomaly the caller raises an alert for). An eventID already recorded for another order
+// or another amount is ErrRefundEventReused, wrapped with both: it is not a resend.
 func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, eventID string, amountCents int64) (fresh bool, overCents int64, err error) {
 	res := tx.WithContext(ctx).Exec(`INSERT INTO order_refund_events (event_id, order_id, amount_cents)
 		VALUES (?, ?, ?) ON CONFLICT (event_id) DO NOTHING`, eventID, id, amountCents)
@@ -223,7 +224,7 @@ func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, ev
 		return false, 0, fmt.Errorf("record refund event %s of order %d: %w", eventID, id, res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return false, 0, nil
+		return false, 0, sameRefund(ctx, tx, id, eventID, amountCents)
 	}
 	if err := r.addRefunded(ctx, tx, id, amountCents); err != nil {
 		return false, 0, err
@@ -238,6 +239,25 @@ func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, ev
 		return false, 0, fmt.Errorf("sum refund events of order %d: %w", id, err)
 	}
 	return true, overCents, nil
+}
+
+// sameRefund checks that the refund event already recorded under eventID is this one (order id,
+// amountCents): only then is this event a resend that adds nothing. The row is committed (the
+// INSERT's conflict waited for its transaction), so this statement's snapshot sees it.
+func sameRefund(ctx context.Context, tx *gorm.DB, id int64, eventID string, amountCents int64) error {
+	var first struct {
+		OrderID     int64
+		AmountCents int64
+	}
+	if err := tx.WithContext(ctx).Raw(`SELECT order_id, amount_cents FROM order_refund_events WHERE event_id = ?`,
+		eventID).Scan(&first).Error; err != nil {
+		return fmt.Errorf("read refund event %s: %w", eventID, err)
+	}
+	if first.OrderID != id || first.AmountCents != amountCents {
+		return ErrRefundEventReused.Wrap(fmt.Errorf("refund event %s was first recorded for order %d, %d cents, "+
+			"and now came for order %d, %d cents", eventID, first.OrderID, first.AmountCents, id, amountCents))
+	}
+	return nil
 }
 
 // RecordFullRefund sets order id's refunded total to its whole amount: the platform's query API said the

@@ -154,3 +154,79 @@ func TestEventsOfAnotherPaymentAreRefused(t *testing.T) {
 	assert.Equal(t, "REFUNDED", statusOf(t, o.env.DB, o.id))
 	assert.Equal(t, o.stock+1, stockOf(t, o.env.DB, 1))
 }
+
+// A refund under an event id already recorded for another refund (another order, or the same order
+// with another amount) is not a resend: answered duplicate, it would be lost for good (the platform
+// stops resending, and the reconciler sets only whole refunds). It is refused (422 event_id_reused),
+// audited and alerted, and changes nothing; the true resend is still a duplicate.
+func TestRefundUnderAReusedEventIDIsRefused(t *testing.T) {
+	t.Parallel()
+	o := newPaidOrderWithLogs(t)
+	other, amount := o.rp.newOrder(alice, 1, 1)
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(other, callback.StatusSuccess, amount, "evt-paid-other"))})
+	half := callbackFor(o.id, callback.StatusRefunded, o.amount/2, "evt-refund-1")
+	assertAcked(t, []response{o.rp.postCallback(half)})
+
+	for _, cb := range []callback.Callback{
+		callbackFor(other, callback.StatusRefunded, amount/2, half.EventID),
+		callbackFor(o.id, callback.StatusRefunded, o.amount/3, half.EventID),
+	} {
+		r := o.rp.postCallback(cb)
+		assert.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
+		assert.Contains(t, string(r.Body), `"code":"event_id_reused"`)
+		assert.EqualValues(t, 1, count(t, o.env.DB, "payment_callbacks",
+			"order_id = ? AND event_id = ? AND amount_cents = ? AND outcome = 'rejected' AND reason LIKE ?",
+			cb.MerchantOrderNo, cb.EventID, cb.AmountCents, "event id reused: refund event evt-refund-1 was first recorded for order "+
+				strconv.FormatInt(o.id, 10)+", "+strconv.FormatInt(o.amount/2, 10)+" cents%"))
+	}
+	assert.Equal(t, 2, strings.Count(o.logs.String(), "alert=event_id_reused"))
+	assert.EqualValues(t, 1, count(t, o.env.DB, "order_refund_events", "event_id = ? AND order_id = ? AND amount_cents = ?",
+		half.EventID, o.id, o.amount/2))
+	assert.EqualValues(t, 1, count(t, o.env.DB, "orders", "id = ? AND refunded_cents = ?", o.id, o.amount/2))
+	assert.EqualValues(t, 1, count(t, o.env.DB, "orders", "id = ? AND refunded_cents = 0 AND status = 'PAID'", other))
+
+	assertAcked(t, []response{o.rp.postCallback(half)}) // the resend
+	assert.EqualValues(t, 1, count(t, o.env.DB, "payment_callbacks",
+		"order_id = ? AND event_id = ? AND outcome = 'duplicate'", o.id, half.EventID))
+	assert.EqualValues(t, 1, count(t, o.env.DB, "orders", "id = ? AND refunded_cents = ?", o.id, o.amount/2))
+}
+
+// Refunds under one event id, sent at once behind a barrier: two copies of one refund and two other
+// refunds under its id (another order; the same order, another amount). Whichever committed first is
+// the event: it is recorded once, its copies are answered 200, the others 422, and every order's
+// refunded total is what was recorded for it.
+func TestConcurrentRefundsUnderOneEventIDRecordOne(t *testing.T) {
+	t.Parallel()
+	o := newPaidOrderWithLogs(t)
+	other, amount := o.rp.newOrder(alice, 1, 1)
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(other, callback.StatusSuccess, amount, "evt-paid-other"))})
+	const id = "evt-refund-shared"
+	cbs := []callback.Callback{
+		callbackFor(o.id, callback.StatusRefunded, o.amount/2, id),
+		callbackFor(o.id, callback.StatusRefunded, o.amount/2, id),
+		callbackFor(other, callback.StatusRefunded, amount/2, id),
+		callbackFor(o.id, callback.StatusRefunded, o.amount/3, id),
+	}
+	rs := parallel(len(cbs), func(i int) response { return o.rp.postCallback(cbs[i]) })
+
+	var first struct {
+		OrderID     int64
+		AmountCents int64
+	}
+	require.NoError(t, o.env.DB.Raw(`SELECT order_id, amount_cents FROM order_refund_events WHERE event_id = ?`, id).Scan(&first).Error)
+	assert.EqualValues(t, 1, count(t, o.env.DB, "order_refund_events", "event_id = ?", id))
+	for i, cb := range cbs {
+		if cb.MerchantOrderNo == strconv.FormatInt(first.OrderID, 10) && cb.AmountCents == first.AmountCents {
+			assert.Equal(t, http.StatusOK, rs[i].Status, "copy %d of the recorded refund: %s", i, rs[i].Body)
+		} else {
+			assert.Equal(t, http.StatusUnprocessableEntity, rs[i].Status, "refund %d under a taken id: %s", i, rs[i].Body)
+		}
+	}
+	for _, order := range []int64{o.id, other} {
+		want := int64(0)
+		if order == first.OrderID {
+			want = first.AmountCents
+		}
+		assert.EqualValues(t, 1, count(t, o.env.DB, "orders", "id = ? AND refunded_cents = ?", order, want), "order %d", order)
+	}
+}

@@ -167,12 +167,28 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOutOfOrderCallbacks$",
 	},
 	{
-		ID: "refund-postpone", Guard: "refund: refused, later",
+		ID: "refund-postpone", Guard: "refund: unanswered",
 		File: "internal/refunds/executor.go",
-		// A refused or unanswered refund keeps its place at the head of the queue.
-		Original:    "\t\t\tif perr := Postpone(context.WithoutCancel(ctx), e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t}\n",
+		// An unanswered refund keeps its place at the head of the queue.
+		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t}",
+		Replacement: "}",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestUnansweredRefundGoesToTheBack$",
+	},
+	{
+		ID: "refund-refused-later", Guard: "refund: refused, later",
+		File: "internal/refunds/executor.go",
+		// A refused refund stays due at once, at the head of the queue.
+		Original:    "\t\t\t\tif rerr := Refused(after, e.db, r.ID, r.RefundNo, wait); rerr != nil {\n\t\t\t\t\treturn rerr\n\t\t\t\t}\n",
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsRefundsQueuedBehindRefusedOnes$",
+	},
+	{
+		ID: "refund-refused-wait", Guard: "refund refusal: wait",
+		File: "internal/refunds/executor.go",
+		// A refused refund goes to the back but is due again at once: asked (and alerted) every sweep.
+		Original:    "wait := e.retry.After(r.Refusals + 1)",
+		Replacement: "wait := 0 * e.retry.After(r.Refusals+1)",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestRefusedRefundIsAskedAgainAfterItsWait$",
 	},
 	{
 		ID: "callback-amount", Guard: "callback: amount",

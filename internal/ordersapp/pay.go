@@ -49,7 +49,8 @@ func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Me
 		return nil, nil, err
 	}
 	h.Mount(v1)
-	refunder, err := refunds.NewExecutor(d.DB, client, d.Logger, d.Registry, cfg.SweepBatch)
+	refunder, err := refunds.NewExecutor(d.DB, client, d.Logger, d.Registry, cfg.SweepBatch,
+		refunds.RetryPolicy{Min: cfg.RefundRetryMin, Max: cfg.RefundRetryMax})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package refunds
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +16,7 @@ import (
 const (
 	ResultRequested   = "requested"   // the platform accepted the refund (or already had it)
 	ResultUnreachable = "unreachable" // no answer: the row stays PENDING for the next run
-	ResultRefused     = "refused"     // the platform said no: an alert, checked by hand
+	ResultRefused     = "refused"     // the platform said no: an alert, checked by hand, asked again later
 )
 
 // Executor sends PENDING refund requests to the platform. The sweeper runs it on every sweep.
@@ -24,15 +25,21 @@ type Executor struct {
 	platform *payclient.Client
 	logger   *slog.Logger
 	batch    int
+	retry    RetryPolicy
 	results  *prometheus.CounterVec
 }
 
-// NewExecutor returns the executor; batch bounds the requests of one run. Its counter is registered on reg.
-func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, reg prometheus.Registerer, batch int) (*Executor, error) {
+// NewExecutor returns the executor; batch bounds the requests of one run, retry spaces out the
+// requests of a refused refund. Its counter is registered on reg.
+func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, reg prometheus.Registerer, batch int,
+	retry RetryPolicy) (*Executor, error) {
 	if db == nil || platform == nil || logger == nil || reg == nil || batch <= 0 {
 		return nil, errors.New("refunds: NewExecutor needs a db, a platform client, a logger, a registry and batch > 0")
 	}
-	e := &Executor{db: db, platform: platform, logger: logger, batch: batch,
+	if retry.Min <= 0 || retry.Max < retry.Min {
+		return nil, fmt.Errorf("refunds: bad retry policy %+v (want 0 < Min <= Max)", retry)
+	}
+	e := &Executor{db: db, platform: platform, logger: logger, batch: batch, retry: retry,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemshop_refunds_requests_total",
 			Help: "Refund requests sent to the payment platform, by result.",
@@ -44,11 +51,12 @@ func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, r
 	return e, nil
 }
 
-// RunOnce sends every PENDING refund request (up to the batch) to the platform. The platform is
+// RunOnce sends every due PENDING refund request (up to the batch) to the platform. The platform is
 // idempotent on refund_no (one per order), so a crash between the call and MarkRequested, or two
 // replicas sending the same request, still makes one refund. It stops at the first request the
-// platform leaves unanswered: the rest would wait out the same timeout one by one. That request, and
-// every refused one, is postponed: it is sent again after the others (ListPending).
+// platform leaves unanswered: the rest would wait out the same timeout one by one. That request is
+// postponed: it is sent again after the others (ListPending). A refused one is alerted and not due
+// again before the retry policy's wait.
 func (e *Executor) RunOnce(ctx context.Context) error {
 	reqs, err := ListPending(ctx, e.db, e.batch)
 	if err != nil {
@@ -60,19 +68,23 @@ func (e *Executor) RunOnce(ctx context.Context) error {
 		if err != nil {
 			// Even when the send failed because the process is stopping: one short statement, and
 			// without it the request would keep its place at the head of the queue.
-			if perr := Postpone(context.WithoutCancel(ctx), e.db, r.ID, r.RefundNo); perr != nil {
-				return perr
-			}
-			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {
-				e.results.WithLabelValues(ResultUnreachable).Inc()
-				return nil
-			}
+			after := context.WithoutCancel(ctx)
 			result := sendResult(err)
 			if result == ResultRefused {
+				wait := e.retry.After(r.Refusals + 1)
+				if rerr := Refused(after, e.db, r.ID, r.RefundNo, wait); rerr != nil {
+					return rerr
+				}
 				e.logger.Error("ALERT: payment platform refused a refund; check it by hand", "alert", "refund_refused",
-					"order_id", r.OrderID, "refund_no", r.RefundNo, "err", err)
+					"order_id", r.OrderID, "refund_no", r.RefundNo, "refusals", r.Refusals+1, "next_attempt_in", wait,
+					"err", err)
+			} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
+				return perr
 			}
 			e.results.WithLabelValues(result).Inc()
+			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {
+				return nil
+			}
 			continue
 		}
 		if err := MarkRequested(ctx, e.db, r.ID, r.RefundNo); err != nil {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -41,23 +42,26 @@ func CloseAll(ctx context.Context, tx *gorm.DB, orderID int64) error {
 	return nil
 }
 
-// Pending is a refund request not yet sent to the platform. AmountCents is in the order's minor units.
+// Pending is a refund request not yet sent to the platform. AmountCents is in the order's minor units;
+// Refusals is how many times the platform refused it so far.
 type Pending struct {
 	ID          int64
 	OrderID     int64
 	PaymentID   string
 	RefundNo    string
 	AmountCents int64
+	Refusals    int
 }
 
-// ListPending returns up to limit PENDING refund requests, the one left alone longest first
-// (updated_at, then id). A request the platform refused or did not answer is postponed (Postpone): it
-// stays owed, behind the others, so that a batch's worth of such requests at the head cannot keep
-// the ones after them from ever being sent.
+// ListPending returns up to limit PENDING refund requests that are due, the one left alone longest
+// first (updated_at, then id). A request the platform did not answer is postponed (Postpone): it stays
+// owed, behind the others, so that a batch's worth of such requests at the head cannot keep the ones
+// after them from ever being sent. A refused one (Refused) is also not due until its next attempt.
 func ListPending(ctx context.Context, db *gorm.DB, limit int) ([]Pending, error) {
 	var reqs []Pending
-	err := db.WithContext(ctx).Raw(`SELECT id, order_id, payment_id, refund_no, amount_cents
-		FROM refund_requests WHERE status = 'PENDING' ORDER BY updated_at, id LIMIT ?`, limit).Scan(&reqs).Error
+	err := db.WithContext(ctx).Raw(`SELECT id, order_id, payment_id, refund_no, amount_cents, refusals
+		FROM refund_requests WHERE status = 'PENDING' AND next_attempt_at <= now()
+		ORDER BY updated_at, id LIMIT ?`, limit).Scan(&reqs).Error
 	if err != nil {
 		return nil, fmt.Errorf("list refund requests: %w", err)
 	}
@@ -72,6 +76,35 @@ func Postpone(ctx context.Context, db *gorm.DB, id int64, refundNo string) error
 		return fmt.Errorf("postpone refund %s: %w", refundNo, err)
 	}
 	return nil
+}
+
+// Refused records that the platform refused PENDING refund request id once more: it stays owed, and
+// is not due again before wait has passed (RetryPolicy.After), behind the others.
+func Refused(ctx context.Context, db *gorm.DB, id int64, refundNo string, wait time.Duration) error {
+	if err := db.WithContext(ctx).Exec(`UPDATE refund_requests SET refusals = refusals + 1,
+			updated_at = clock_timestamp(), next_attempt_at = clock_timestamp() + make_interval(secs => ?)
+			WHERE id = ? AND status = 'PENDING'`, wait.Seconds(), id).Error; err != nil {
+		return fmt.Errorf("record refusal of refund %s: %w", refundNo, err)
+	}
+	return nil
+}
+
+// RetryPolicy spaces out the requests of a refund the platform refused. A refusal is the platform
+// saying no to the request as sent (an unknown payment, more than is left to refund); it rarely
+// passes by itself, and each one is an ALERT, so asking again at every sweep (SWEEP_INTERVAL, 5 s)
+// only repeats the alert. Still owed, it is asked again after Min, then twice as long after each
+// further refusal, up to Max (REFUND_RETRY_MIN, REFUND_RETRY_MAX).
+type RetryPolicy struct {
+	Min, Max time.Duration
+}
+
+// After returns the wait after the n-th refusal (n >= 1): Min, 2·Min, 4·Min, ..., at most Max.
+func (p RetryPolicy) After(n int) time.Duration {
+	wait := p.Min
+	for i := 1; i < n && wait < p.Max; i++ {
+		wait *= 2
+	}
+	return min(wait, p.Max)
 }
 
 // MarkRequested records that the platform has refund request id (PENDING → REQUESTED), so that it is

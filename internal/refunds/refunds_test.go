@@ -3,6 +3,7 @@ package refunds
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -29,4 +30,15 @@ func TestSendResult(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, sendResult(c.err), name)
 	}
+}
+
+func TestRetryPolicyDoublesUpToItsMax(t *testing.T) {
+	p := RetryPolicy{Min: 30 * time.Second, Max: 5 * time.Minute}
+	var got []time.Duration
+	for n := 1; n <= 6; n++ {
+		got = append(got, p.After(n))
+	}
+	assert.Equal(t, []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute,
+		5 * time.Minute}, got)
+	assert.Equal(t, time.Hour, RetryPolicy{Min: time.Hour, Max: time.Hour}.After(1000), "no overflow past the max")
 }

@@ -85,6 +85,10 @@ type Orders struct {
 	PaymentsTimeout  time.Duration `env:"PAYMENTS_TIMEOUT" envDefault:"3s"`
 	SweepMaxAttempts int           `env:"SWEEP_MAX_ATTEMPTS" envDefault:"10"`
 	SweepBatch       int           `env:"SWEEP_BATCH" envDefault:"100"`
+	// A refund the platform refused stays owed and is sent again after REFUND_RETRY_MIN, then twice
+	// as long after each further refusal, up to REFUND_RETRY_MAX (refunds.RetryPolicy).
+	RefundRetryMin time.Duration `env:"REFUND_RETRY_MIN" envDefault:"30s"`
+	RefundRetryMax time.Duration `env:"REFUND_RETRY_MAX" envDefault:"1h"`
 	// The reconciler compares orders and unfinished pay records with the platform's query API and moves
 	// them to the platform's state (docs/pay.md): every RECONCILE_INTERVAL, what has been untouched for
 	// RECONCILE_GRACE, each order again after RECONCILE_RECHECK until it is RECONCILE_LOOKBACK old, at
@@ -145,6 +149,10 @@ func (c Orders) Validate() error {
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
 	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))
 	ck.atLeastOne("SWEEP_BATCH", int64(c.SweepBatch))
+	ck.positive("REFUND_RETRY_MIN", c.RefundRetryMin)
+	if c.RefundRetryMax < c.RefundRetryMin {
+		ck.add(fmt.Errorf("REFUND_RETRY_MAX (%s) must not be shorter than REFUND_RETRY_MIN (%s)", c.RefundRetryMax, c.RefundRetryMin))
+	}
 	ck.positive("RECONCILE_INTERVAL", c.ReconcileInterval)
 	ck.notNegative("RECONCILE_GRACE", c.ReconcileGrace)
 	ck.positive("RECONCILE_RECHECK", c.ReconcileRecheck)

@@ -22,6 +22,8 @@ func TestDefaultsMatchDesign(t *testing.T) {
 	assert.False(t, c.Lab)
 	assert.Equal(t, 24*time.Hour, c.IdempotencyRetention)
 	assert.Equal(t, 5*time.Second, c.SweepInterval)
+	assert.Equal(t, 30*time.Second, c.RefundRetryMin)
+	assert.Equal(t, time.Hour, c.RefundRetryMax)
 	assert.EqualValues(t, 1<<20, c.BodyLimitBytes)
 	assert.Equal(t, "text", c.Log.Format)
 	assert.Equal(t, "info", c.Log.Level)
@@ -35,6 +37,8 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"not a bool":          {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
 		"relative URL":        {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
 		"negative body limit": {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
+		"zero refund retry":   {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
+		"retry max under min": {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

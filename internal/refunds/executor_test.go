@@ -1,0 +1,143 @@
+package refunds_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/payclient"
+	"idemshop/internal/refunds"
+	"idemshop/internal/testenv"
+)
+
+// platform is a payment platform's refund route that answers each refund_no with the status it was
+// given (201 for any other) and counts the requests it got, by refund_no.
+type platform struct {
+	mu      sync.Mutex
+	answers map[string]int
+	got     map[string]int
+}
+
+func newPlatform(t *testing.T, answers map[string]int) (*platform, *payclient.Client) {
+	t.Helper()
+	p := &platform{answers: answers, got: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req payclient.RefundRequest
+		if r.URL.Path != "/v1/refunds" || json.NewDecoder(r.Body).Decode(&req) != nil {
+			http.Error(w, "unexpected request", http.StatusBadRequest)
+			return
+		}
+		p.mu.Lock()
+		p.got[req.RefundNo]++
+		status, ok := p.answers[req.RefundNo]
+		p.mu.Unlock()
+		if !ok {
+			status = http.StatusCreated
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		if status == http.StatusCreated {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(`{"refund":{"refund_no":"` + req.RefundNo + `"},"code":"test"}`))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := payclient.New(srv.URL, 5*time.Second)
+	require.NoError(t, err)
+	return p, c
+}
+
+func (p *platform) requests(refundNo string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.got[refundNo]
+}
+
+// owe records a PENDING refund request of 100 cents numbered refundNo, for a new order of alice's.
+func owe(t *testing.T, env *testenv.Env, refundNo string) {
+	t.Helper()
+	var orderID int64
+	require.NoError(t, env.DB.Raw(`INSERT INTO orders (user_id, product_id, quantity, amount_cents, currency)
+		SELECT u.id, 1, 1, 100, 'EUR' FROM users u WHERE u.name = 'alice' RETURNING id`).Scan(&orderID).Error)
+	require.NoError(t, env.DB.Exec(`INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
+		VALUES (?, ?, ?, 100, 'test')`, orderID, "pay_"+refundNo, refundNo).Error)
+}
+
+// A refund the platform refuses stays owed, but it is not asked again at every run: after the n-th
+// refusal it waits the retry policy's n-th wait (Min, then twice as long), and each refusal is one
+// ALERT. Asked at every sweep (5 s), it was an ALERT every 5 s for as long as it was refused.
+func TestRefusedRefundIsAskedAgainAfterItsWait(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	p, client := newPlatform(t, map[string]int{"refused": http.StatusNotFound})
+	logs := &testenv.Output{}
+	policy := refunds.RetryPolicy{Min: 300 * time.Millisecond, Max: time.Hour}
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10, policy)
+	require.NoError(t, err)
+	owe(t, env, "refused")
+
+	require.NoError(t, e.RunOnce(ctx))
+	require.NoError(t, e.RunOnce(ctx))
+	assert.Equal(t, 1, p.requests("refused"), "not asked again before its wait")
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_refused"))
+	var refusals int
+	var wait float64
+	readBack := func() {
+		require.NoError(t, env.DB.Raw(`SELECT refusals, extract(epoch FROM next_attempt_at - updated_at)
+			FROM refund_requests WHERE refund_no = 'refused' AND status = 'PENDING'`).Row().Scan(&refusals, &wait))
+	}
+	readBack()
+	assert.Equal(t, 1, refusals)
+	assert.InDelta(t, policy.Min.Seconds(), wait, 0.05)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for p.requests("refused") < 2 && time.Now().Before(deadline) {
+		require.NoError(t, e.RunOnce(ctx))
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, 2, p.requests("refused"), "asked again once its wait had passed")
+	readBack()
+	assert.Equal(t, 2, refusals, "still owed")
+	assert.InDelta(t, 2*policy.Min.Seconds(), wait, 0.05, "twice as long after the second refusal")
+	assert.Equal(t, 2, strings.Count(logs.String(), "alert=refund_refused"))
+	assert.Contains(t, logs.String(), "refusals=2")
+}
+
+// A refund the platform does not answer (a 5xx) goes to the back of the queue: with a batch of one, the
+// next run sends the request behind it. Left at the head, it would take every run's batch.
+func TestUnansweredRefundGoesToTheBack(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	p, client := newPlatform(t, map[string]int{"unanswered": http.StatusServiceUnavailable})
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 1,
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+	require.NoError(t, err)
+	owe(t, env, "unanswered")
+	owe(t, env, "behind")
+
+	require.NoError(t, e.RunOnce(ctx))
+	require.NoError(t, e.RunOnce(ctx))
+	assert.Equal(t, 1, p.requests("unanswered"))
+	assert.Equal(t, 1, p.requests("behind"), "sent on the second run")
+	var status string
+	var refusals int
+	require.NoError(t, env.DB.Raw(`SELECT status FROM refund_requests WHERE refund_no = 'behind'`).Row().Scan(&status))
+	assert.Equal(t, "REQUESTED", status)
+	require.NoError(t, env.DB.Raw(`SELECT refusals FROM refund_requests WHERE refund_no = 'unanswered' AND status = 'PENDING'`).
+		Row().Scan(&refusals))
+	assert.Zero(t, refusals, "not answered is not refused: due again at once, behind the others")
+	require.NoError(t, e.RunOnce(ctx))
+	assert.Equal(t, 2, p.requests("unanswered"))
+}

@@ -541,8 +541,12 @@ func validate(cb Callback) (int64, error) {
 	if len(missing) > 0 {
 		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("missing %s", strings.Join(missing, ", ")))
 	}
-	if len(cb.EventID) > callbackIDMax || len(cb.PaymentID) > callbackIDMax {
-		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("event_id and payment_id must be at most %d bytes", callbackIDMax))
+	// The stored form is measured, not the one received: cleaning turns each NUL (1 byte) into U+FFFD
+	// (3 bytes), and an id that grew past the limit would be cut, so two ids that differ only past the
+	// cut would count as one event.
+	if len(pgtext.Clean(cb.EventID, 0)) > callbackIDMax || len(pgtext.Clean(cb.PaymentID, 0)) > callbackIDMax {
+		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("event_id and payment_id must be at most %d bytes as stored "+
+			"(a NUL or an invalid byte is stored as U+FFFD, 3 bytes)", callbackIDMax))
 	}
 	switch cb.Status {
 	case StatusSuccess, StatusFailed, StatusRefunded:

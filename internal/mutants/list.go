@@ -200,8 +200,16 @@ var List = []Mutant{
 	{
 		ID: "callback-id-length", Guard: "callback ids: length",
 		File:        "internal/callback/callback.go",
-		Original:    "len(cb.EventID) > callbackIDMax || len(cb.PaymentID) > callbackIDMax",
+		Original:    "len(pgtext.Clean(cb.EventID, 0)) > callbackIDMax || len(pgtext.Clean(cb.PaymentID, 0)) > callbackIDMax",
 		Replacement: "false",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackTextPostgresRefusesIsCleaned$",
+	},
+	{
+		ID: "callback-id-stored", Guard: "callback ids: stored",
+		File: "internal/callback/callback.go",
+		// The length as received, not as stored: an id of NULs grows past the limit and is cut.
+		Original:    "len(pgtext.Clean(cb.EventID, 0)) > callbackIDMax || len(pgtext.Clean(cb.PaymentID, 0)) > callbackIDMax",
+		Replacement: "len(cb.EventID) > callbackIDMax || len(cb.PaymentID) > callbackIDMax",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackTextPostgresRefusesIsCleaned$",
 	},
 	{

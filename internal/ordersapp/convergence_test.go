@@ -460,6 +460,13 @@ func TestCallbackTextPostgresRefusesIsCleaned(t *testing.T) {
 	assert.Equal(t, "validation_failed", r3.problem(t).Code)
 	assert.Equal(t, "PENDING", statusOf(t, env.DB, id3))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'rejected'", id3))
+	// So is one that only grows past it as it is cleaned: 66 NULs are 66 bytes sent and 198 stored (a
+	// newcomer's pass found two such ids, differing past the 200th stored byte, counted as one refund).
+	grows := strings.Repeat("\x00", 66) + "-first" // 72 bytes sent, 204 stored
+	r4 := rp.postCallback(callbackFor(id3, callback.StatusSuccess, amount3, grows))
+	assert.Equal(t, http.StatusBadRequest, r4.Status, "%s", r4.Body)
+	assert.Equal(t, "validation_failed", r4.problem(t).Code)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id3))
 
 	forged := []byte(`{"event_id":"evt\u0000forged","payment_id":"p","merchant_order_no":"` +
 		strconv.FormatInt(id2, 10) + `","status":"SUCCESS","amount_cents":1,"currency":"EUR","occurred_at":"2026-01-01T00:00:00Z"}`)

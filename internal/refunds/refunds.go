@@ -101,7 +101,10 @@ type RetryPolicy struct {
 // After returns the wait after the n-th refusal (n >= 1): Min, 2·Min, 4·Min, ..., at most Max.
 func (p RetryPolicy) After(n int) time.Duration {
 	wait := p.Min
-	for i := 1; i < n && wait < p.Max; i++ {
+	for i := 1; i < n; i++ {
+		if wait > p.Max/2 { // doubled, it would pass Max (or overflow, for a Max near the largest duration)
+			return p.Max
+		}
 		wait *= 2
 	}
 	return min(wait, p.Max)

@@ -2,6 +2,7 @@ package refunds
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -41,4 +42,9 @@ func TestRetryPolicyDoublesUpToItsMax(t *testing.T) {
 	assert.Equal(t, []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute,
 		5 * time.Minute}, got)
 	assert.Equal(t, time.Hour, RetryPolicy{Min: time.Hour, Max: time.Hour}.After(1000), "no overflow past the max")
+	huge := RetryPolicy{Min: time.Hour, Max: math.MaxInt64}
+	for n := 1; n <= 200; n++ {
+		assert.Positive(t, huge.After(n), "refusal %d: a Max near the largest duration must not overflow", n)
+	}
+	assert.Equal(t, time.Duration(math.MaxInt64), huge.After(200))
 }

@@ -63,11 +63,16 @@ func serve(ctx context.Context, cfg config.PaymentsMock, logger *slog.Logger, re
 		ResetRate: cfg.ChaosResetRate, ErrorRate: cfg.ChaosErrorRate, DelaySuccessMS: cfg.ChaosDelaySuccessMS,
 		Seed: seed,
 	}
+	idTag := cfg.IDTag
+	if idTag == "" {
+		// A platform started again must not hand out the ids of the one before (paymock.Config.IDTag).
+		idTag = paymock.NewIDTag()
+	}
 	platform, err := paymock.New(paymock.Config{
 		Secret: []byte(cfg.PaymentWebhookSecret), AutoApproveDelay: cfg.AutoApproveDelay,
 		RetrySchedule: cfg.CallbackRetrySchedule, CallbackTimeout: cfg.CallbackTimeout,
 		CreateTimeoutDelay: cfg.CreateTimeoutDelay, AdminToken: cfg.AdminToken,
-		DeliveryLogLimit: cfg.DeliveryLogLimit, Chaos: chaos,
+		DeliveryLogLimit: cfg.DeliveryLogLimit, Chaos: chaos, IDTag: idTag,
 	}, logger, reg)
 	if err != nil {
 		return err
@@ -76,7 +81,7 @@ func serve(ctx context.Context, cfg config.PaymentsMock, logger *slog.Logger, re
 	httpserver.MountOps(e, reg, time.Second) // no dependencies: ready when alive
 	platform.Register(e)
 
-	logger.Info("payments-mock starting", "addr", cfg.HTTPAddr, "chaos_seed", seed,
+	logger.Info("payments-mock starting", "addr", cfg.HTTPAddr, "chaos_seed", seed, "id_tag", idTag,
 		"chaos", fmt.Sprintf("%+v", chaos), "auto_approve_delay", cfg.AutoApproveDelay,
 		"retry_schedule", fmt.Sprint(cfg.CallbackRetrySchedule), "admin", adminMode(cfg.AdminToken))
 	err = httpserver.Run(ctx, e, cfg.HTTP.Server(cfg.HTTPAddr), ready)

@@ -117,10 +117,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	cfg.ChaosResetRate = -0.1
 	cfg.ChaosDelaySuccessMS = 60001
 	cfg.CallbackRetrySchedule = append(cfg.CallbackRetrySchedule, -time.Second)
+	cfg.IDTag = "Not_A-Tag"
 	err := cfg.Validate()
 	require.Error(t, err)
 	for _, name := range []string{"CHAOS_SEED", "CHAOS_DUPLICATES", "CHAOS_ERROR_RATE", "CHAOS_RESET_RATE",
-		"CHAOS_DELAY_SUCCESS_MS", "CALLBACK_RETRY_SCHEDULE"} {
+		"CHAOS_DELAY_SUCCESS_MS", "CALLBACK_RETRY_SCHEDULE", "ID_TAG"} {
 		assert.True(t, strings.Contains(err.Error(), name), "%s missing from %v", name, err)
 	}
 	def := config.DefaultPaymentsMock()
@@ -193,4 +194,48 @@ func TestChaosEnvReachesThePlatform(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not return after the context ended")
 	}
+}
+
+// A payments-mock started again hands out none of the ids of the one before, even on the same seed:
+// its ids are counters, and a shop whose database outlived the first one would take the new evt_7
+// for the old one (a refund answered duplicate, or refused as event_id_reused) and refund the new
+// pay_3 when it asked to refund the old. ID_TAG fixes the tag, so a run's ids can be reproduced.
+func TestARestartedPlatformHandsOutNewIDs(t *testing.T) {
+	t.Parallel()
+	firstPayment := func(tag string) string {
+		cfg := config.DefaultPaymentsMock()
+		cfg.HTTPAddr = "127.0.0.1:0"
+		cfg.AutoApproveDelay = 0
+		cfg.ChaosSeed = "7"
+		cfg.IDTag = tag
+		require.NoError(t, cfg.Validate())
+		ctx, cancel := context.WithCancel(context.Background())
+		addrc := make(chan net.Addr, 1)
+		done := make(chan error, 1)
+		go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(a net.Addr) { addrc <- a }) }()
+		defer func() {
+			cancel()
+			require.NoError(t, <-done)
+		}()
+		var base string
+		select {
+		case a := <-addrc:
+			base = "http://" + a.String()
+		case err := <-done:
+			t.Fatalf("serve ended early: %v", err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("server did not start")
+		}
+		c, err := payclient.New(base, 5*time.Second)
+		require.NoError(t, err)
+		p, _, err := c.CreatePayment(ctx, payclient.CreatePaymentRequest{MerchantOrderNo: "1", AmountCents: 1999, Currency: "EUR"})
+		require.NoError(t, err)
+		return p.ID
+	}
+	a, b := firstPayment(""), firstPayment("")
+	assert.Regexp(t, `^pay_[0-9a-f]{8}_1$`, a)
+	assert.Regexp(t, `^pay_[0-9a-f]{8}_1$`, b)
+	assert.NotEqual(t, a, b, "the same first call on the same seed, after a restart")
+	assert.Equal(t, "pay_run42_1", firstPayment("run42"))
+	assert.Equal(t, "pay_run42_1", firstPayment("run42"), "ID_TAG reproduces the ids")
 }

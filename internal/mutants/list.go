@@ -170,8 +170,8 @@ var List = []Mutant{
 		ID: "refund-postpone", Guard: "refund: unanswered",
 		File: "internal/refunds/executor.go",
 		// An unanswered refund keeps its place at the head of the queue.
-		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t}",
-		Replacement: "}",
+		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t} else {",
+		Replacement: "} else {",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestUnansweredRefundGoesToTheBack$",
 	},
 	{
@@ -225,6 +225,14 @@ var List = []Mutant{
 		Original:    "return false, 0, sameRefund(ctx, tx, id, eventID, amountCents)",
 		Replacement: "return false, 0, nil",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundUnderAReusedEventIDIsRefused$",
+	},
+	{
+		ID: "paymock-id-tag", Guard: "platform ids: restart",
+		File: "cmd/payments-mock/main.go",
+		// A restarted platform counts from pay_1 and evt_1 again, as the one before did.
+		Original:    "idTag = paymock.NewIDTag()",
+		Replacement: `idTag = ""`,
+		Pkgs:        []string{"./cmd/payments-mock"}, Run: "^TestARestartedPlatformHandsOutNewIDs$",
 	},
 	{
 		ID: "callback-text-cleaned", Guard: "callback text: pgtext",

@@ -8,6 +8,8 @@ package paymock
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +56,33 @@ type Config struct {
 	Chaos Chaos
 	// Now is the clock for stored timestamps and signatures; nil means time.Now.
 	Now func() time.Time
+	// IDTag, when set, goes into every id the platform hands out: pay_<tag>_1, evt_<tag>_1, ... The
+	// ids are counters, so a platform started again counts from 1 again; a shop whose database
+	// outlived the first one would take the new evt_7 for the old one (a refund answered duplicate or
+	// refused) and refund the new pay_3 when it asked to refund the old. payments-mock therefore starts
+	// with a tag of its own (ID_TAG, or NewIDTag); in-process tests leave it empty (pay_1, evt_1).
+	IDTag string
+}
+
+// NewIDTag returns a fresh id tag: 8 random lowercase hex digits.
+func NewIDTag() string {
+	var b [4]byte
+	_, _ = cryptorand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// ValidIDTag reports whether tag may be an IDTag: 1 to 16 lowercase letters and digits, so that every id
+// stays a few visible ASCII characters.
+func ValidIDTag(tag string) bool {
+	if len(tag) < 1 || len(tag) > 16 {
+		return false
+	}
+	for _, c := range tag {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // Platform is the mock payment platform: its store, chaos engine and callback dispatcher.
@@ -93,7 +122,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Platform,
 		return nil, fmt.Errorf("paymock: %w", err)
 	}
 	p := &Platform{
-		cfg: cfg, store: newStore(cfg.Now, cfg.DeliveryLogLimit), chaos: ce, metrics: newMetrics(reg),
+		cfg: cfg, store: newStore(cfg.Now, cfg.DeliveryLogLimit, cfg.IDTag), chaos: ce, metrics: newMetrics(reg),
 		logger: logger, client: newCallbackClient(cfg.CallbackTimeout),
 	}
 	p.waitCtx, p.stopWaits = context.WithCancel(context.Background())
@@ -126,6 +155,9 @@ func (c Config) validate() error {
 	}
 	if c.DeliveryLogLimit <= 0 {
 		errs = append(errs, errors.New("DeliveryLogLimit must be > 0"))
+	}
+	if c.IDTag != "" && !ValidIDTag(c.IDTag) {
+		errs = append(errs, fmt.Errorf("IDTag %q must be 1 to 16 lowercase letters and digits", c.IDTag))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("paymock: config: %w", err)

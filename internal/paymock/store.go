@@ -11,11 +11,12 @@ import (
 
 // store is the platform's memory: payments, refunds and the delivery log behind one mutex. Every method
 // is one critical section, so each check-then-write (idempotent create, settle, refund) is atomic, the
-// way a database transaction would make it. Ids are counters (pay_1, evt_1, ...), so two runs that make
-// the same calls in the same order get the same ids.
+// way a database transaction would make it. Ids are counters (pay_1, evt_1, ..., or pay_<tag>_1 with
+// Config.IDTag), so two runs that make the same calls in the same order get the same ids.
 type store struct {
 	mu       sync.Mutex
 	now      func() time.Time
+	idTag    string // "" or "<tag>_", between an id's prefix and its number
 	counters map[string]int64
 	payments map[string]*entry // by payment id
 	byOrder  map[string]*entry // by merchant_order_no
@@ -31,18 +32,21 @@ type entry struct {
 	last *Event
 }
 
-func newStore(now func() time.Time, logLimit int) *store {
+func newStore(now func() time.Time, logLimit int, idTag string) *store {
+	if idTag != "" {
+		idTag += "_"
+	}
 	return &store{
-		now: now, counters: map[string]int64{},
+		now: now, idTag: idTag, counters: map[string]int64{},
 		payments: map[string]*entry{}, byOrder: map[string]*entry{}, refunds: map[string]Refund{},
 		logLimit: logLimit,
 	}
 }
 
-// nextIDLocked returns "<prefix>_<n>" with n counting from 1 per prefix.
+// nextIDLocked returns "<prefix>_<n>", or "<prefix>_<tag>_<n>", with n counting from 1 per prefix.
 func (s *store) nextIDLocked(prefix string) string {
 	s.counters[prefix]++
-	return prefix + "_" + strconv.FormatInt(s.counters[prefix], 10)
+	return prefix + "_" + s.idTag + strconv.FormatInt(s.counters[prefix], 10)
 }
 
 func (s *store) nextID(prefix string) string {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -39,7 +40,14 @@ type PaymentsMock struct {
 	ChaosResetRate         float64 `env:"CHAOS_RESET_RATE" envDefault:"0"`
 	ChaosErrorRate         float64 `env:"CHAOS_ERROR_RATE" envDefault:"0"`
 	ChaosDelaySuccessMS    int64   `env:"CHAOS_DELAY_SUCCESS_MS" envDefault:"0"`
+	// IDTag goes into every id the platform hands out (pay_<tag>_1, evt_<tag>_1, ...); empty = a random
+	// one, logged, so that a restarted platform never hands out an id of the one before
+	// (paymock.Config.IDTag). Set it, with CHAOS_SEED, to reproduce a run's ids too.
+	IDTag string `env:"ID_TAG"`
 }
+
+// paymockIDTag is paymock.ValidIDTag's rule (this package does not import paymock).
+var paymockIDTag = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
 
 // LoadPaymentsMock reads and validates the payments-mock configuration from the environment.
 func LoadPaymentsMock() (PaymentsMock, error) {
@@ -109,6 +117,9 @@ func (c PaymentsMock) Validate() error {
 	}
 	if _, _, err := c.Seed(); err != nil {
 		ck.add(err)
+	}
+	if c.IDTag != "" && !paymockIDTag.MatchString(c.IDTag) {
+		ck.add(fmt.Errorf("ID_TAG must be 1 to 16 lowercase letters and digits, got %q", c.IDTag))
 	}
 	return ck.err()
 }

@@ -80,6 +80,9 @@ func (e *Executor) RunOnce(ctx context.Context) error {
 					"err", err)
 			} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
 				return perr
+			} else {
+				e.logger.Warn("payment platform did not answer a refund; sent again at the next sweep",
+					"order_id", r.OrderID, "refund_no", r.RefundNo, "err", err)
 			}
 			e.results.WithLabelValues(result).Inc()
 			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {

@@ -235,6 +235,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/payments-mock"}, Run: "^TestARestartedPlatformHandsOutNewIDs$",
 	},
 	{
+		ID: "redeem-head-no-token", Guard: "redeem form: HEAD",
+		File: "internal/web/web.go",
+		// A HEAD of the form issues (and stores) a token, as a GET does.
+		Original:    "\tif c.Request().Method == http.MethodHead {\n\t\treturn p.renderForm(c, http.StatusOK, *u, \"\", \"\", \"\")\n\t}\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestHeadOfTheRedeemFormIssuesNoToken$",
+	},
+	{
 		ID: "callback-text-cleaned", Guard: "callback text: pgtext",
 		File:        "internal/callback/callback.go",
 		Original:    "\tcb = cb.cleaned()\n",

@@ -510,3 +510,35 @@ func TestRedeemRewardTextPostgresRefuses(t *testing.T) {
 	r := rp.redeem("alice-token", token, "coupon-10")
 	assert.Equal(t, http.StatusCreated, r.Status, "the token is still usable: %s", r.Body)
 }
+
+// A HEAD of the redeem page (a link checker, a monitor) answers as GET does, without the body, and
+// issues no form token: each token is kept in Redis for FORM_TOKEN_TTL, and a monitor probing every
+// few seconds filled Redis with tokens no one could submit. A GET still issues one.
+func TestHeadOfTheRedeemFormIssuesNoToken(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	c := browser(t)
+	base := rp.srv.URL
+	r := fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"alice"}})
+	require.Equal(t, http.StatusSeeOther, r.Status, "body: %s", r.Body)
+	tokens := func() int { // formtoken.Store.TokenKey, under this test's prefix
+		keys, err := env.Redis.Keys(context.Background(), env.Prefix+"*formtoken:{*}").Result()
+		require.NoError(t, err)
+		return len(keys)
+	}
+	before := tokens()
+
+	for range 3 {
+		r = fetch(t, c, http.MethodHead, base+"/redeem", nil)
+		require.Equal(t, http.StatusOK, r.Status)
+		assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
+		assert.Empty(t, r.Body)
+	}
+	assert.Equal(t, before, tokens(), "HEAD issued no token")
+
+	r = fetch(t, c, http.MethodGet, base+"/redeem", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	require.NotNil(t, hiddenToken.FindSubmatch(r.Body))
+	assert.Equal(t, before+1, tokens(), "GET issued one")
+}

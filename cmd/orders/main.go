@@ -160,7 +160,7 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	}
 	if cmd == "sweep" {
 		done, err := app.Sweeper.RunOnce(ctx)
-		logger.Info("sweep done", "results", done)
+		logger.Info("sweep done", "pay_record_repairs", done) // refunds log their own lines
 		return err
 	}
 	rep, err := app.Reconciler.RunOnce(ctx)

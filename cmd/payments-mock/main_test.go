@@ -49,21 +49,7 @@ func TestServeEndToEnd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrc := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-			func(a net.Addr) { addrc <- a })
-	}()
-	var base string
-	select {
-	case a := <-addrc:
-		base = "http://" + a.String()
-	case err := <-done:
-		t.Fatalf("serve ended early: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("server did not start")
-	}
+	base, done := started(ctx, t, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 
 	c, err := payclient.New(base, 5*time.Second)
 	require.NoError(t, err)
@@ -160,20 +146,7 @@ func TestChaosEnvReachesThePlatform(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrc := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(a net.Addr) { addrc <- a })
-	}()
-	var base string
-	select {
-	case a := <-addrc:
-		base = "http://" + a.String()
-	case err := <-done:
-		t.Fatalf("serve ended early: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("server did not start")
-	}
+	base, done := started(ctx, t, cfg, slog.New(slog.DiscardHandler))
 	resp, err := http.Get(base + "/admin/chaos")
 	require.NoError(t, err)
 	var got struct {
@@ -210,22 +183,11 @@ func TestARestartedPlatformHandsOutNewIDs(t *testing.T) {
 		cfg.IDTag = tag
 		require.NoError(t, cfg.Validate())
 		ctx, cancel := context.WithCancel(context.Background())
-		addrc := make(chan net.Addr, 1)
-		done := make(chan error, 1)
-		go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(a net.Addr) { addrc <- a }) }()
+		base, done := started(ctx, t, cfg, slog.New(slog.DiscardHandler))
 		defer func() {
 			cancel()
 			require.NoError(t, <-done)
 		}()
-		var base string
-		select {
-		case a := <-addrc:
-			base = "http://" + a.String()
-		case err := <-done:
-			t.Fatalf("serve ended early: %v", err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("server did not start")
-		}
 		c, err := payclient.New(base, 5*time.Second)
 		require.NoError(t, err)
 		p, _, err := c.CreatePayment(ctx, payclient.CreatePaymentRequest{MerchantOrderNo: "1", AmountCents: 1999, Currency: "EUR"})
@@ -238,4 +200,22 @@ func TestARestartedPlatformHandsOutNewIDs(t *testing.T) {
 	assert.NotEqual(t, a, b, "the same first call on the same seed, after a restart")
 	assert.Equal(t, "pay_run42_1", firstPayment("run42"))
 	assert.Equal(t, "pay_run42_1", firstPayment("run42"), "ID_TAG reproduces the ids")
+}
+
+// started runs serve with cfg in the background until ctx ends, and returns the base URL it listens on
+// and the channel serve's result arrives on.
+func started(ctx context.Context, t *testing.T, cfg config.PaymentsMock, logger *slog.Logger) (string, <-chan error) {
+	t.Helper()
+	addrc := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, logger, func(a net.Addr) { addrc <- a }) }()
+	select {
+	case a := <-addrc:
+		return "http://" + a.String(), done
+	case err := <-done:
+		t.Fatalf("serve ended early: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("server did not start")
+	}
+	return "", done
 }

@@ -400,6 +400,63 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 		"two changes: PAYING → PAID, then PAID → REFUNDED")
 }
 
+// A partial refund the shop never recorded (its callback lost here; refused as event_id_reused, or
+// forged, elsewhere) is not copied from the platform: its event would count it again if it came. The
+// reconciler says it instead, once the platform has left the payment alone for
+// RECONCILE_REFUND_DRIFT_AFTER: an ALERT (refund_drift) and its result label, nothing applied. Before
+// that, and once the refund is recorded, the order is simply unchanged.
+func TestReconcilerAlertsARefundTheOrderNeverRecorded(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	logs := &testenv.Output{}
+	replicaWith := func(driftAfter time.Duration) *replica {
+		return newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
+			payTo(mock, longLease)(c)
+			c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
+			c.ReconcileGrace = 0
+			c.ReconcileRecheck = time.Millisecond
+			c.ReconcileRefundDriftAfter = driftAfter
+		}})
+	}
+	patient, rp := replicaWith(time.Hour), replicaWith(0)
+	ctx := context.Background()
+	id, amount := rp.newOrder(alice, 1, 2)
+	pid := paymentID(t, rp.pay(alice, id, "pay-drift"))
+	_, err := mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	rep, err := rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
+	require.Equal(t, "PAID", statusOf(t, env.DB, id))
+
+	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-part", AmountCents: amount / 2})
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK
+	rep, err = patient.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileUnchanged], "the platform changed the payment just now: %+v", rep)
+	assert.NotContains(t, logs.String(), "alert=refund_drift")
+
+	time.Sleep(2 * time.Millisecond)
+	rep, err = rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileRefundDrift], "%+v", rep)
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_drift"))
+	assert.Contains(t, logs.String(), "platform_refunded_cents="+strconv.FormatInt(amount/2, 10)+" order_refunded_cents=0")
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'PAID' AND refunded_cents = 0", id), "nothing applied")
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcileRefundDrift}))
+
+	late := callbackFor(id, callback.StatusRefunded, amount/2, "evt-late-refund")
+	late.PaymentID = pid
+	assertAcked(t, []response{rp.postCallback(late)})
+	time.Sleep(2 * time.Millisecond)
+	rep, err = rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileUnchanged], "recorded: the totals agree: %+v", rep)
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_drift"))
+}
+
 // The reconciler also settles FAILED_RETRYABLE records: a 503 from the platform does not prove that
 // nothing was created, so the record is completed once the query API shows the payment.
 func TestReconcilerSettlesRetryableRecords(t *testing.T) {

@@ -28,6 +28,10 @@ type ReconcileConfig struct {
 	Lookback time.Duration
 	// Batch bounds the orders and the records of one run (RECONCILE_BATCH).
 	Batch int
+	// RefundDriftAfter is how long the platform must have left a payment alone before a difference
+	// between its refunded total and the order's is an alert (RECONCILE_REFUND_DRIFT_AFTER): until
+	// then a refund's callback may still be on its way, or in the platform's retries.
+	RefundDriftAfter time.Duration
 }
 
 // Reconciler results, the label values of idemshop_reconcile_orders_total and
@@ -38,6 +42,10 @@ const (
 	ReconcileNoPayment   = "no_payment"  // the platform has no payment for it: still payable
 	ReconcileUnreachable = "unreachable" // the platform did not answer; the next run asks again
 	ReconcileMismatch    = "mismatch"    // amount or currency differ: an operator alert, nothing applied
+	// ReconcileRefundDrift: the order agrees with the platform's status, but its refunded total does
+	// not, and the platform has not touched the payment for RefundDriftAfter: an operator alert,
+	// nothing applied (orders only).
+	ReconcileRefundDrift = "refund_drift"
 )
 
 // Reconciler compares orders and unfinished pay records with the platform's query API and drives
@@ -59,7 +67,7 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 	if sweeper == nil || svc == nil || repo == nil || logger == nil || reg == nil {
 		return nil, errors.New("sweeper: NewReconciler needs a sweeper, a callback service, an orders repository, a logger and a registry")
 	}
-	if cfg.Grace < 0 || cfg.Recheck <= 0 || cfg.Lookback <= 0 || cfg.Batch <= 0 {
+	if cfg.Grace < 0 || cfg.Recheck <= 0 || cfg.Lookback <= 0 || cfg.Batch <= 0 || cfg.RefundDriftAfter < 0 {
 		return nil, fmt.Errorf("sweeper: bad reconcile config %+v", cfg)
 	}
 	r := &Reconciler{sweeper: sweeper, svc: svc, repo: repo, cfg: cfg, logger: logger.With("component", "reconciler"),
@@ -72,7 +80,8 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 			Help: "Unfinished pay records (PROCESSING past their lease, FAILED_RETRYABLE) resolved by the reconciler, by result.",
 		}, []string{"result"}),
 	}
-	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileMismatch} {
+	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileMismatch,
+		ReconcileRefundDrift} {
 		r.orders.WithLabelValues(res) // every series exists from the start, at 0
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable} {
@@ -182,6 +191,16 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 		default:
 			result = ReconcileUnchanged
 		}
+	}
+	// A partial refund is never copied from the platform (its events would count it again when they
+	// come), so one whose event was lost, or refused as event_id_reused, would stay missing unsaid.
+	// It is said once the platform has left the payment alone long enough for its callbacks to be done.
+	if result == ReconcileUnchanged && payment.RefundedCents != o.RefundedCents &&
+		time.Since(payment.UpdatedAt) >= r.cfg.RefundDriftAfter {
+		lg.Error("ALERT: the platform's refunded total of this payment differs from the order's; nothing applied",
+			"alert", "refund_drift", "payment_id", payment.ID, "platform_refunded_cents", payment.RefundedCents,
+			"order_refunded_cents", o.RefundedCents, "payment_updated_at", payment.UpdatedAt)
+		result = ReconcileRefundDrift
 	}
 	if err := r.repo.MarkReconciled(ctx, o.ID); err != nil {
 		lg.Warn("reconcile: could not stamp reconciled_at; the order is compared again next run", "err", err)

@@ -98,6 +98,10 @@ type Orders struct {
 	ReconcileRecheck  time.Duration `env:"RECONCILE_RECHECK" envDefault:"10m"`
 	ReconcileLookback time.Duration `env:"RECONCILE_LOOKBACK" envDefault:"24h"`
 	ReconcileBatch    int           `env:"RECONCILE_BATCH" envDefault:"100"`
+	// ReconcileRefundDriftAfter: an order whose refunded total differs from the platform's, on a
+	// payment the platform has not touched for this long, is an ALERT (refund_drift). Longer than the
+	// platform's callback retries (payments-mock's take about a minute).
+	ReconcileRefundDriftAfter time.Duration `env:"RECONCILE_REFUND_DRIFT_AFTER" envDefault:"10m"`
 	// PayFault arms a crash point of the pay flow (crash-after-claim, crash-after-rpc,
 	// crash-before-write). Honoured only with ORDERS_LAB=true.
 	PayFault          string        `env:"PAY_FAULT"`
@@ -158,6 +162,7 @@ func (c Orders) Validate() error {
 	ck.positive("RECONCILE_RECHECK", c.ReconcileRecheck)
 	ck.positive("RECONCILE_LOOKBACK", c.ReconcileLookback)
 	ck.atLeastOne("RECONCILE_BATCH", int64(c.ReconcileBatch))
+	ck.notNegative("RECONCILE_REFUND_DRIFT_AFTER", c.ReconcileRefundDriftAfter)
 	ck.positive("PAY_LEASE", c.PayLease)
 	ck.positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
 	if c.PaymentsTimeout >= c.PayLease {

@@ -24,6 +24,7 @@ func TestDefaultsMatchDesign(t *testing.T) {
 	assert.Equal(t, 5*time.Second, c.SweepInterval)
 	assert.Equal(t, 30*time.Second, c.RefundRetryMin)
 	assert.Equal(t, time.Hour, c.RefundRetryMax)
+	assert.Equal(t, 10*time.Minute, c.ReconcileRefundDriftAfter)
 	assert.EqualValues(t, 1<<20, c.BodyLimitBytes)
 	assert.Equal(t, "text", c.Log.Format)
 	assert.Equal(t, "info", c.Log.Level)

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"idemshop/internal/platform/config"
 )
 
 // DefaultRetrySchedule is the compressed backoff between callback attempts: a real platform retries
@@ -69,20 +71,6 @@ func NewIDTag() string {
 	var b [4]byte
 	_, _ = cryptorand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
 	return hex.EncodeToString(b[:])
-}
-
-// ValidIDTag reports whether tag may be an IDTag: 1 to 16 lowercase letters and digits, so that every id
-// stays a few visible ASCII characters.
-func ValidIDTag(tag string) bool {
-	if len(tag) < 1 || len(tag) > 16 {
-		return false
-	}
-	for _, c := range tag {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // Platform is the mock payment platform: its store, chaos engine and callback dispatcher.
@@ -156,7 +144,7 @@ func (c Config) validate() error {
 	if c.DeliveryLogLimit <= 0 {
 		errs = append(errs, errors.New("DeliveryLogLimit must be > 0"))
 	}
-	if c.IDTag != "" && !ValidIDTag(c.IDTag) {
+	if c.IDTag != "" && !config.ValidIDTag(c.IDTag) {
 		errs = append(errs, fmt.Errorf("IDTag %q must be 1 to 16 lowercase letters and digits", c.IDTag))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -46,8 +46,12 @@ type PaymentsMock struct {
 	IDTag string `env:"ID_TAG"`
 }
 
-// paymockIDTag is paymock.ValidIDTag's rule (this package does not import paymock).
-var paymockIDTag = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
+// idTag is the rule of an id tag (ID_TAG, paymock.Config.IDTag): 1 to 16 lowercase letters and digits,
+// so that every id stays a few visible ASCII characters.
+var idTag = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
+
+// ValidIDTag reports whether tag may be payments-mock's id tag.
+func ValidIDTag(tag string) bool { return idTag.MatchString(tag) }
 
 // LoadPaymentsMock reads and validates the payments-mock configuration from the environment.
 func LoadPaymentsMock() (PaymentsMock, error) {
@@ -118,7 +122,7 @@ func (c PaymentsMock) Validate() error {
 	if _, _, err := c.Seed(); err != nil {
 		ck.add(err)
 	}
-	if c.IDTag != "" && !paymockIDTag.MatchString(c.IDTag) {
+	if c.IDTag != "" && !ValidIDTag(c.IDTag) {
 		ck.add(fmt.Errorf("ID_TAG must be 1 to 16 lowercase letters and digits, got %q", c.IDTag))
 	}
 	return ck.err()

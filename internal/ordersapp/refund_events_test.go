@@ -105,6 +105,15 @@ func newPaidOrderWithLogs(t *testing.T) paidOrderWithLogs {
 	return o
 }
 
+// anotherPaidOrder is a second order of product 1 on o's replica, paid by a SUCCESS callback; it returns
+// its id and amount.
+func (o paidOrderWithLogs) anotherPaidOrder(t *testing.T) (int64, int64) {
+	t.Helper()
+	id, amount := o.rp.newOrder(alice, 1, 1)
+	assertAcked(t, []response{o.rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-paid-other"))})
+	return id, amount
+}
+
 // assertOverRefund checks the end state of refunds that went past the amount: the events recorded
 // with their own amounts (recorded, in cents), the order's total capped at its amount, REFUNDED once
 // (stock back once, one order.refunded row), and the event that went over (eventID, with outcome)
@@ -162,8 +171,7 @@ func TestEventsOfAnotherPaymentAreRefused(t *testing.T) {
 func TestRefundUnderAReusedEventIDIsRefused(t *testing.T) {
 	t.Parallel()
 	o := newPaidOrderWithLogs(t)
-	other, amount := o.rp.newOrder(alice, 1, 1)
-	assertAcked(t, []response{o.rp.postCallback(callbackFor(other, callback.StatusSuccess, amount, "evt-paid-other"))})
+	other, amount := o.anotherPaidOrder(t)
 	half := callbackFor(o.id, callback.StatusRefunded, o.amount/2, "evt-refund-1")
 	assertAcked(t, []response{o.rp.postCallback(half)})
 
@@ -198,8 +206,7 @@ func TestRefundUnderAReusedEventIDIsRefused(t *testing.T) {
 func TestConcurrentRefundsUnderOneEventIDRecordOne(t *testing.T) {
 	t.Parallel()
 	o := newPaidOrderWithLogs(t)
-	other, amount := o.rp.newOrder(alice, 1, 1)
-	assertAcked(t, []response{o.rp.postCallback(callbackFor(other, callback.StatusSuccess, amount, "evt-paid-other"))})
+	other, amount := o.anotherPaidOrder(t)
 	const id = "evt-refund-shared"
 	cbs := []callback.Callback{
 		callbackFor(o.id, callback.StatusRefunded, o.amount/2, id),

@@ -160,10 +160,14 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	// broken UTF-8 sequence) is cleaned here, once, so that no statement below can fail on it. The
 	// fields are validated as they came: an id too long to store is refused, not cut, or two ids that
 	// differ past the cut would count as one event.
+	// Members the platform adds later are ignored; a field in another case or twice is refused, since
+	// encoding/json would let either decide it (problem.DecodeJSONOpen).
 	var cb Callback
-	if err := json.Unmarshal(raw, &cb); err != nil {
-		s.reject(ctx, lg, cb, true, "malformed body: "+err.Error())
-		return OutcomeRejected, problem.ErrMalformedBody.Wrap(err)
+	if err := problem.DecodeJSONOpen(raw, &cb); err != nil {
+		var claimed Callback
+		_ = json.Unmarshal(raw, &claimed) // best effort, for the audit row only
+		s.reject(ctx, lg, claimed, true, "malformed body: "+err.Error())
+		return OutcomeRejected, err
 	}
 	orderID, err := validate(cb)
 	cb = cb.cleaned()

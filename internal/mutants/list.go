@@ -213,6 +213,21 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackTextPostgresRefusesIsCleaned$",
 	},
 	{
+		ID: "callback-exact-names", Guard: "callback: exact names",
+		File: "internal/callback/callback.go",
+		// encoding/json alone: a field in another case, or twice, decides the status.
+		Original:    "if err := problem.DecodeJSONOpen(raw, &cb); err != nil {",
+		Replacement: "if err := json.Unmarshal(raw, &cb); err != nil {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
+	},
+	{
+		ID: "json-open-folded", Guard: "open body: case",
+		File:        "internal/platform/problem/jsonbody.go",
+		Original:    "if !open || foldsToField(name, allowed) {",
+		Replacement: "if !open {",
+		Pkgs:        []string{"./internal/platform/problem"}, Run: "^TestDecodeJSONOpen$",
+	},
+	{
 		ID: "callback-payment-match", Guard: "callback: payment_id",
 		File:        "internal/callback/callback.go",
 		Original:    "return o.PaymentID == nil || *o.PaymentID == cb.PaymentID",

@@ -346,6 +346,10 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	badStatus := mutate(func(c *callback.Callback) { c.Status = "MAYBE" })
 	longEventID := mutate(func(c *callback.Callback) { c.EventID = strings.Repeat("E", 201) })
 	longPaymentID := mutate(func(c *callback.Callback) { c.PaymentID = strings.Repeat("P", 201) })
+	// encoding/json alone would apply both: it matches names in any case, and the last of two wins.
+	wrongCase := bytes.Replace(good, []byte(`"status":`), []byte(`"Status":`), 1)
+	require.NotEqual(t, good, wrongCase)
+	twice := bytes.Replace(good, []byte(`{`), []byte(`{"status":"FAILED",`), 1)
 
 	cases := []struct {
 		name   string
@@ -367,6 +371,8 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 		// Refused, not cut to the 200 bytes stored: two ids that differ past the cut are two events.
 		{"event_id over 200 bytes", longEventID, sign(longEventID), 400, "validation_failed"},
 		{"payment_id over 200 bytes", longPaymentID, sign(longPaymentID), 400, "validation_failed"},
+		{"a field in another case", wrongCase, sign(wrongCase), 400, "malformed_body"},
+		{"a field twice", twice, sign(twice), 400, "malformed_body"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -384,6 +390,23 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	assert.EqualValues(t, 5, count(t, env.DB, "payment_callbacks", "NOT signature_ok"))
 	assert.Contains(t, logs.String(), `"alert":"amount_mismatch"`, "an amount mismatch is logged as an alert")
 	assert.Equal(t, float64(len(cases)), callbackCount(t, rp, "rejected"))
+}
+
+// A member the platform adds in a later version (a fee, a nested object, even twice) is ignored: the
+// callback applies as it would without it. Only the fields the shop reads must be exact and single.
+func TestCallbackIgnoresMembersItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	id, amount := rp.newOrder(alice, 1, 1)
+	body, err := json.Marshal(callbackFor(id, callback.StatusSuccess, amount, "evt-newer-platform"))
+	require.NoError(t, err)
+	body = bytes.Replace(body, []byte(`{`), []byte(`{"fee_cents":30,"risk":{"Status":"x"},"fee_cents":31,`), 1)
+	r := rp.postRaw(body, paysig.Sign(demoSecret, time.Now(), body))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 99, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
 }
 
 func callbackCount(t testing.TB, rp *replica, outcome string) float64 {

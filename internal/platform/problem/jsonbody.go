@@ -20,16 +20,31 @@ import (
 // JSON, keys kept as sent) differs from {"PRODUCT_ID":4,"product_id":3}'s only in ways the decoder
 // ignores: two different requests could share a fingerprint, or one meaning get two.
 func DecodeJSON(body []byte, v any) error {
+	return decodeJSON(body, v, false)
+}
+
+// DecodeJSONOpen is DecodeJSON for a body whose sender may add members in a later version (the payment
+// platform's callback): a member v has no field for is skipped, once or many times. A member that names
+// one of v's fields in another case (STATUS, Status) is still refused, and so is a field twice:
+// encoding/json would let either override the field, so {"status":"FAILED","Status":"SUCCESS"} would
+// mean SUCCESS here and FAILED to a reader that takes the first.
+func DecodeJSONOpen(body []byte, v any) error {
+	return decodeJSON(body, v, true)
+}
+
+func decodeJSON(body []byte, v any, open bool) error {
 	// encoding/json decodes null into a struct as nothing at all, without an error: a body of null
 	// would pass as {} (and fingerprint differently from it).
 	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
 		return ErrMalformedBody.WithDetail("request body must be a JSON object")
 	}
-	if err := exactMembers(body, v); err != nil {
+	if err := exactMembers(body, v, open); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
+	if !open {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var synErr *json.SyntaxError
@@ -53,9 +68,10 @@ func DecodeJSON(body []byte, v any) error {
 	return nil
 }
 
-// exactMembers checks the top-level member names of a JSON object body against v's struct tags.
-// Bodies that are not objects are left to the decoder's own errors.
-func exactMembers(body []byte, v any) error {
+// exactMembers checks the top-level member names of a JSON object body against v's struct tags; open
+// lets through the names that are no field's in any case. Bodies that are not objects are left to the
+// decoder's own errors.
+func exactMembers(body []byte, v any, open bool) error {
 	t := reflect.TypeOf(v)
 	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return nil
@@ -79,7 +95,13 @@ func exactMembers(body []byte, v any) error {
 		}
 		name, _ := tok.(string)
 		if !allowed[name] {
-			return ErrMalformedBody.WithDetail(fmt.Sprintf("unknown field %q (names are case-sensitive)", name))
+			if !open || foldsToField(name, allowed) {
+				return ErrMalformedBody.WithDetail(fmt.Sprintf("unknown field %q (names are case-sensitive)", name))
+			}
+			if err := dec.Decode(new(json.RawMessage)); err != nil {
+				return nil
+			}
+			continue
 		}
 		if seen[name] {
 			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q appears more than once", name))
@@ -91,4 +113,15 @@ func exactMembers(body []byte, v any) error {
 		}
 	}
 	return nil
+}
+
+// foldsToField reports whether name is one of the allowed field names in another case, as encoding/json
+// would match it (its folding is Unicode's simple folding, so ſ matches s and the Kelvin sign k).
+func foldsToField(name string, allowed map[string]bool) bool {
+	for field := range allowed {
+		if strings.EqualFold(name, field) {
+			return true
+		}
+	}
+	return false
 }

@@ -38,3 +38,27 @@ func TestDecodeJSON(t *testing.T) {
 		assert.ErrorIs(t, err, problem.ErrMalformedBody, in)
 	}
 }
+
+// The open variant skips members it has no field for (a later version of the sender), but not a field
+// in another case or a field twice.
+func TestDecodeJSONOpen(t *testing.T) {
+	t.Parallel()
+	type body struct {
+		Status string `json:"status"`
+	}
+	for in, want := range map[string]string{
+		`{"status":"A"}`: "A", `{"status":"A","fee":1}`: "A", `{"fee":1,"fee":2,"x":{"Status":"B"},"status":"A"}`: "A",
+		`{"Status":"A"}`: "", `{"STATUS":"A"}`: "", `{"ſtatus":"A"}`: "", `{"status":"A","status":"B"}`: "",
+		`{"status":"A","Status":"B"}`: "", `null`: "", `[]`: "", `{"status":"A"} {}`: "", `{"status":1}`: "",
+	} {
+		var v body
+		err := problem.DecodeJSONOpen([]byte(in), &v)
+		if want == "" {
+			assert.ErrorIs(t, err, problem.ErrMalformedBody, in)
+			continue
+		}
+		if assert.NoError(t, err, in) {
+			assert.Equal(t, want, v.Status, in)
+		}
+	}
+}

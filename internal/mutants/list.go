@@ -258,6 +258,36 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestHeadOfTheRedeemFormIssuesNoToken$",
 	},
 	{
+		ID: "redeem-form-limit", Guard: "form post: 413",
+		File: "internal/rewards/http.go",
+		// The read error dropped, as FormValue did: a body over the limit reads as an invalid token.
+		Original:    "if err != nil {\n\t\treturn \"\", \"\", fmt.Errorf(\"read form body: %w\", err)",
+		Replacement: "if false {\n\t\treturn \"\", \"\", fmt.Errorf(\"read form body: %w\", err)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
+	},
+	{
+		ID: "redeem-form-encoding", Guard: "form post: encoding",
+		File: "internal/rewards/http.go",
+		// The parse error dropped: the fields read before a broken %-escape buy a coupon.
+		Original:    "if err != nil {\n\t\treturn \"\", \"\", problem.ErrMalformedBody.WithDetail(\"the form body is not valid form encoding\")",
+		Replacement: "if false {\n\t\treturn \"\", \"\", problem.ErrMalformedBody.WithDetail(\"the form body is not valid form encoding\")",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
+	},
+	{
+		ID: "redeem-form-twice", Guard: "form post: one each",
+		File:        "internal/rewards/http.go",
+		Original:    "if len(vs) > 1 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
+	},
+	{
+		ID: "redeem-header-twice", Guard: "redeem: one token",
+		File:        "internal/rewards/http.go",
+		Original:    "if len(tokens) > 1 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemInvalidTokensWriteNothing$",
+	},
+	{
 		ID: "reconcile-refund-drift", Guard: "reconciler: refunds",
 		File: "internal/sweeper/reconcile.go",
 		// A refund the order never recorded goes unsaid.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -317,6 +319,14 @@ func TestRedeemInvalidTokensWriteNothing(t *testing.T) {
 			assert.Equal(t, "form_token_invalid", r.problem(t).Code)
 		})
 	}
+	t.Run("two of alice's own tokens at once", func(t *testing.T) {
+		first, second := rp.issueFormToken("alice-token"), rp.issueFormToken("alice-token")
+		r := rp.call(http.MethodPost, "/v1/rewards/redeem", "alice-token", "", []byte(`{"reward":"coupon-10"}`),
+			"Form-Token", first, "Form-Token", second)
+		require.Equal(t, http.StatusBadRequest, r.Status, "body: %s", r.Body)
+		assert.Equal(t, "form_token_invalid", r.problem(t).Code)
+		assert.Equal(t, "Form-Token sent 2 times", r.problem(t).Detail)
+	})
 	assertRedeemed(t, env.DB, redeemAlice, 0, 100)
 	assertRedeemed(t, env.DB, redeemBob, 0, 0)
 
@@ -541,4 +551,84 @@ func TestHeadOfTheRedeemFormIssuesNoToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status)
 	require.NotNil(t, hiddenToken.FindSubmatch(r.Body))
 	assert.Equal(t, before+1, tokens(), "GET issued one")
+}
+
+// A browser form post whose body cannot be read whole, or is not valid form encoding, or sends a field
+// twice, is refused for what it is, and nothing is bought: the token stays usable. (The fields were
+// read with FormValue, which drops its parse error: a broken %-escape after the fields bought a coupon,
+// and a body over the limit sent without Content-Length read as an invalid token.)
+func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	const limit = 4096
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { c.BodyLimitBytes = limit }})
+	credit(t, env.DB, redeemAlice, 100)
+	tok := rp.issueFormToken("alice-token")
+	other := rp.issueFormToken("alice-token")
+	good := url.Values{"reward": {"coupon-10"}, "form_token": {tok}}.Encode()
+	multipartBody := func(fields [][2]string, pad int) (string, []byte) {
+		var b bytes.Buffer
+		w := multipart.NewWriter(&b)
+		for _, f := range fields {
+			require.NoError(t, w.WriteField(f[0], f[1]))
+		}
+		if pad > 0 {
+			require.NoError(t, w.WriteField("pad", strings.Repeat("a", pad)))
+		}
+		require.NoError(t, w.Close())
+		return w.FormDataContentType(), b.Bytes()
+	}
+	post := func(contentType string, body io.Reader, size int64) response {
+		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem", body)
+		require.NoError(t, err)
+		req.ContentLength = size // -1: no Content-Length, the body goes chunked
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		resp, err := rp.srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}
+	// chunked hides a body's length from the server (io.MultiReader is not one the client can measure).
+	chunked := func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }
+	bigCT, big := multipartBody([][2]string{{"reward", "coupon-10"}, {"form_token", tok}}, 2*limit)
+	twiceCT, twice := multipartBody([][2]string{{"reward", "coupon-10"}, {"form_token", tok}, {"form_token", other}}, 0)
+
+	for _, tc := range []struct {
+		name        string
+		contentType string
+		body        []byte
+		size        int64
+		status      int
+		detail      string
+	}{
+		{"a broken %-escape after the fields", echo.MIMEApplicationForm, []byte(good + "&x=%zz"), -1, 400, "not valid form encoding"},
+		{"over the limit, without Content-Length", echo.MIMEApplicationForm, []byte(good + "&pad=" + strings.Repeat("a", 2*limit)), -1, 413, ""},
+		{"multipart over the limit, without Content-Length", bigCT, big, -1, 413, ""},
+		{"form_token twice", echo.MIMEApplicationForm, []byte(good + "&form_token=" + other), -1, 400, `field &#34;form_token&#34; sent 2 times`},
+		{"multipart form_token twice", twiceCT, twice, int64(len(twice)), 400, `field &#34;form_token&#34; sent 2 times`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r response
+			if tc.size < 0 {
+				r = post(tc.contentType, chunked(tc.body), -1)
+			} else {
+				r = post(tc.contentType, bytes.NewReader(tc.body), tc.size)
+			}
+			assert.Equal(t, tc.status, r.Status, "body: %s", r.Body)
+			assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
+			assert.Contains(t, string(r.Body), tc.detail)
+		})
+	}
+	assertRedeemed(t, env.DB, redeemAlice, 0, 100)
+
+	// Both tokens are untouched: a multipart post (the other form encoding) buys with one, once.
+	ct, body := multipartBody([][2]string{{"reward", "coupon-10"}, {"form_token", tok}}, 0)
+	r := post(ct, bytes.NewReader(body), int64(len(body)))
+	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+	r = post(echo.MIMEApplicationForm, strings.NewReader(url.Values{"reward": {"coupon-10"}, "form_token": {other}}.Encode()), -1)
+	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+	assertRedeemed(t, env.DB, redeemAlice, 2, 80)
 }

@@ -1,15 +1,19 @@
 package rewards
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/auth"
+	"idemshop/internal/formtoken"
 	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/problem"
 )
@@ -72,7 +76,10 @@ func (h *Handler) redeem(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	if IsFormPost(c.Request()) {
-		tokenID, rewardID := c.FormValue(FormTokenField), c.FormValue("reward")
+		tokenID, rewardID, err := formFields(c.Request())
+		if err != nil {
+			return h.view.RedeemFailed(c, httpproblem.Resolve(err), "", "")
+		}
 		a, err := h.svc.WaitForResult(ctx, u.ID, tokenID, rewardID, h.formWait)
 		if err != nil {
 			pe := httpproblem.Resolve(err)
@@ -92,6 +99,12 @@ func (h *Handler) redeem(c echo.Context) error {
 	if err := problem.DecodeJSON(body, &req); err != nil {
 		return err
 	}
+	// Two tokens would be one submit with the first taken and the other ignored, as two Idempotency-Key
+	// lines would be: refused the same way.
+	tokens := c.Request().Header.Values(FormTokenHeader)
+	if len(tokens) > 1 {
+		return formtoken.ErrTokenInvalid.WithDetail(fmt.Sprintf("%s sent %d times", FormTokenHeader, len(tokens)))
+	}
 	a, err := h.svc.Redeem(ctx, u.ID, c.Request().Header.Get(FormTokenHeader), req.Reward)
 	if err != nil {
 		return err
@@ -100,4 +113,46 @@ func (h *Handler) redeem(c echo.Context) error {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
 	return c.Blob(http.StatusCreated, echo.MIMEApplicationJSON, a.Body)
+}
+
+// formFields reads the two fields of a browser form post from its body, and refuses what c.FormValue
+// would let through in silence: a body over the limit (413 body_too_large, with or without
+// Content-Length) or cut short (400 body_unreadable), a body that is not valid form encoding, and a
+// field sent twice (400 malformed_body). FormValue dropped the parse error and took what it had read:
+// a token cut off by the limit read as form_token_invalid, and a body with a broken %-escape after the
+// fields went through and bought a coupon.
+func formFields(r *http.Request) (tokenID, rewardID string, err error) {
+	body, err := httpproblem.ReadBody(r.Body)
+	if err != nil {
+		return "", "", fmt.Errorf("read form body: %w", err)
+	}
+	// The body is in memory and under the limit now, so what fails a parser below is the encoding alone.
+	// The fields come from the body only, never the URL's query (where a token would reach the logs).
+	var form url.Values
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); mt == echo.MIMEMultipartForm {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if err = r.ParseMultipartForm(int64(len(body)) + 1); err == nil {
+			form = r.MultipartForm.Value
+		}
+	} else {
+		form, err = url.ParseQuery(string(body))
+	}
+	if err != nil {
+		return "", "", problem.ErrMalformedBody.WithDetail("the form body is not valid form encoding").Wrap(err)
+	}
+	field := func(name string) (string, error) {
+		vs := form[name]
+		if len(vs) > 1 {
+			return "", problem.ErrMalformedBody.WithDetail(fmt.Sprintf("field %q sent %d times", name, len(vs)))
+		}
+		if len(vs) == 0 {
+			return "", nil // as FormValue: the service refuses a missing token or reward with its own code
+		}
+		return vs[0], nil
+	}
+	if tokenID, err = field(FormTokenField); err != nil {
+		return "", "", err
+	}
+	rewardID, err = field("reward")
+	return tokenID, rewardID, err
 }

@@ -569,10 +569,18 @@ var List = []Mutant{
 		ID: "points-reverse-account", Guard: "reverse: account row",
 		File: "internal/points/ledger.go",
 		// The reversal writes its account row only when it takes points back, as before migration
-		// 00009: a reversal naming an unknown user then writes a ledger row for nobody.
+		// 00009: a reversal for a user who is gone then writes a ledger row for nobody. (A reversal naming
+		// another user than its credit's is refused before, by points-reverse-credit's check.)
 		Original:    "\t\tapplied, delta = true, -taken\n",
 		Replacement: "\t\tapplied, delta = true, -taken\n\t\tif taken == 0 {\n\t\t\treturn nil\n\t\t}\n",
-		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalForAnUnknownUserIsRefusedAndWritesNothing$",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalForAUserWhoIsGoneWritesNothing$",
+	},
+	{
+		ID: "points-reverse-credit", Guard: "reverse: its credit",
+		File:        "internal/points/ledger.go",
+		Original:    "if creditUser != r.UserID || creditPoints != r.Points {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalThatIsNotOfItsCreditIsRefused$",
 	},
 	{
 		ID: "points-done-maybe-done", Guard: "done is maybe done",

@@ -209,6 +209,9 @@ type Reversal struct {
 //     NOTHING. Usually it exists and this is a no-op; if the reversal overtook its order.paid (requeue,
 //     redelivery), the credit is applied here, and the order.paid that comes later is a duplicate.
 //     Without it the reversal would find nothing to take back, and the late credit would stay forever.
+//     Then the credit is read back: a reversal whose user or points are not its credit's is
+//     ErrRejected (dead-lettered), since it would take points from another user or more than the order
+//     earned.
 //  2. Lock the user's account row (SELECT ... FOR UPDATE) and read the committed balance: a concurrent
 //     reversal or redeem of this user waits here, so the amount below is computed on the balance it
 //     will actually change.
@@ -230,8 +233,21 @@ func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta i
 		if _, err := insertCredits(tx, []Credit{credit}); err != nil {
 			return err
 		}
+		// The reversal must be of the credit it reverses: the same user, the same points. The shop writes
+		// both events from one order row, so a difference is a broken or forged message, and acting on it
+		// would take points from a user the order never credited, or more than the order earned.
+		var creditUser, creditPoints int64
+		err := tx.Raw(`SELECT user_id, delta FROM points_ledger WHERE biz_id = ?`, credit.BizID).Row().
+			Scan(&creditUser, &creditPoints)
+		if err != nil {
+			return fmt.Errorf("read the order's credit: %w", translate(err))
+		}
+		if creditUser != r.UserID || creditPoints != r.Points {
+			return fmt.Errorf("%w: reversal of order %d for user %d, %d points, but the order credited user %d with %d",
+				ErrRejected, r.OrderID, r.UserID, r.Points, creditUser, creditPoints)
+		}
 		var balance int64
-		err := tx.Raw(`SELECT balance FROM points_accounts WHERE user_id = ? FOR UPDATE`, r.UserID).Row().Scan(&balance)
+		err = tx.Raw(`SELECT balance FROM points_accounts WHERE user_id = ? FOR UPDATE`, r.UserID).Row().Scan(&balance)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) { // no account (it was deleted): nothing to take back
 			return fmt.Errorf("lock account: %w", translate(err))
 		}

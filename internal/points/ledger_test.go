@@ -290,3 +290,53 @@ func accountOf(t testing.TB, env *testenv.Env, userID int64) account {
 	}
 	return a
 }
+
+// A reversal is of the credit it reverses. One that names another user, or more points than the order
+// earned, is refused as the data's fault (the consumer dead-letters it), and writes nothing: acted on,
+// the first took bob's points for alice's order, the second took alice's points from another order.
+func TestReversalThatIsNotOfItsCreditIsRefused(t *testing.T) {
+	t.Parallel()
+	env, l := ledgerWithCredit(t, 91, 1, 40)
+	ctx := context.Background()
+	_, err := l.Apply(ctx, []points.Credit{
+		{BizID: points.BizIDOrderPaid(92), UserID: 1, Delta: 100, Reason: points.ReasonOrderPaid},
+		{BizID: points.BizIDOrderPaid(93), UserID: 2, Delta: 70, Reason: points.ReasonOrderPaid},
+	})
+	require.NoError(t, err)
+	alice, bob := accountOf(t, env, 1), accountOf(t, env, 2)
+
+	for _, r := range []points.Reversal{
+		{OrderID: 91, UserID: 2, Points: 40},   // bob's, for alice's order
+		{OrderID: 91, UserID: 1, Points: 1000}, // more than order 91 earned
+		{OrderID: 91, UserID: 1, Points: 39},   // less: the order's credit is 40
+	} {
+		applied, _, err := l.Reverse(ctx, r)
+		require.ErrorIs(t, err, points.ErrRejected, "%+v", r)
+		assert.False(t, applied)
+	}
+	assert.Equal(t, alice, accountOf(t, env, 1), "nothing taken from alice")
+	assert.Equal(t, bob, accountOf(t, env, 2), "nothing taken from bob")
+
+	applied, delta, err := l.Reverse(ctx, points.Reversal{OrderID: 91, UserID: 1, Points: 40})
+	require.NoError(t, err)
+	assert.True(t, applied, "the order's reversal key is still free")
+	assert.EqualValues(t, -40, delta)
+	assert.EqualValues(t, 100, accountOf(t, env, 1).Balance)
+}
+
+// A reversal whose order credited a user who is gone since (account and user deleted) is refused and
+// writes nothing: its ledger row is written with the account row, whose foreign key refuses the user.
+// (The reversal takes 0 there, and a row written without its account would belong to nobody.)
+func TestReversalForAUserWhoIsGoneWritesNothing(t *testing.T) {
+	t.Parallel()
+	env, l := ledgerWithCredit(t, 85, 3, 40)
+	require.NoError(t, env.DB.Exec(`DELETE FROM points_accounts WHERE user_id = 3`).Error)
+	require.NoError(t, env.DB.Exec(`DELETE FROM users WHERE id = 3`).Error)
+
+	applied, _, err := l.Reverse(context.Background(), points.Reversal{OrderID: 85, UserID: 3, Points: 40})
+	require.ErrorIs(t, err, points.ErrRejected, "user 3 is gone")
+	assert.False(t, applied)
+	var rows int64
+	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM points_ledger WHERE biz_id = 'order-refunded:85'`).Scan(&rows).Error)
+	assert.Zero(t, rows, "no row for nobody")
+}

@@ -108,3 +108,44 @@ func TestFingerprintIgnoresLayoutProperty(t *testing.T) {
 		require.Equal(rt, a, c, "layout %q", b.String())
 	})
 }
+
+// A member name twice in one object, at any depth, is refused, and named: decoding keeps the last, so
+// the body would be answered as a request that a first-wins reader does not see in it.
+func TestFingerprintRefusesANameTwice(t *testing.T) {
+	t.Parallel()
+	for body, dup := range map[string]string{
+		`{"product_id":2,"product_id":1,"quantity":2}`: "product_id",
+		`{"a":{"x":1,"x":2}}`:                          "x",
+		`{"a":1,"\u0061":2}`:                           "a", // the same name once unescaped
+		`{"a":[{"a":1}],"a":2}`:                        "a",
+		`[{"a":1,"b":{"c":[1,{"d":1,"d":2}]}}]`:        "d",
+		`{"a:b":"x:\"y:z\\","a:b":1}`:                  "a:b",
+		`[{"a":1},{"a":2}]`:                            "", // two objects, a name each
+		`{"a":{"b":1},"b":2}`:                          "",
+		`{"a":{},"b":[],"c":[[],{}],"d":null}`:         "",
+		`{"a:b":"x:\"y:z\\","b":"::"}`:                 "", // colons and escaped quotes inside strings
+	} {
+		_, err := idempotency.Fingerprint("POST", "/v1/orders", []byte(body))
+		if dup == "" {
+			assert.NoError(t, err, body)
+			continue
+		}
+		assert.ErrorIs(t, err, idempotency.ErrDuplicateName, body)
+		assert.ErrorIs(t, err, idempotency.ErrBodyNotJSON, body)
+		assert.ErrorContains(t, err, fmt.Sprintf("%q", dup), body)
+	}
+}
+
+// No body and an empty object are one request: pay takes either, and a retry may send the other.
+func TestFingerprintEmptyObjectIsNoBody(t *testing.T) {
+	t.Parallel()
+	fp := func(body string) string {
+		s, err := idempotency.Fingerprint("POST", "/v1/orders/1/pay", []byte(body))
+		require.NoError(t, err)
+		return s
+	}
+	assert.Equal(t, fp(""), fp("{}"))
+	assert.Equal(t, fp(""), fp(" {\n} "))
+	assert.NotEqual(t, fp(""), fp("[]"))
+	assert.NotEqual(t, fp(""), fp(`{"a":1}`))
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -201,6 +202,9 @@ func readKeyedRequest(c echo.Context, m *Metrics, userID int64) (keyedRequest, e
 		return r, fmt.Errorf("read request body: %w", err)
 	}
 	if r.fp, err = Fingerprint(req.Method, req.URL.Path, r.body); err != nil {
+		if errors.Is(err, ErrDuplicateName) {
+			return r, problem.ErrMalformedBody.WithDetail(strings.TrimPrefix(err.Error(), ErrBodyNotJSON.Error()+": ")).Wrap(err)
+		}
 		return r, problem.ErrMalformedBody.Wrap(err)
 	}
 	r.scope = Scope{UserID: userID, Key: key}

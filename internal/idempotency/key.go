@@ -40,9 +40,12 @@ var (
 )
 
 // KeyFromHeader returns the Idempotency-Key of h, validated. The draft defines the value as a
-// Structured Field string (RFC 8941 §3.3.3), so a value in double quotes is unquoted, escapes and all:
-// `"abc"` is the key abc, and `"q\"x"` the key q"x. More than one header line is invalid, since the
-// server could not tell which one the client meant.
+// Structured Field string (RFC 8941 §3.3.3), so a value that begins with a double quote is read as one,
+// escapes and all, and must be one whole: `"abc"` is the key abc and `"q\"x"` the key q"x, while `"abc`
+// (unterminated) and `"abc";x=1` (an sf-string with parameters, which this server does not read) are
+// invalid rather than keys of their own. Any other value is the key as sent (a bare UUID is no
+// sf-string, and is what most clients send). More than one header line is invalid, since the server
+// could not tell which one the client meant.
 func KeyFromHeader(h http.Header) (string, error) {
 	vals := h.Values(Header)
 	if len(vals) == 0 {
@@ -52,7 +55,10 @@ func KeyFromHeader(h http.Header) (string, error) {
 		return "", ErrKeyInvalid
 	}
 	key := vals[0]
-	if len(key) >= 2 && strings.HasPrefix(key, `"`) && strings.HasSuffix(key, `"`) {
+	if strings.HasPrefix(key, `"`) {
+		if len(key) < 2 || !strings.HasSuffix(key, `"`) {
+			return "", ErrKeyInvalid
+		}
 		var ok bool
 		if key, ok = unquote(key[1 : len(key)-1]); !ok {
 			return "", ErrKeyInvalid

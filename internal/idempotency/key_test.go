@@ -29,6 +29,11 @@ func TestKeyFromHeader(t *testing.T) {
 		{"other escape", []string{`"a\b"`}, "", idempotency.ErrKeyInvalid},
 		{"escape at the end", []string{`"a\"`}, "", idempotency.ErrKeyInvalid},
 		{"quote inside a bare key", []string{`q"x`}, `q"x`, nil},
+		// Begun as an sf-string, a value must be one whole: not a key of its own as sent.
+		{"unterminated quote", []string{`"abc`}, "", idempotency.ErrKeyInvalid},
+		{"a lone quote", []string{`"`}, "", idempotency.ErrKeyInvalid},
+		{"sf-string with a parameter", []string{`"abc";x=1`}, "", idempotency.ErrKeyInvalid},
+		{"sf-string with a quoted parameter", []string{`"abc";x="y"`}, "", idempotency.ErrKeyInvalid},
 		{"255 chars", []string{strings.Repeat("k", 255)}, strings.Repeat("k", 255), nil},
 		{"256 chars", []string{strings.Repeat("k", 256)}, "", idempotency.ErrKeyInvalid},
 		{"space inside is printable", []string{"a b"}, "a b", nil},

@@ -50,6 +50,29 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSameKeyDifferentRequestIs422$",
 	},
 	{
+		ID: "fingerprint-names-once", Guard: "fingerprint: names",
+		File: "internal/idempotency/fingerprint.go",
+		// A name twice decodes to its last value: a retry that a first-wins reader sees as another
+		// request is replayed.
+		Original:    "if members(v) != colons(body) {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSameKeyWithAFieldTwiceIsMalformed$",
+	},
+	{
+		ID: "fingerprint-empty-obj", Guard: "fingerprint: {} = none",
+		File:        "internal/idempotency/fingerprint.go",
+		Original:    "if string(out) == \"{}\" {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayBodyAndBusyOrder$",
+	},
+	{
+		ID: "key-sf-string-whole", Guard: "key: sf-string whole",
+		File:        "internal/idempotency/key.go",
+		Original:    "if len(key) < 2 || !strings.HasSuffix(key, `\"`) {",
+		Replacement: "if len(key) < 2 {",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestKeyFromHeader$",
+	},
+	{
 		ID: "inflight-db-409", Guard: "in flight: 409 (DB)",
 		File:        "internal/idempotency/guard.go",
 		Original:    "case errors.Is(err, postgres.ErrLockTimeout):\n\t\treturn ErrKeyInUse",

@@ -143,6 +143,29 @@ func TestSameKeyDifferentRequestIs422(t *testing.T) {
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
 }
 
+// A retry whose body names a field twice is refused as malformed, not answered from the key's record:
+// decoding keeps the last value (here the first request's), while a reader that keeps the first sees
+// another order in it. The same body under a new key is refused the same way.
+func TestSameKeyWithAFieldTwiceIsMalformed(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	require.Equal(t, http.StatusCreated, rp.createOrder(alice, "twice-1", mugOrder).Status)
+	for _, tc := range []struct{ key, body string }{
+		{"twice-1", `{"product_id":2,"product_id":1,"quantity":2}`},
+		{"twice-1", `{"product_id":1,"quantity":9,"quantity":2}`},
+		{"twice-2", `{"product_id":2,"product_id":1,"quantity":2}`},
+	} {
+		r := rp.createOrder(alice, tc.key, tc.body)
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", tc.body, r.Body)
+		assert.Equal(t, "malformed_body", r.problem(t).Code)
+		assert.Empty(t, r.Header.Get("Idempotent-Replayed"))
+	}
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys"))
+}
+
 // waitersOnLocks counts backends of this database waiting for a lock.
 func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
 	var n int64

@@ -480,6 +480,11 @@ func TestPayBodyAndBusyOrder(t *testing.T) {
 
 	ok := rp.call(http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", id), alice, "pay-busy", []byte(`{}`))
 	assert.Equal(t, http.StatusCreated, ok.Status, "%s", ok.Body)
+	// The retry sends no body where the first sent {}: the same request (pay takes either), replayed.
+	again := rp.pay(alice, id, "pay-busy")
+	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, string(ok.Body), string(again.Body))
 	assert.EqualValues(t, 1, mock.creates(t))
 }
 

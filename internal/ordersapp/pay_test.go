@@ -215,6 +215,7 @@ func TestPayPlatform4xxIsPermanent(t *testing.T) {
 	r := rp.pay(alice, id, "pay-4xx")
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
 	assert.Equal(t, "payment_refused", r.problem(t).Code)
+	assert.Equal(t, fmt.Sprintf("/v1/orders/%d/pay", id), r.problem(t).Instance, "a stored problem names its instance too")
 	assert.Equal(t, "FAILED_PERMANENT", recordOf(t, env, "pay-4xx").State)
 
 	again := rp.pay(alice, id, "pay-4xx")

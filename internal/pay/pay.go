@@ -367,7 +367,7 @@ func (r result) answerOf() (idempotency.Answer, error) {
 // answer: the stored 201 or 422, or the error of a result that is not stored (503), or
 // idempotency.ErrKeyInUse when a newer holder's fence refused the write.
 func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record, o orders.Order, pay payclient.Payment, rpcErr error) (idempotency.Answer, error) {
-	r, err := p.outcome(o, pay, rpcErr)
+	r, err := p.outcome(o, rec.Path, pay, rpcErr)
 	if err != nil {
 		return idempotency.Answer{}, err
 	}
@@ -407,7 +407,9 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 //	503, 408, 429, a dial that failed → FAILED_RETRYABLE, 503 payment_unavailable (a retry runs again)
 //	anything else: timeout, reset after the request was written, 500, 502, 504, garbled answer
 //	                                 → stays PROCESSING, 503 payment_outcome_unknown (the sweeper asks)
-func (p *Payer) outcome(o orders.Order, pay payclient.Payment, rpcErr error) (result, error) {
+//
+// path is the record's request path: a stored problem names it as its instance, as a live one would.
+func (p *Payer) outcome(o orders.Order, path string, pay payclient.Payment, rpcErr error) (result, error) {
 	switch {
 	case rpcErr == nil:
 		body, err := json.Marshal(p.response(o.ID, pay.ID))
@@ -416,10 +418,10 @@ func (p *Payer) outcome(o orders.Order, pay payclient.Payment, rpcErr error) (re
 		st, code, _ := payclient.Refused(rpcErr)
 		pe := problem.Newf(problem.KindUnprocessable, ErrPaymentRefused.Code,
 			"the payment platform refused the payment (HTTP %d %s)", st, code)
-		body, err := problemBody(pe)
+		body, err := problemBody(pe, path)
 		return result{state: idempotency.StateFailedPermanent, status: httpproblem.StatusOf(pe.Kind), body: body}, err
 	case isRetryable(rpcErr):
-		body, err := problemBody(ErrPaymentUnavailable)
+		body, err := problemBody(ErrPaymentUnavailable, path)
 		return result{state: idempotency.StateFailedRetryable, status: http.StatusServiceUnavailable, body: body,
 			answer: ErrPaymentUnavailable.WithRetryAfter(p.cfg.Lease).Wrap(rpcErr)}, err
 	default:
@@ -448,5 +450,8 @@ func isRetryable(err error) bool {
 	return errors.Is(err, payclient.ErrNotSent)
 }
 
-// problemBody is the stored form of an error answer: the RFC 9457 document the client would get.
-func problemBody(pe *problem.Error) ([]byte, error) { return httpproblem.Document(pe, "") }
+// problemBody is the stored form of an error answer: the RFC 9457 document the client would get, with
+// the record's request path as its instance (replayed byte for byte, it names the route it answers).
+// The path was stored as routed (/v1/orders/7/pay: digits only between its fixed segments), so it is
+// the escaped path httpproblem.Instance gives a live answer.
+func problemBody(pe *problem.Error, path string) ([]byte, error) { return httpproblem.Document(pe, path) }

@@ -62,29 +62,30 @@ func TestOutcome(t *testing.T) {
 	p := &Payer{cfg: Config{PaymentsURL: "http://pay", Lease: 3 * time.Second}}
 	o := orders.Order{ID: 7}
 
-	r, err := p.outcome(o, payclient.Payment{ID: "pay_1"}, nil)
+	r, err := p.outcome(o, "/v1/orders/7/pay", payclient.Payment{ID: "pay_1"}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompleted, r.state)
 	assert.Equal(t, http.StatusCreated, r.status)
 	assert.JSONEq(t, `{"order_id":7,"payment_id":"pay_1","status":"PAYING","pay_url":"http://pay/v1/payments/pay_1"}`, string(r.body))
 	assert.Nil(t, r.answer)
 
-	r, err = p.outcome(o, payclient.Payment{}, &payclient.StatusError{Status: 422, Code: "card_declined"})
+	r, err = p.outcome(o, "/v1/orders/7/pay", payclient.Payment{}, &payclient.StatusError{Status: 422, Code: "card_declined"})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateFailedPermanent, r.state)
 	assert.Equal(t, http.StatusUnprocessableEntity, r.status)
 	var b httpproblem.Body
 	require.NoError(t, json.Unmarshal(r.body, &b))
 	assert.Equal(t, ErrPaymentRefused.Code, b.Code)
+	assert.Equal(t, "/v1/orders/7/pay", b.Instance, "stored with its instance, as a live problem has one")
 	assert.Nil(t, r.answer, "a refusal is answered with its stored body")
 
-	r, err = p.outcome(o, payclient.Payment{}, &payclient.StatusError{Status: 503})
+	r, err = p.outcome(o, "/v1/orders/7/pay", payclient.Payment{}, &payclient.StatusError{Status: 503})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateFailedRetryable, r.state)
 	assert.Equal(t, http.StatusServiceUnavailable, r.status)
 	assert.True(t, errors.Is(r.answer, ErrPaymentUnavailable), "%v", r.answer)
 
-	r, err = p.outcome(o, payclient.Payment{}, sentErr(payclient.ErrTimeout))
+	r, err = p.outcome(o, "/v1/orders/7/pay", payclient.Payment{}, sentErr(payclient.ErrTimeout))
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateProcessing, r.state, "outcome unknown: nothing is written")
 	assert.Nil(t, r.body)

@@ -454,4 +454,6 @@ func isRetryable(err error) bool {
 // the record's request path as its instance (replayed byte for byte, it names the route it answers).
 // The path was stored as routed (/v1/orders/7/pay: digits only between its fixed segments), so it is
 // the escaped path httpproblem.Instance gives a live answer.
-func problemBody(pe *problem.Error, path string) ([]byte, error) { return httpproblem.Document(pe, path) }
+func problemBody(pe *problem.Error, path string) ([]byte, error) {
+	return httpproblem.Document(pe, path)
+}

@@ -599,6 +599,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalForAUserWhoIsGoneWritesNothing$",
 	},
 	{
+		ID: "points-copy-same-event", Guard: "batch: copies alike",
+		File: "internal/points/consumer.go",
+		// Any message with a seen biz_id follows the first: a forged reversal takes the real one with it.
+		Original:    "if f != nil && f.credit == m.credit && f.sameReversal(m) {",
+		Replacement: "if f != nil {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAForgedReversalBesideTheRealOneFailsAlone$",
+	},
+	{
 		ID: "points-reverse-credit", Guard: "reverse: its credit",
 		File:        "internal/points/ledger.go",
 		Original:    "if creditUser != r.UserID || creditPoints != r.Points {",

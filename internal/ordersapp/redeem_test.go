@@ -578,8 +578,9 @@ func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
 		require.NoError(t, w.Close())
 		return w.FormDataContentType(), b.Bytes()
 	}
+	query := "" // the fields come from the body alone: the last posts below send a query that is neither
 	post := func(contentType string, body io.Reader, size int64) response {
-		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem", body)
+		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem"+query, body)
 		require.NoError(t, err)
 		req.ContentLength = size // -1: no Content-Length, the body goes chunked
 		req.Header.Set("Content-Type", contentType)
@@ -624,7 +625,9 @@ func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
 	}
 	assertRedeemed(t, env.DB, redeemAlice, 0, 100)
 
-	// Both tokens are untouched: a multipart post (the other form encoding) buys with one, once.
+	// Both tokens are untouched: a multipart post (the other form encoding) buys with one, once, and a
+	// query that is no valid form encoding, with a token of its own, plays no part in either post.
+	query = "?utm=%zz&form_token=" + other
 	ct, body := multipartBody([][2]string{{"reward", "coupon-10"}, {"form_token", tok}}, 0)
 	r := post(ct, bytes.NewReader(body), int64(len(body)))
 	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)

@@ -267,6 +267,14 @@ type message struct {
 	err               error
 }
 
+// sameReversal reports whether m and d carry the same reversal, or none.
+func (m *message) sameReversal(d *message) bool {
+	if m.reversal == nil || d.reversal == nil {
+		return m.reversal == d.reversal
+	}
+	return *m.reversal == *d.reversal
+}
+
 // follow makes d a copy of m: it is settled with m's outcome and never applied on its own.
 func (m *message) follow(d *message) {
 	d.first = m
@@ -324,12 +332,19 @@ func (twoLayer) handle(c *Consumer, ctx, work context.Context, ch *amqp.Channel,
 			continue
 		}
 		// The same event of one order twice in one batch (a republish next to the original): one is
-		// enough. An order's order.paid and order.refunded have different biz_ids and both go on.
-		if f := byBiz[m.bizID()]; f != nil {
+		// enough. An order's order.paid and order.refunded have different biz_ids and both go on. Two
+		// messages with one biz_id that say different things (a broken or forged one beside the real
+		// one) are not copies: each goes on, the second waits on the first's lease (claim: held), and
+		// the ledger judges each. A copy takes its first's outcome, so a poison first would have
+		// dead-lettered the real event with it.
+		f := byBiz[m.bizID()]
+		if f != nil && f.credit == m.credit && f.sameReversal(m) {
 			f.follow(m)
 			continue
 		}
-		byBiz[m.bizID()] = m
+		if f == nil {
+			byBiz[m.bizID()] = m
+		}
 		firsts = append(firsts, m)
 	}
 	c.process(ctx, work, ch, held, msgs, firsts)

@@ -250,3 +250,33 @@ func TestReversalPoisonAndUnknownRoutingKeyAreDeadLettered(t *testing.T) {
 	assert.Equal(t, account{Balance: 10, Ledger: map[string]int64{"order-paid:63": 10}}, accountOf(t, env, 1))
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
 }
+
+// A forged reversal beside the real one in one batch (same order, another user) is judged on its own:
+// the real one takes the order's points back from its user, the forged one is dead-lettered and takes
+// nothing. (As copies of one event, the real one followed the forged one's outcome into the DLQ.)
+func TestAForgedReversalBesideTheRealOneFailsAlone(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	l, err := points.NewLedger(env.DB)
+	require.NoError(t, err)
+	_, err = l.Apply(context.Background(), []points.Credit{
+		{BizID: points.BizIDOrderPaid(70), UserID: 1, Delta: 10, Reason: points.ReasonOrderPaid},
+		{BizID: points.BizIDOrderPaid(71), UserID: 2, Delta: 50, Reason: points.ReasonOrderPaid},
+	})
+	require.NoError(t, err)
+
+	// Both are queued before the consumer starts, so that they come in one batch.
+	pub.refunded(orderRefunded(70, 2, 1000)) // forged: order 70 credited user 1
+	pub.refunded(orderRefunded(70, 1, 1000))
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+
+	ch := channel(t, env.AMQPURL)
+	waitCount(t, 20*time.Second, 1, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "the forged one in the DLQ")
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the real one applied")
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:70": 10, "order-refunded:70": -10}},
+		accountOf(t, env, 1))
+	assert.Equal(t, account{Balance: 50, Ledger: map[string]int64{"order-paid:71": 50}}, accountOf(t, env, 2))
+	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
+}

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"time"
@@ -128,11 +128,13 @@ func formFields(r *http.Request) (tokenID, rewardID string, err error) {
 	}
 	// The body is in memory and under the limit now, so what fails a parser below is the encoding alone.
 	// The fields come from the body only, never the URL's query (where a token would reach the logs).
+	// (Request.ParseMultipartForm would parse the query too, and fail a good body for a bad query.)
 	var form url.Values
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); mt == echo.MIMEMultipartForm {
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if err = r.ParseMultipartForm(int64(len(body)) + 1); err == nil {
-			form = r.MultipartForm.Value
+	if mt, params, _ := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType)); mt == echo.MIMEMultipartForm {
+		var mf *multipart.Form
+		if mf, err = multipart.NewReader(bytes.NewReader(body), params["boundary"]).ReadForm(int64(len(body)) + 1); err == nil {
+			form = mf.Value
+			_ = mf.RemoveAll() // a file part is held in memory (the body is), so there is nothing on disk
 		}
 	} else {
 		form, err = url.ParseQuery(string(body))

@@ -607,10 +607,25 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAForgedReversalBesideTheRealOneFailsAlone$",
 	},
 	{
+		ID: "points-ledger-conflict", Guard: "ledger: other credit",
+		File: "internal/points/ledger.go",
+		// The skipped rows are not compared: a credit unlike the one in the ledger is a duplicate.
+		Original:    "AND (l.user_id, l.delta) <> (c.user_id, c.delta)",
+		Replacement: "AND false",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestLedgerApply$",
+	},
+	{
+		ID: "points-credit-conflict", Guard: "credit: not a copy",
+		File:        "internal/points/consumer.go",
+		Original:    "case applied.Conflicting[id]:",
+		Replacement: "case false:",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestACreditUnlikeTheOneAReversalWroteIsDeadLettered$",
+	},
+	{
 		ID: "points-reverse-credit", Guard: "reverse: its credit",
 		File:        "internal/points/ledger.go",
-		Original:    "if creditUser != r.UserID || creditPoints != r.Points {",
-		Replacement: "if false {",
+		Original:    "if credited.Conflicting[credit.BizID] {",
+		Replacement: "if credited.Conflicting[credit.BizID] && false {",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalThatIsNotOfItsCreditIsRefused$",
 	},
 	{

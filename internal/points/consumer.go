@@ -599,7 +599,7 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 	for i, m := range ms {
 		credits[i] = m.credit
 	}
-	var applied map[string]bool
+	var applied Applied
 	err := c.retry(ctx, "applying credits", len(ms), func() (err error) {
 		applied, err = c.ledger.Apply(work, credits)
 		return err
@@ -607,9 +607,14 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 	switch {
 	case err == nil:
 		for _, m := range ms {
-			m.outcome = OutcomeDuplicate
-			if applied[m.credit.BizID] {
+			switch id := m.credit.BizID; {
+			case applied.Inserted[id]:
 				m.outcome = OutcomeApplied
+			case applied.Conflicting[id]:
+				// Not a copy of the credit in the ledger: poison, dead-lettered for a person to judge.
+				m.outcome, m.err = OutcomeFailed, fmt.Errorf("poison message: order.paid: %s is in the ledger with another user or amount", id)
+			default:
+				m.outcome = OutcomeDuplicate
 			}
 		}
 	case errors.Is(err, ErrRejected) && len(ms) > 1:

@@ -113,17 +113,26 @@ func NewLedger(db *gorm.DB) (*Ledger, error) {
 	return &Ledger{db: db}, nil
 }
 
+// Applied is what Apply did with the biz_ids of its credits. Inserted: written now. Any other was in the
+// ledger already (ON CONFLICT DO NOTHING: the statement is not aborted by the duplicate), and wrote
+// nothing: a duplicate, unless it is in Conflicting, whose row there has another user or delta. That is
+// not the same credit: one of the two messages is broken or forged (a reversal that overtook its
+// order.paid writes the credit from its own data, and this is where the real one finds it differs).
+type Applied struct {
+	Inserted    map[string]bool
+	Conflicting map[string]bool
+}
+
 // Apply writes credits in ONE transaction: the ledger rows and the balance changes commit together or
-// not at all. It returns the biz_ids that were inserted now; a biz_id already in the ledger inserts
-// nothing and adds nothing (ON CONFLICT DO NOTHING: the statement is not aborted by the duplicate).
-// Duplicate biz_ids inside credits are applied once.
+// not at all. It says which biz_ids were inserted now and which were in the ledger with another user or
+// delta (Applied). Duplicate biz_ids inside credits are applied once.
 //
 // The transaction is one statement (insertCredits), so it needs no BEGIN and COMMIT of its own: a
 // single statement is atomic in PostgreSQL, and one round trip does the whole batch.
 //
 // The whole batch fails together: one unknown user aborts every credit of the call, and the caller
 // retries the others one by one. Errors the database raises for the data itself wrap ErrRejected.
-func (l *Ledger) Apply(ctx context.Context, credits []Credit) (map[string]bool, error) {
+func (l *Ledger) Apply(ctx context.Context, credits []Credit) (Applied, error) {
 	return insertCredits(l.db.WithContext(ctx), credits)
 }
 
@@ -135,12 +144,16 @@ func (l *Ledger) Apply(ctx context.Context, credits []Credit) (map[string]bool, 
 //   - ins: the ledger rows; the unique biz_id is the guard (layer 2), and a biz_id already there
 //     inserts nothing, so RETURNING lists exactly the credits applied now;
 //   - the account upsert sums only what ins returned: the ledger row and its balance change are one
-//     fact. A data-modifying WITH runs to completion even though the final SELECT does not read it.
+//     fact. A data-modifying WITH runs to completion even though the final SELECT does not read it;
+//   - the final SELECT returns the inserted biz_ids, then the skipped ones whose row differs. The
+//     statement reads the ledger as it was when it started (the rows ins writes are not visible to it),
+//     so the join finds exactly the rows that were there before; NOT IN (ins) keeps the probes to the
+//     skipped ones, a few in a batch of new credits.
 //
 // Both inserts take their locks in a fixed order (credits sorted by biz_id, accounts by user id), so
 // that concurrent batches cannot deadlock on each other.
-func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
-	applied := make(map[string]bool, len(credits))
+func insertCredits(tx *gorm.DB, credits []Credit) (Applied, error) {
+	applied := Applied{Inserted: make(map[string]bool, len(credits)), Conflicting: map[string]bool{}}
 	if len(credits) == 0 {
 		return applied, nil
 	}
@@ -155,10 +168,11 @@ func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
 	// here and to parse there, which was about a sixth of the statement's time for a batch of 100.
 	// Rows(), not Scan(): GORM's Scan renders the statement's SQL with its parameters for its logger,
 	// four arrays of a hundred values each, on the batch's path.
-	rows, err := tx.Raw(`WITH ins AS (
+	rows, err := tx.Raw(`WITH c AS (
+		SELECT * FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::text[]) AS c(biz_id, user_id, delta, reason)
+	), ins AS (
 		INSERT INTO points_ledger (biz_id, user_id, delta, reason)
-		SELECT biz_id, user_id, delta, reason
-		FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::text[]) AS c(biz_id, user_id, delta, reason)
+		SELECT biz_id, user_id, delta, reason FROM c
 		ON CONFLICT (biz_id) DO NOTHING
 		RETURNING biz_id, user_id, delta
 	), balances AS (
@@ -167,23 +181,32 @@ func insertCredits(tx *gorm.DB, credits []Credit) (map[string]bool, error) {
 		ON CONFLICT (user_id) DO UPDATE
 		SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()
 	)
-	SELECT biz_id FROM ins`, pgArray[string](bizIDs), pgArray[int64](users), pgArray[int64](deltas), pgArray[string](reasons)).
+	SELECT biz_id, true FROM ins
+	UNION ALL
+	SELECT c.biz_id, false FROM c JOIN points_ledger l ON l.biz_id = c.biz_id
+	WHERE c.biz_id NOT IN (SELECT biz_id FROM ins) AND (l.user_id, l.delta) <> (c.user_id, c.delta)`,
+		pgArray[string](bizIDs), pgArray[int64](users), pgArray[int64](deltas), pgArray[string](reasons)).
 		Rows()
 	if err != nil {
-		return nil, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
+		return Applied{}, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("read inserted ledger rows: %w", translate(err))
+		var inserted bool
+		if err := rows.Scan(&id, &inserted); err != nil {
+			return Applied{}, fmt.Errorf("read inserted ledger rows: %w", translate(err))
 		}
-		applied[id] = true
+		if inserted {
+			applied.Inserted[id] = true
+		} else {
+			applied.Conflicting[id] = true
+		}
 	}
 	// An error the database raises while the statement runs (an unknown user: 23503) can arrive with
 	// the rows rather than before them.
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
+		return Applied{}, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
 	}
 	return applied, nil
 }
@@ -230,21 +253,16 @@ func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta i
 	}
 	err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		credit := Credit{BizID: BizIDOrderPaid(r.OrderID), UserID: r.UserID, Delta: r.Points, Reason: ReasonOrderPaid}
-		if _, err := insertCredits(tx, []Credit{credit}); err != nil {
-			return err
-		}
 		// The reversal must be of the credit it reverses: the same user, the same points. The shop writes
 		// both events from one order row, so a difference is a broken or forged message, and acting on it
 		// would take points from a user the order never credited, or more than the order earned.
-		var creditUser, creditPoints int64
-		err := tx.Raw(`SELECT user_id, delta FROM points_ledger WHERE biz_id = ?`, credit.BizID).Row().
-			Scan(&creditUser, &creditPoints)
+		credited, err := insertCredits(tx, []Credit{credit})
 		if err != nil {
-			return fmt.Errorf("read the order's credit: %w", translate(err))
+			return err
 		}
-		if creditUser != r.UserID || creditPoints != r.Points {
-			return fmt.Errorf("%w: reversal of order %d for user %d, %d points, but the order credited user %d with %d",
-				ErrRejected, r.OrderID, r.UserID, r.Points, creditUser, creditPoints)
+		if credited.Conflicting[credit.BizID] {
+			return fmt.Errorf("%w: reversal of order %d for user %d, %d points, but the order's credit has another user or amount",
+				ErrRejected, r.OrderID, r.UserID, r.Points)
 		}
 		var balance int64
 		err = tx.Raw(`SELECT balance FROM points_accounts WHERE user_id = ? FOR UPDATE`, r.UserID).Row().Scan(&balance)

@@ -31,13 +31,22 @@ func TestLedgerApply(t *testing.T) {
 
 	applied, err := l.Apply(ctx, []points.Credit{c(1, 1, 10), c(2, 1, 5), c(1, 1, 10), c(3, 2, 7)})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]bool{"order-paid:1": true, "order-paid:2": true, "order-paid:3": true}, applied,
-		"a biz_id twice in one batch is applied once")
+	assert.Equal(t, points.Applied{Inserted: map[string]bool{"order-paid:1": true, "order-paid:2": true, "order-paid:3": true},
+		Conflicting: map[string]bool{}}, applied, "a biz_id twice in one batch is applied once")
 	assert.Equal(t, ledgerState{Rows: 3, Distinct: 3, Sum: 22, Balances: 22}, state(t, env))
 
 	applied, err = l.Apply(ctx, []points.Credit{c(2, 1, 5), c(4, 1, 1)})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]bool{"order-paid:4": true}, applied, "the existing biz_id inserts nothing")
+	assert.Equal(t, points.Applied{Inserted: map[string]bool{"order-paid:4": true}, Conflicting: map[string]bool{}},
+		applied, "the existing biz_id inserts nothing")
+	assert.Equal(t, ledgerState{Rows: 4, Distinct: 4, Sum: 23, Balances: 23}, state(t, env))
+
+	// The same biz_ids with another user or delta are not the credits in the ledger: they insert
+	// nothing, and say so; one that agrees beside them is a plain duplicate.
+	applied, err = l.Apply(ctx, []points.Credit{c(1, 2, 10), c(2, 1, 6), c(3, 2, 7)})
+	require.NoError(t, err)
+	assert.Equal(t, points.Applied{Inserted: map[string]bool{}, Conflicting: map[string]bool{"order-paid:1": true, "order-paid:2": true}},
+		applied)
 	assert.Equal(t, ledgerState{Rows: 4, Distinct: 4, Sum: 23, Balances: 23}, state(t, env))
 
 	_, err = l.Apply(ctx, []points.Credit{c(5, 1, 1), c(6, 999, 1)})
@@ -164,7 +173,8 @@ func TestLedgerReverseRacingCallsApplyOnce(t *testing.T) {
 	got, err := l.Apply(context.Background(), []points.Credit{{BizID: points.BizIDOrderPaid(70), UserID: 3, Delta: 40,
 		Reason: points.ReasonOrderPaid}})
 	require.NoError(t, err)
-	assert.Empty(t, got)
+	assert.Empty(t, got.Inserted)
+	assert.Empty(t, got.Conflicting, "the reversal wrote the credit it carried, and this is it")
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 0, Balances: 0}, state(t, env))
 }
 

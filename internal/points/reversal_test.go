@@ -280,3 +280,26 @@ func TestAForgedReversalBesideTheRealOneFailsAlone(t *testing.T) {
 	assert.Equal(t, account{Balance: 50, Ledger: map[string]int64{"order-paid:71": 50}}, accountOf(t, env, 2))
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
 }
+
+// A forged reversal that overtakes its order's order.paid writes the credit from its own data (rule 2
+// of the reversal): the real order.paid, for another user, then finds a credit in the ledger that is
+// not its own. It is poison, dead-lettered for a person to judge, not a duplicate dropped in silence.
+func TestACreditUnlikeTheOneAReversalWroteIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+
+	pub.refunded(orderRefunded(901, 2, 500)) // forged: order 901 is user 1's
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the forged reversal applied")
+	pub.event(orderPaid(901, 1, 500))
+
+	ch := channel(t, env.AMQPURL)
+	waitCount(t, 20*time.Second, 1, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "the real credit in the DLQ")
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeDeadLettered) }, "counted")
+	assert.Zero(t, c.count(points.OutcomeDuplicate), "not taken for a copy")
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{}}, accountOf(t, env, 1))
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:901": 5, "order-refunded:901": -5}},
+		accountOf(t, env, 2))
+}

@@ -228,6 +228,14 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string, 
 // that it is exactly want. A count that jumps past want (a message handled twice, a second ledger row)
 // fails on that assertion, with both numbers, instead of leaving a wait for an exact value it has
 // already passed to time out.
+// waitDeadLettered waits until n messages are in top's dead-letter queue (read on ch) and c has counted
+// n dead-lettered.
+func waitDeadLettered(t testing.TB, c *running, ch *amqp.Channel, top rabbitmq.Topology, n int, what string) {
+	t.Helper()
+	waitCount(t, 20*time.Second, n, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, what+" in the DLQ")
+	waitCount(t, 10*time.Second, n, func() int { return c.count(points.OutcomeDeadLettered) }, what+" counted dead-lettered")
+}
+
 func waitCount[N ~int | ~int64](t testing.TB, timeout time.Duration, want N, get func() N, msg string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

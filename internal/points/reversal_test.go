@@ -243,8 +243,7 @@ func TestReversalPoisonAndUnknownRoutingKeyAreDeadLettered(t *testing.T) {
 	pub.event(orderPaid(63, 1, 1000)) // a good message among them still goes through
 
 	ch := channel(t, env.AMQPURL)
-	waitCount(t, 20*time.Second, 3, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "three poisons in the DLQ")
-	waitCount(t, 10*time.Second, 3, func() int { return c.count(points.OutcomeDeadLettered) }, "counted")
+	waitDeadLettered(t, c, ch, top, 3, "three poisons")
 	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the good one applied")
 	assert.Equal(t, 3*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
 	assert.Equal(t, account{Balance: 10, Ledger: map[string]int64{"order-paid:63": 10}}, accountOf(t, env, 1))
@@ -273,7 +272,7 @@ func TestAForgedReversalBesideTheRealOneFailsAlone(t *testing.T) {
 	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
 
 	ch := channel(t, env.AMQPURL)
-	waitCount(t, 20*time.Second, 1, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "the forged one in the DLQ")
+	waitDeadLettered(t, c, ch, top, 1, "the forged one")
 	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the real one applied")
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:70": 10, "order-refunded:70": -10}},
 		accountOf(t, env, 1))
@@ -296,8 +295,7 @@ func TestACreditUnlikeTheOneAReversalWroteIsDeadLettered(t *testing.T) {
 	pub.event(orderPaid(901, 1, 500))
 
 	ch := channel(t, env.AMQPURL)
-	waitCount(t, 20*time.Second, 1, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "the real credit in the DLQ")
-	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeDeadLettered) }, "counted")
+	waitDeadLettered(t, c, ch, top, 1, "the real credit")
 	assert.Zero(t, c.count(points.OutcomeDuplicate), "not taken for a copy")
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{}}, accountOf(t, env, 1))
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:901": 5, "order-refunded:901": -5}},

@@ -606,8 +606,8 @@ func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
 		detail      string
 	}{
 		{"a broken %-escape after the fields", echo.MIMEApplicationForm, []byte(good + "&x=%zz"), -1, 400, "not valid form encoding"},
-		{"over the limit, without Content-Length", echo.MIMEApplicationForm, []byte(good + "&pad=" + strings.Repeat("a", 2*limit)), -1, 413, ""},
-		{"multipart over the limit, without Content-Length", bigCT, big, -1, 413, ""},
+		{"over the limit, without Content-Length", echo.MIMEApplicationForm, []byte(good + "&pad=" + strings.Repeat("a", 2*limit)), -1, 413, "exceeds the configured limit"},
+		{"multipart over the limit, without Content-Length", bigCT, big, -1, 413, "exceeds the configured limit"},
 		{"form_token twice", echo.MIMEApplicationForm, []byte(good + "&form_token=" + other), -1, 400, `field &#34;form_token&#34; sent 2 times`},
 		{"multipart form_token twice", twiceCT, twice, int64(len(twice)), 400, `field &#34;form_token&#34; sent 2 times`},
 	} {

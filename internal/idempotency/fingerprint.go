@@ -14,8 +14,21 @@ import (
 var ErrBodyNotJSON = errors.New("request body is not a single JSON value")
 
 // ErrDuplicateName is returned (with ErrBodyNotJSON) by Fingerprint when an object of the body, at any
-// depth, has a member name twice.
+// depth, has a member name twice; the error is a DuplicateNameError, which names it.
 var ErrDuplicateName = errors.New("a member name appears twice in one object")
+
+// DuplicateNameError is Fingerprint's error for a body with member Name twice in one object. It is
+// ErrDuplicateName and ErrBodyNotJSON (errors.Is).
+type DuplicateNameError struct{ Name string }
+
+func (e DuplicateNameError) Error() string {
+	return fmt.Sprintf("member %q appears twice in one object", e.Name)
+}
+
+// Is makes the error both sentinels.
+func (e DuplicateNameError) Is(target error) bool {
+	return target == ErrDuplicateName || target == ErrBodyNotJSON
+}
 
 // Fingerprint identifies a request so that a reused key with a different request can be refused
 // (IETF draft §2.4 leaves the choice of fingerprint to the server). It is the hex SHA-256 of
@@ -58,7 +71,7 @@ func CanonicalJSON(body []byte) ([]byte, error) {
 	// objects hold fewer names than the body has name separators had a name twice. (Counting costs a
 	// pass over the bytes; naming the duplicate, a pass over the tokens, only then.)
 	if members(v) != colons(body) {
-		return nil, fmt.Errorf("%w: %w: %q", ErrBodyNotJSON, ErrDuplicateName, duplicateName(body))
+		return nil, DuplicateNameError{Name: duplicateName(body)}
 	}
 	// encoding/json writes map keys in sorted order, which is what makes this canonical.
 	out, err := json.Marshal(v)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -202,8 +201,9 @@ func readKeyedRequest(c echo.Context, m *Metrics, userID int64) (keyedRequest, e
 		return r, fmt.Errorf("read request body: %w", err)
 	}
 	if r.fp, err = Fingerprint(req.Method, req.URL.Path, r.body); err != nil {
-		if errors.Is(err, ErrDuplicateName) {
-			return r, problem.ErrMalformedBody.WithDetail(strings.TrimPrefix(err.Error(), ErrBodyNotJSON.Error()+": ")).Wrap(err)
+		var dup DuplicateNameError
+		if errors.As(err, &dup) {
+			return r, problem.ErrMalformedBody.WithDetail(dup.Error()).Wrap(err)
 		}
 		return r, problem.ErrMalformedBody.Wrap(err)
 	}

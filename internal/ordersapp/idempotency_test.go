@@ -160,6 +160,7 @@ func TestSameKeyWithAFieldTwiceIsMalformed(t *testing.T) {
 		r := rp.createOrder(alice, tc.key, tc.body)
 		assert.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", tc.body, r.Body)
 		assert.Equal(t, "malformed_body", r.problem(t).Code)
+		assert.Contains(t, r.problem(t).Detail, "appears twice in one object")
 		assert.Empty(t, r.Header.Get("Idempotent-Replayed"))
 	}
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))

@@ -629,6 +629,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalThatIsNotOfItsCreditIsRefused$",
 	},
 	{
+		ID: "points-event-amount", Guard: "event: amount > 0",
+		File: "internal/points/consumer.go",
+		// An order.paid without an amount is credited 0 points, and its order's real event then meets
+		// that row as a conflicting credit and is dead-lettered.
+		Original:    "if amountCents <= 0 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestPoisonMessagesAreDeadLetteredAndDoNotBlock$",
+	},
+	{
+		ID: "points-event-id", Guard: "event: event_id",
+		File:        "internal/points/consumer.go",
+		Original:    "if eventID == \"\" {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestPoisonMessagesAreDeadLetteredAndDoNotBlock$",
+	},
+	{
 		ID: "points-done-maybe-done", Guard: "done is maybe done",
 		File:        "internal/points/consumer.go",
 		Original:    "\t\t\tm.maybeDone = true\n\t\t\ttoApply = append(toApply, m)",

@@ -449,7 +449,7 @@ func (m *message) decode() error {
 			return fmt.Errorf("poison message: decode order.paid: %w", err)
 		}
 		m.eventID = ev.EventID
-		if err := checkEvent(ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
+		if err := checkEvent(ev.EventID, ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
 			return fmt.Errorf("poison message: order.paid: %w", err)
 		}
 		m.credit = Credit{BizID: BizIDOrderPaid(ev.OrderID), UserID: ev.UserID, Delta: ev.Points, Reason: ReasonOrderPaid}
@@ -461,7 +461,7 @@ func (m *message) decode() error {
 		m.eventID = ev.EventID
 		// Points must be the order's whole credit: a reversal of a made-up amount is refused like a
 		// credit of one, not applied "up to the balance".
-		if err := checkEvent(ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
+		if err := checkEvent(ev.EventID, ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
 			return fmt.Errorf("poison message: order.refunded: %w", err)
 		}
 		m.reversal = &Reversal{OrderID: ev.OrderID, UserID: ev.UserID, Points: ev.Points}
@@ -471,10 +471,19 @@ func (m *message) decode() error {
 	return nil
 }
 
-// checkEvent refuses ids <= 0 and a points figure that is not the one the amount earns.
-func checkEvent(orderID, userID, amountCents, points int64) error {
+// checkEvent refuses a missing event_id, ids <= 0, an amount <= 0 and a points figure that is not the
+// one the amount earns. Every order has an amount > 0 (price_cents > 0, quantity >= 1): an event without
+// one is broken, and applied it would write a 0-point credit under the order's biz_id, which the real
+// event would then meet as a conflicting credit and be dead-lettered (the order's points lost).
+func checkEvent(eventID string, orderID, userID, amountCents, points int64) error {
+	if eventID == "" {
+		return errors.New("no event_id")
+	}
 	if orderID <= 0 || userID <= 0 {
 		return fmt.Errorf("order_id %d, user_id %d", orderID, userID)
+	}
+	if amountCents <= 0 {
+		return fmt.Errorf("amount_cents %d, want > 0", amountCents)
 	}
 	if want := events.PointsFor(amountCents); points != want {
 		return fmt.Errorf("points %d, want %d for amount_cents %d", points, want, amountCents)

@@ -2,6 +2,7 @@ package points_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -146,19 +147,36 @@ func TestPoisonMessagesAreDeadLetteredAndDoNotBlock(t *testing.T) {
 	pub.raw("poison-1", []byte(`{"event_id": "x", "order_id": `)) // truncated JSON
 	pub.event(orderPaid(1, 1, 300))
 	pub.event(orderPaid(666, 999, 10_000)) // user 999 does not exist
+	// Order 21's event without an amount, then its real one: applied, the first would write a 0-point
+	// credit under order 21's biz_id, and the real one would meet it as a conflicting credit (DLQ).
+	noAmount := orderPaid(21, 3, 0)
+	pub.event(noAmount)
+	pub.event(orderPaid(21, 3, 300))
+	noEventID := orderPaid(22, 3, 300)
+	noEventID.EventID = ""
+	b, err := json.Marshal(noEventID)
+	require.NoError(t, err)
+	pub.raw("no-event-id", b)
 	for i := int64(2); i <= 20; i++ {
 		pub.event(orderPaid(i, 3, 300))
 	}
 	ch := channel(t, env.AMQPURL)
-	waitCount(t, 20*time.Second, 2, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "both poisons in the DLQ")
-	waitCount(t, 10*time.Second, 20, func() int64 { return state(t, env).Rows }, "every good order credited")
-	assert.Equal(t, 2, c.count(points.OutcomeDeadLettered), "counted when nacked on the last delivery")
-	assert.Equal(t, 2*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
-	assert.Equal(t, ledgerState{Rows: 20, Distinct: 20, Sum: 60, Balances: 60}, state(t, env))
-	var forUnknown int64
+	waitCount(t, 20*time.Second, 4, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "the four poisons in the DLQ")
+	waitCount(t, 10*time.Second, 21, func() int64 { return state(t, env).Rows }, "every good order credited")
+	assert.Equal(t, 4, c.count(points.OutcomeDeadLettered), "counted when nacked on the last delivery")
+	assert.Equal(t, 4*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
+	assert.Equal(t, ledgerState{Rows: 21, Distinct: 21, Sum: 63, Balances: 63}, state(t, env))
+	var forUnknown, forNoEventID int64
 	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM points_ledger WHERE biz_id = ?`,
 		points.BizIDOrderPaid(666)).Scan(&forUnknown).Error)
 	assert.Zero(t, forUnknown)
+	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM points_ledger WHERE biz_id = ?`,
+		points.BizIDOrderPaid(22)).Scan(&forNoEventID).Error)
+	assert.Zero(t, forNoEventID)
+	var order21 int64
+	require.NoError(t, env.DB.Raw(`SELECT delta FROM points_ledger WHERE biz_id = ?`,
+		points.BizIDOrderPaid(21)).Scan(&order21).Error)
+	assert.EqualValues(t, 3, order21, "order 21 credited from its real event")
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
 }
 

@@ -645,6 +645,16 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestPoisonMessagesAreDeadLetteredAndDoNotBlock$",
 	},
 	{
+		ID: "points-balance-read", Guard: "balance: one read",
+		File: "internal/points/ledger.go",
+		// The balance read again in a statement of its own: a credit that commits between the two is in
+		// the balance and not in the entries.
+		Original: "\treturn balance, entries, nil\n",
+		Replacement: "\tif err := l.db.WithContext(ctx).Raw(`SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = ?), 0)`, userID).Scan(&balance).Error; err != nil {\n" +
+			"\t\treturn 0, nil, err\n\t}\n\treturn balance, entries, nil\n",
+		Pkgs: []string{"./internal/points"}, Run: "^TestBalanceAndEntriesAreOneSnapshot$",
+	},
+	{
 		ID: "points-done-maybe-done", Guard: "done is maybe done",
 		File:        "internal/points/consumer.go",
 		Original:    "\t\t\tm.maybeDone = true\n\t\t\ttoApply = append(toApply, m)",

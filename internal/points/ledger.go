@@ -299,19 +299,34 @@ func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta i
 	return applied, delta, nil
 }
 
-// Balance returns userID's balance (0 without an account) and the newest limit ledger entries.
+// Balance returns userID's balance (0 without an account) and the newest limit ledger entries (newest
+// first: by id, the order the rows were written in), read in ONE statement, so from one snapshot: the
+// entries are exactly the ones the balance adds up. Read in two statements, a credit that commits
+// between them is in the entries and not yet in the balance.
 func (l *Ledger) Balance(ctx context.Context, userID int64, limit int) (int64, []Entry, error) {
-	var balance int64
-	err := l.db.WithContext(ctx).Raw(`SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = ?), 0)`,
-		userID).Scan(&balance).Error
+	// One row per entry, each carrying the balance; one row with no entry (NULLs) when there is none.
+	var rows []struct {
+		Balance   int64
+		BizID     *string
+		Delta     *int64
+		Reason    *string
+		CreatedAt *time.Time
+	}
+	err := l.db.WithContext(ctx).Raw(`SELECT a.balance, e.biz_id, e.delta, e.reason, e.created_at
+		FROM (SELECT COALESCE((SELECT balance FROM points_accounts WHERE user_id = @user), 0) AS balance) a
+		LEFT JOIN LATERAL (SELECT id, biz_id, delta, reason, created_at FROM points_ledger
+			WHERE user_id = @user ORDER BY id DESC LIMIT @limit) e ON true
+		ORDER BY e.id DESC`, map[string]any{"user": userID, "limit": limit}).Scan(&rows).Error
 	if err != nil {
-		return 0, nil, fmt.Errorf("read balance: %w", err)
+		return 0, nil, fmt.Errorf("read balance and ledger: %w", err)
 	}
 	entries := []Entry{}
-	err = l.db.WithContext(ctx).Raw(`SELECT biz_id, delta, reason, created_at FROM points_ledger
-		WHERE user_id = ? ORDER BY id DESC LIMIT ?`, userID, limit).Scan(&entries).Error
-	if err != nil {
-		return 0, nil, fmt.Errorf("read ledger: %w", err)
+	var balance int64
+	for _, r := range rows {
+		balance = r.Balance
+		if r.BizID != nil {
+			entries = append(entries, Entry{BizID: *r.BizID, Delta: *r.Delta, Reason: *r.Reason, CreatedAt: *r.CreatedAt})
+		}
 	}
 	return balance, entries, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -349,4 +351,63 @@ func TestReversalForAUserWhoIsGoneWritesNothing(t *testing.T) {
 	var rows int64
 	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM points_ledger WHERE biz_id = 'order-refunded:85'`).Scan(&rows).Error)
 	assert.Zero(t, rows, "no row for nobody")
+}
+
+// GET /v1/points shows a balance and the entries it is the sum of: both must come from one moment.
+// Read in two statements, a credit that commits between them is in the entries and not in the balance.
+// A writer commits credits one by one while readers read; every read must add up.
+func TestBalanceAndEntriesAreOneSnapshot(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	l, err := points.NewLedger(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	const credits = 60 // below the limit of entries read, so that their sum is the whole balance
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int64(1); i <= credits; i++ {
+			_, err := l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(i), UserID: 1, Delta: i, Reason: points.ReasonOrderPaid}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var reads, torn atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				balance, entries, err := l.Balance(ctx, 1, 100)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var sum int64
+				for _, e := range entries {
+					sum += e.Delta
+				}
+				reads.Add(1)
+				if sum != balance {
+					torn.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d reads beside %d commits", reads.Load(), credits)
+	assert.Zero(t, torn.Load(), "reads whose entries do not add up to their balance")
+	balance, entries, err := l.Balance(ctx, 1, 100)
+	require.NoError(t, err)
+	assert.EqualValues(t, credits*(credits+1)/2, balance)
+	assert.Len(t, entries, credits)
 }

@@ -148,6 +148,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPartialRefundResentCountsOnce$",
 	},
 	{
+		ID: "pay-unrecorded-unknown", Guard: "pay: unrecorded answer",
+		File: "internal/pay/pay.go",
+		// A result the shop could not record is answered as the database error it met: 503 unavailable
+		// with Retry-After 1, while the payment exists and the record stays PROCESSING for the lease.
+		Original:    "return idempotency.Answer{}, errNotRecorded.WithRetryAfter(p.cfg.Lease).Wrap(err)",
+		Replacement: "return idempotency.Answer{}, err",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayResultTheShopCouldNotRecordIsOutcomeUnknown$",
+	},
+	{
 		ID: "refund-event-counted", Guard: "refund event: once",
 		File:        "internal/orders/repository.go",
 		Original:    "\tif res.RowsAffected == 0 {\n\t\treturn false, 0, sameRefund(ctx, tx, id, eventID, amountCents)\n\t}\n\tif err := r.addRefunded(",

@@ -1,14 +1,19 @@
 package ordersapp_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/pay"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/fault"
 	"idemshop/internal/testenv"
 )
 
@@ -35,4 +40,50 @@ func TestCreateOrderOnALockedProductIs503(t *testing.T) {
 	again := rp.createOrder(alice, "locked-1", `{"product_id":1,"quantity":1}`)
 	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "user_id = (SELECT id FROM users WHERE name = 'alice')"))
+}
+
+// The platform created the payment, and the shop could not record it: the order row was held past
+// DB_LOCK_TIMEOUT when the pay flow's write wanted it. The record stays PROCESSING under its lease, so
+// the answer is the one for a payment whose outcome the client cannot know (503
+// payment_outcome_unknown, Retry-After = PAY_LEASE), not the generic 503 unavailable with Retry-After 1,
+// which says nothing was written and whose retries would meet 409 for the rest of the lease. After
+// the lease the retry takes the record over and gets the same payment.
+func TestPayResultTheShopCouldNotRecordIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	backOffice := env.DB.Begin()
+	require.NoError(t, backOffice.Error)
+	t.Cleanup(func() { backOffice.Rollback() })
+	var id int64
+	var once sync.Once
+	lockOrder := func(context.Context) { // the first request's write only
+		once.Do(func() { assert.NoError(t, backOffice.Exec(`SELECT id FROM orders WHERE id = ? FOR UPDATE`, id).Error) })
+	}
+	rp := newReplica(t, env, replicaOpts{
+		cfg: func(c *config.Orders) {
+			payTo(mock, longLease)(c)
+			c.LockTimeout = 100 * time.Millisecond
+		},
+		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashBeforeWrite: lockOrder}),
+	})
+	id, _ = rp.newOrder(alice, 1, 1)
+
+	first := rp.pay(alice, id, "pay-unrecorded")
+	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	assert.Equal(t, "payment_outcome_unknown", first.problem(t).Code)
+	assert.Equal(t, fmt.Sprint(int(longLease.Seconds())), first.Header.Get("Retry-After"))
+	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-unrecorded").State)
+	require.NoError(t, backOffice.Rollback().Error)
+	p, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	require.True(t, found, "the platform has the payment")
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id), "nothing of it was recorded")
+
+	expireLease(t, env, "pay-unrecorded")
+	expireLock(t, env, id)
+	again := rp.pay(alice, id, "pay-unrecorded")
+	require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, p.ID, paymentID(t, again))
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 }

@@ -46,6 +46,12 @@ var (
 		"the payment platform did not answer in time; retry with the same Idempotency-Key")
 )
 
+// errNotRecorded is payment_outcome_unknown when the platform answered and the shop could not record the
+// answer: the client cannot know the outcome either way, and the record stays PROCESSING until its lease
+// runs out.
+var errNotRecorded = ErrOutcomeUnknown.WithDetail(
+	"the payment platform answered, but the shop could not record its answer; retry with the same Idempotency-Key")
+
 // errOrderBusy is idempotency_key_in_use (the contract's answer to a concurrent retry of one key) with a
 // detail that is also true when the concurrent request carries another key.
 var errOrderBusy = idempotency.ErrKeyInUse.WithDetail(
@@ -393,7 +399,16 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 		return idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
 	}
 	if err != nil {
-		return idempotency.Answer{}, err
+		// The platform answered and the shop could not write its answer down (the order row held past
+		// DB_LOCK_TIMEOUT, a lost connection): the record stays PROCESSING under its lease, and for the
+		// client the outcome is as unknown as after a timeout. The generic 503 (Retry-After: 1, nothing
+		// was written) would be untrue: the payment exists, and retries inside the lease meet 409. After
+		// the lease, a retry or the sweeper takes the record over and the platform returns the same payment.
+		logging.From(ctx).Warn("pay result not recorded; the record stays PROCESSING until its lease runs out",
+			"order_id", o.ID, "fence", rec.Fence, "err", err)
+		p.metrics.PayRecord(o.ID, rec.Fence, idempotency.StateProcessing)
+		p.metrics.Count(route, idempotency.OutcomeExecuted)
+		return idempotency.Answer{}, errNotRecorded.WithRetryAfter(p.cfg.Lease).Wrap(err)
 	}
 	p.metrics.PayRecord(o.ID, rec.Fence, r.state)
 	p.metrics.Count(route, idempotency.OutcomeExecuted)

@@ -271,6 +271,25 @@ func TestSettle(t *testing.T) {
 	assert.Equal(t, map[string]paymock.Status{p.ID: "SUCCESS", d.ID: "FAILED", trig.ID: "FAILED"}, got)
 }
 
+// A payment refunded in full was approved before: approving it again is the same no-op as approving a
+// SUCCESS again (200, nothing sent), and declining it is 409, as for a SUCCESS.
+func TestApproveAfterAFullRefundIsANoOp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	rcv := newReceiver(t, nil)
+
+	p := h.create(t, "order-refunded", 1000, rcv.url())
+	h.approve(t, p.ID)
+	h.callJSON(t, http.MethodPost, "/v1/refunds", `{"payment_id":"`+p.ID+`","refund_no":"r-1","amount_cents":1000}`,
+		http.StatusCreated, nil)
+	assert.Equal(t, paymock.StatusRefunded, h.approve(t, p.ID).Status, "approving a refunded payment again is a no-op")
+	status, raw := h.call(t, http.MethodPost, "/v1/payments/"+p.ID+"/decline", "")
+	requireProblem(t, status, raw, http.StatusConflict, "payment_not_pending")
+
+	waitFor(t, patience, func() bool { return finalCount(h.deliveries(t, "")) == 2 }, "the approval's and the refund's callbacks")
+	staysAt(t, 100*time.Millisecond, 2, rcv.count, "the no-op approve sent nothing")
+}
+
 // stripVolatile keeps what chaos decides and drops what the clock and the network decide.
 func stripVolatile(log []paymock.Attempt) []paymock.Attempt {
 	out := make([]paymock.Attempt, len(log))

@@ -102,7 +102,8 @@ func (s *store) paymentByOrderNo(no string) (Payment, bool) {
 
 // settle moves a PENDING payment to SUCCESS or FAILED and returns the event to send. Settling to the
 // state the payment is already in is a no-op (ev == nil), so a double-click on "approve" sends nothing
-// twice; settling a payment the other way is ErrNotPending.
+// twice; so is approving a payment refunded in full, which was approved before its refunds. Settling a
+// payment the other way is ErrNotPending.
 func (s *store) settle(id string, to Status) (p Payment, ev *Event, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,11 +111,10 @@ func (s *store) settle(id string, to Status) (p Payment, ev *Event, err error) {
 	if !ok {
 		return Payment{}, nil, ErrPaymentNotFound
 	}
-	switch e.p.Status {
-	case to:
+	if e.p.Status == to || (e.p.Status == StatusRefunded && to == StatusSuccess) {
 		return e.p, nil, nil
-	case StatusPending:
-	default:
+	}
+	if e.p.Status != StatusPending {
 		return e.p, nil, ErrNotPending
 	}
 	now := s.stamp()

@@ -88,6 +88,8 @@ func TestHeldLeaseIsWaitedOutThenCredited(t *testing.T) {
 
 	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
 	newPublisher(t, env.AMQPURL, top).event(ev)
+	waitFor(t, 10*time.Second, func() bool { return c.handled() > 0 }, "the message settled")
+	require.Zero(t, c.count(points.OutcomeDuplicate), "a held lease is waited for, never taken for a duplicate")
 	waitCount(t, 10*time.Second, 1, func() int64 { return state(t, env).Rows }, "credited after the lease expired")
 	assert.GreaterOrEqual(t, time.Since(start), lease-50*time.Millisecond, "not before the dead claim ran out")
 	waitCount(t, 5*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "counted")
@@ -160,9 +162,12 @@ func TestPoisonMessagesAreDeadLetteredAndDoNotBlock(t *testing.T) {
 	for i := int64(2); i <= 20; i++ {
 		pub.event(orderPaid(i, 3, 300))
 	}
+	// The poisons come before orders 2..20 and are never credited, so the ledger is complete, and holds
+	// nothing of theirs, once the last good order is in it.
+	waitCount(t, 10*time.Second, 21, func() int64 { return state(t, env).Rows }, "every good order credited")
+	require.EqualValues(t, 21, state(t, env).Rows, "no poison credited")
 	ch := channel(t, env.AMQPURL)
 	waitCount(t, 20*time.Second, 4, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "the four poisons in the DLQ")
-	waitCount(t, 10*time.Second, 21, func() int64 { return state(t, env).Rows }, "every good order credited")
 	assert.Equal(t, 4, c.count(points.OutcomeDeadLettered), "counted when nacked on the last delivery")
 	assert.Equal(t, 4*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
 	assert.Equal(t, ledgerState{Rows: 21, Distinct: 21, Sum: 63, Balances: 63}, state(t, env))

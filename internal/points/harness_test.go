@@ -224,10 +224,6 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string, 
 	require.Eventually(t, cond, timeout, 20*time.Millisecond, append([]any{msg}, args...)...)
 }
 
-// waitCount polls get every 20 ms until it reaches want (or timeout passes: a failure), then asserts
-// that it is exactly want. A count that jumps past want (a message handled twice, a second ledger row)
-// fails on that assertion, with both numbers, instead of leaving a wait for an exact value it has
-// already passed to time out.
 // waitDeadLettered waits until n messages are in top's dead-letter queue (read on ch) and c has counted
 // n dead-lettered.
 func waitDeadLettered(t testing.TB, c *running, ch *amqp.Channel, top rabbitmq.Topology, n int, what string) {
@@ -236,6 +232,10 @@ func waitDeadLettered(t testing.TB, c *running, ch *amqp.Channel, top rabbitmq.T
 	waitCount(t, 10*time.Second, n, func() int { return c.count(points.OutcomeDeadLettered) }, what+" counted dead-lettered")
 }
 
+// waitCount polls get every 20 ms until it reaches want (or timeout passes: a failure), then asserts
+// that it is exactly want. A count that jumps past want (a message handled twice, a second ledger row)
+// fails on that assertion, with both numbers, instead of leaving a wait for an exact value it has
+// already passed to time out.
 func waitCount[N ~int | ~int64](t testing.TB, timeout time.Duration, want N, get func() N, msg string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

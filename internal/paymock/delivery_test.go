@@ -280,8 +280,7 @@ func TestApproveAfterAFullRefundIsANoOp(t *testing.T) {
 
 	p := h.create(t, "order-refunded", 1000, rcv.url())
 	h.approve(t, p.ID)
-	h.callJSON(t, http.MethodPost, "/v1/refunds", `{"payment_id":"`+p.ID+`","refund_no":"r-1","amount_cents":1000}`,
-		http.StatusCreated, nil)
+	h.callJSON(t, http.MethodPost, "/v1/refunds", refundBody(p.ID, "r-1", 1000), http.StatusCreated, nil)
 	assert.Equal(t, paymock.StatusRefunded, h.approve(t, p.ID).Status, "approving a refunded payment again is a no-op")
 	status, raw := h.call(t, http.MethodPost, "/v1/payments/"+p.ID+"/decline", "")
 	requireProblem(t, status, raw, http.StatusConflict, "payment_not_pending")

@@ -570,6 +570,15 @@ var List = []Mutant{
 
 	// ── Guards in packages other engineers are changing: only tests that already exist there ──
 	{
+		ID: "redis-prefix-as-text", Guard: "teardown: prefix text",
+		File: "internal/platform/redisx/redisx.go",
+		// The prefix goes to SCAN MATCH as a glob: orders teardown with REDIS_KEY_PREFIX=run:?: deletes
+		// every run's keys.
+		Original:    "rdb.Scan(ctx, 0, globEscape(prefix)+\"*\", 1000)",
+		Replacement: "rdb.Scan(ctx, 0, prefix+\"*\", 1000)",
+		Pkgs:        []string{"./internal/platform/redisx"}, Run: "^TestDeletePrefixMatchesThePrefixAsText$",
+	},
+	{
 		ID: "lock-fence-incr", Guard: "lock: fence INCR",
 		File:        "internal/lock/lock.go",
 		Original:    "local fence = redis.call('INCR', KEYS[2])",

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,9 +42,11 @@ func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
 func UseLogger(l *slog.Logger) { redis.SetLogger(slogAdapter{l: l}) }
 
 // DeletePrefix deletes every key that starts with prefix (a run's or a test's namespace): SCAN in pages
-// of 1000, DEL each page. It is bounded by ctx, and returns the first error.
+// of 1000, DEL each page. It is bounded by ctx, and returns the first error. The prefix is matched as
+// text: SCAN's MATCH is a glob, and a prefix holding *, ?, [ or \ would otherwise match other
+// namespaces' keys (a prefix of "*" every key).
 func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	iter := rdb.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
 	var page []string
 	for iter.Next(ctx) {
 		if page = append(page, iter.Val()); len(page) == 1000 {
@@ -62,6 +65,18 @@ func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) error {
 		}
 	}
 	return nil
+}
+
+// globEscape makes s match itself alone in a Redis glob pattern (KEYS, SCAN MATCH).
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // DeleteIfOwner deletes a lease key (KEYS[1]) only while it still holds the caller's owner value

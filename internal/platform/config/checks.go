@@ -18,6 +18,16 @@ func (c *checks) positive(name string, d time.Duration) {
 	}
 }
 
+// pgMillis checks a duration sent to PostgreSQL as a timeout setting in whole milliseconds (lock_timeout,
+// statement_timeout): 1 ms to 2147483647 ms, its range. Below 1 ms it would be sent as 0, which there
+// means no timeout at all; past the range PostgreSQL refuses it only when the first connection is made.
+func (c *checks) pgMillis(name string, d time.Duration) {
+	const most = 2147483647 * time.Millisecond
+	if d < time.Millisecond || d > most || d%time.Millisecond != 0 {
+		c.add(fmt.Errorf("%s must be a whole number of milliseconds from 1ms to %s, got %s", name, most, d))
+	}
+}
+
 func (c *checks) notNegative(name string, d time.Duration) {
 	if d < 0 {
 		c.add(fmt.Errorf("%s must be >= 0, got %s", name, d))
@@ -56,8 +66,8 @@ func (h HTTP) check(c *checks) {
 
 func (p Postgres) check(c *checks) {
 	c.absoluteURL("DATABASE_URL", p.URL)
-	c.positive("DB_LOCK_TIMEOUT", p.LockTimeout)
-	c.positive("DB_STATEMENT_TIMEOUT", p.StatementTimeout)
+	c.pgMillis("DB_LOCK_TIMEOUT", p.LockTimeout)
+	c.pgMillis("DB_STATEMENT_TIMEOUT", p.StatementTimeout)
 	c.atLeastOne("DB_MAX_CONNS", int64(p.MaxConns))
 }
 

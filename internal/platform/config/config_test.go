@@ -40,6 +40,11 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"negative body limit": {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
 		"zero refund retry":   {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
 		"retry max under min": {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},
+		// PostgreSQL takes these in whole milliseconds, and 0 there means no timeout at all.
+		"lock timeout under 1 ms":         {"DB_LOCK_TIMEOUT", "500us", "DB_LOCK_TIMEOUT"},
+		"statement timeout under 1 ms":    {"DB_STATEMENT_TIMEOUT", "999us", "DB_STATEMENT_TIMEOUT"},
+		"lock timeout not whole ms":       {"DB_LOCK_TIMEOUT", "1500us", "DB_LOCK_TIMEOUT"},
+		"statement timeout past int32 ms": {"DB_STATEMENT_TIMEOUT", "600h", "DB_STATEMENT_TIMEOUT"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

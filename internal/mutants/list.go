@@ -570,6 +570,14 @@ var List = []Mutant{
 
 	// ── Guards in packages other engineers are changing: only tests that already exist there ──
 	{
+		ID: "config-pg-millis", Guard: "config: pg timeouts",
+		File: "internal/platform/config/checks.go",
+		// Any positive DB_LOCK_TIMEOUT passes: 500us is sent to PostgreSQL as 0, no timeout at all.
+		Original:    "if d < time.Millisecond || d > most || d%time.Millisecond != 0 {",
+		Replacement: "if d <= 0 || most == 0 {",
+		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
+	},
+	{
 		ID: "redis-prefix-as-text", Guard: "teardown: prefix text",
 		File: "internal/platform/redisx/redisx.go",
 		// The prefix goes to SCAN MATCH as a glob: orders teardown with REDIS_KEY_PREFIX=run:?: deletes

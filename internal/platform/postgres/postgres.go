@@ -108,7 +108,10 @@ func Ping(ctx context.Context, db *gorm.DB) error {
 }
 
 // EnsureDatabase creates the database named in url when it does not exist, by connecting to the
-// server's "postgres" maintenance database. Concurrent callers are safe: a lost race (42P04) is success.
+// server's "postgres" maintenance database. Concurrent callers are safe: a caller whose CREATE DATABASE
+// loses the race (42P04, or 23505 on pg_database's name index when the two catalog inserts meet) finds
+// the database there and succeeds; one refused because another CREATE is copying the template (55006)
+// tries again, a few times.
 func EnsureDatabase(ctx context.Context, url string) error {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -124,22 +127,35 @@ func EnsureDatabase(ctx context.Context, url string) error {
 		return fmt.Errorf("connect to maintenance database: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
-		return fmt.Errorf("look up database %q: %w", name, err)
+	exists := func() (bool, error) {
+		var ok bool
+		err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok)
+		if err != nil {
+			return false, fmt.Errorf("look up database %q: %w", name, err)
+		}
+		return ok, nil
 	}
-	if exists {
-		return nil
+	for attempt := 1; ; attempt++ {
+		if ok, err := exists(); err != nil || ok {
+			return err
+		}
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+		if err == nil {
+			return nil
+		}
+		if ok, lookErr := exists(); lookErr == nil && ok {
+			return nil // another caller created it first
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt == 10 { // 55006: template in use
+			return fmt.Errorf("create database %q: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		}
 	}
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: another replica won
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create database %q: %w", name, err)
-	}
-	return nil
 }
 
 // Migrate applies every pending migration from the embedded migrations/ folder. A PostgreSQL advisory

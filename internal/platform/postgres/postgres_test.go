@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +46,44 @@ func TestEnsureAndMigrateCreatesMissingDatabase(t *testing.T) {
 	var stock map[string]any = map[string]any{}
 	require.NoError(t, db.Raw(`SELECT stock FROM products WHERE id = 1`).Scan(&stock).Error)
 	assert.EqualValues(t, 100, stock["stock"])
+}
+
+// Callers that race to create one missing database all succeed: the losers' CREATE DATABASE fails with
+// 42P04 or, when the two catalog inserts meet, 23505 on pg_database's name index; either way the
+// database is there. (Two `orders migrate` started together on a fresh machine.)
+func TestEnsureDatabaseRacingCallersAllSucceed(t *testing.T) {
+	t.Parallel()
+	svc := testenv.Find(t)
+	ctx := context.Background()
+	for round := range 5 {
+		name := fmt.Sprintf("idemshop_test_%d_race_%d", os.Getpid(), round)
+		url := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
+		t.Cleanup(func() {
+			conn, err := pgx.Connect(ctx, svc.PostgresURL)
+			if err == nil {
+				_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+				conn.Close(ctx)
+			}
+		})
+		const callers = 6
+		start := make(chan struct{})
+		errs := make(chan error, callers)
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs <- postgres.EnsureDatabase(ctx, url)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "round %d", round)
+		}
+	}
 }
 
 func TestTranslateError(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"time"
 )
 
@@ -74,4 +75,17 @@ func (p Postgres) check(c *checks) {
 func (r Redis) check(c *checks) {
 	c.absoluteURL("REDIS_URL", r.URL)
 	c.positive("REDIS_TIMEOUT", r.Timeout)
+}
+
+// setButEmpty is an error naming each of names that is set to the empty string. The parser reads a
+// variable set to "" as unset and gives it its default: PAYMENT_WEBHOOK_SECRET= would start a service
+// on the public demo secret, which anyone can sign callbacks with.
+func setButEmpty(names ...string) error {
+	var errs []error
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok && v == "" {
+			errs = append(errs, fmt.Errorf("%s is set but empty: give it a value, or unset it for its default", n))
+		}
+	}
+	return errors.Join(errs...)
 }

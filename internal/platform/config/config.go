@@ -130,6 +130,9 @@ func LoadOrders() (Orders, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[Orders](err))
 	}
+	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET"); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
 	return c, c.Validate()
 }
 

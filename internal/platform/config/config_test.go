@@ -33,13 +33,14 @@ func TestDefaultsMatchDesign(t *testing.T) {
 
 func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 	cases := map[string]struct{ name, value, want string }{
-		"unparsable duration": {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
-		"zero duration":       {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
-		"not a bool":          {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
-		"relative URL":        {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
-		"negative body limit": {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
-		"zero refund retry":   {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
-		"retry max under min": {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},
+		"unparsable duration":  {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
+		"zero duration":        {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
+		"not a bool":           {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
+		"relative URL":         {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
+		"negative body limit":  {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
+		"zero refund retry":    {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
+		"retry max under min":  {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},
+		"secret set but empty": {"PAYMENT_WEBHOOK_SECRET", "", "PAYMENT_WEBHOOK_SECRET is set but empty"},
 		// PostgreSQL takes these in whole milliseconds, and 0 there means no timeout at all.
 		"lock timeout under 1 ms":         {"DB_LOCK_TIMEOUT", "500us", "DB_LOCK_TIMEOUT"},
 		"statement timeout under 1 ms":    {"DB_STATEMENT_TIMEOUT", "999us", "DB_STATEMENT_TIMEOUT"},
@@ -54,4 +55,14 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// The other binaries that sign or check callbacks refuse an empty secret too, instead of the parser's
+// default (the public demo secret).
+func TestEmptyWebhookSecretIsRefusedEverywhere(t *testing.T) {
+	t.Setenv("PAYMENT_WEBHOOK_SECRET", "")
+	_, err := config.LoadPaymentsMock()
+	require.ErrorContains(t, err, "PAYMENT_WEBHOOK_SECRET is set but empty")
+	_, err = config.LoadLoadtest()
+	require.ErrorContains(t, err, "PAYMENT_WEBHOOK_SECRET is set but empty")
 }

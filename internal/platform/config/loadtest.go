@@ -32,6 +32,9 @@ func LoadLoadtest() (Loadtest, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[Loadtest](err))
 	}
+	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET"); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
 	if c.Quiet <= 0 || c.HTTPTimeout <= 0 {
 		return c, fmt.Errorf("config: LAB_QUIET and LAB_HTTP_TIMEOUT must be > 0")
 	}

@@ -59,6 +59,9 @@ func LoadPaymentsMock() (PaymentsMock, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[PaymentsMock](err))
 	}
+	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET"); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
 	return c, c.Validate()
 }
 

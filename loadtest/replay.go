@@ -78,24 +78,46 @@ func runReplay(ctx context.Context, cfg config.Loadtest, args []string, stdout, 
 	return 0
 }
 
-// readReplay reads path, or, when no such file exists, the shipped recording of that name.
+// maxReplayBytes bounds what readReplay reads: the shipped recordings are a few KiB, and a path that
+// streams without end (/dev/zero, a FIFO) must not fill memory.
+const maxReplayBytes = 16 << 20
+
+// readReplay reads path, or, when path is a bare file name and no such file exists, the shipped
+// recording of that name. A path with a directory never falls back: a typo in the directory would
+// otherwise replay the shipped file in silence.
 func readReplay(path string) ([]byte, string, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readAtMost(path, maxReplayBytes)
 	if err == nil {
 		return raw, path, nil
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	if !errors.Is(err, fs.ErrNotExist) || filepath.Base(path) != path {
 		return nil, "", err
 	}
-	base := filepath.Base(path)
-	if raw, serr := shipped.ReadFile("replays/" + base); serr == nil {
-		return raw, base + " (shipped)", nil
+	if raw, serr := shipped.ReadFile("replays/" + path); serr == nil {
+		return raw, path + " (shipped)", nil
 	}
 	names, _ := fs.Glob(shipped, "replays/*.jsonl")
 	for i := range names {
 		names[i] = filepath.Base(names[i])
 	}
 	return nil, "", fmt.Errorf("%w (shipped replays: %v)", err, names)
+}
+
+// readAtMost reads path whole, or fails once it has read more than limit bytes.
+func readAtMost(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d MiB; a replay file is a few KiB of JSON lines", path, limit>>20)
+	}
+	return raw, nil
 }
 
 func printReplay(w io.Writer, rep play.Report, asJSON bool) {

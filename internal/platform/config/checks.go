@@ -47,6 +47,15 @@ func (c *checks) absoluteURL(name, raw string) {
 	}
 }
 
+// httpURL is absoluteURL for a URL the service calls (or gives the platform to call) over HTTP: its
+// scheme must be http or https, or the mistake shows only at the first call, after the service started.
+func (c *checks) httpURL(name, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		c.add(fmt.Errorf("%s is not an absolute http or https URL, got %q", name, raw))
+	}
+}
+
 func (c *checks) err() error {
 	if err := errors.Join(c.errs...); err != nil {
 		return fmt.Errorf("config: %w", err)

@@ -144,9 +144,9 @@ func (c Orders) Validate() error {
 	c.Redis.check(&ck)
 	c.Startup.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
-	ck.absoluteURL("PAYMENTS_URL", c.PaymentsURL)
-	ck.absoluteURL("CALLBACK_URL", c.CallbackURL)
-	ck.absoluteURL("POINTS_METRICS_URL", c.PointsMetricsURL)
+	ck.httpURL("PAYMENTS_URL", c.PaymentsURL)
+	ck.httpURL("CALLBACK_URL", c.CallbackURL)
+	ck.httpURL("POINTS_METRICS_URL", c.PointsMetricsURL)
 	if c.PaymentWebhookSecret == "" {
 		ck.add(errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
 	}

@@ -37,6 +37,8 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"zero duration":        {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
 		"not a bool":           {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
 		"relative URL":         {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
+		"not an http URL":      {"PAYMENTS_URL", "ftp://payments", "PAYMENTS_URL is not an absolute http or https URL"},
+		"callback not http":    {"CALLBACK_URL", "tcp://127.0.0.1:8080/cb", "CALLBACK_URL is not an absolute http or https URL"},
 		"negative body limit":  {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
 		"zero refund retry":    {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
 		"retry max under min":  {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},

@@ -93,7 +93,7 @@ func (c PointsConsumer) Validate() error {
 		ck.add(fmt.Errorf("POINTS_BATCH_SIZE must be 1..POINTS_PREFETCH (%d), got %d", c.Prefetch, c.BatchSize))
 	}
 	if c.LeasePoll > 0 && c.LeasePoll > c.LeaseTTL {
-		ck.add(fmt.Errorf("POINTS_LEASE_POLL must be <= POINTS_LEASE_TTL, got %s", c.LeasePoll))
+		ck.add(fmt.Errorf("POINTS_LEASE_POLL (%s) must be <= POINTS_LEASE_TTL (%s)", c.LeasePoll, c.LeaseTTL))
 	}
 	// The names are points.Points; checked here too so that a typo stops the process before it waits
 	// for its database.

@@ -29,6 +29,7 @@ func TestLoadPointsConsumerNamesTheBadVariable(t *testing.T) {
 		want string
 	}{
 		"unparsable lease":       {map[string]string{"POINTS_LEASE_TTL": "soon"}, "POINTS_LEASE_TTL"},
+		"lease under its poll":   {map[string]string{"POINTS_LEASE_TTL": "50ms"}, "POINTS_LEASE_POLL (100ms) must be <= POINTS_LEASE_TTL (50ms)"},
 		"batch above prefetch":   {map[string]string{"POINTS_PREFETCH": "10", "POINTS_BATCH_SIZE": "20"}, "POINTS_BATCH_SIZE"},
 		"fault without lab mode": {map[string]string{"POINTS_FAULT": "crash-after-commit"}, "ORDERS_LAB=true"},
 		"unknown fault":          {map[string]string{"ORDERS_LAB": "true", "POINTS_FAULT": "exit-after-commit"}, "POINTS_FAULT"},

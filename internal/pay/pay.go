@@ -423,7 +423,10 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 //	anything else: timeout, reset after the request was written, 500, 502, 504, garbled answer
 //	                                 → stays PROCESSING, 503 payment_outcome_unknown (the sweeper asks)
 //
-// path is the record's request path: a stored problem names it as its instance, as a live one would.
+// path is the record's request path: a stored problem (the RFC 9457 document the client would get) names
+// it as its instance, as a live one would, and is replayed byte for byte. The path was stored as routed
+// (/v1/orders/7/pay: digits only between its fixed segments), so it is the escaped path
+// httpproblem.Instance gives a live answer.
 func (p *Payer) outcome(o orders.Order, path string, pay payclient.Payment, rpcErr error) (result, error) {
 	switch {
 	case rpcErr == nil:
@@ -433,10 +436,10 @@ func (p *Payer) outcome(o orders.Order, path string, pay payclient.Payment, rpcE
 		st, code, _ := payclient.Refused(rpcErr)
 		pe := problem.Newf(problem.KindUnprocessable, ErrPaymentRefused.Code,
 			"the payment platform refused the payment (HTTP %d %s)", st, code)
-		body, err := problemBody(pe, path)
+		body, err := httpproblem.Document(pe, path)
 		return result{state: idempotency.StateFailedPermanent, status: httpproblem.StatusOf(pe.Kind), body: body}, err
 	case isRetryable(rpcErr):
-		body, err := problemBody(ErrPaymentUnavailable, path)
+		body, err := httpproblem.Document(ErrPaymentUnavailable, path)
 		return result{state: idempotency.StateFailedRetryable, status: http.StatusServiceUnavailable, body: body,
 			answer: ErrPaymentUnavailable.WithRetryAfter(p.cfg.Lease).Wrap(rpcErr)}, err
 	default:
@@ -463,12 +466,4 @@ func isRetryable(err error) bool {
 		return false
 	}
 	return errors.Is(err, payclient.ErrNotSent)
-}
-
-// problemBody is the stored form of an error answer: the RFC 9457 document the client would get, with
-// the record's request path as its instance (replayed byte for byte, it names the route it answers).
-// The path was stored as routed (/v1/orders/7/pay: digits only between its fixed segments), so it is
-// the escaped path httpproblem.Instance gives a live answer.
-func problemBody(pe *problem.Error, path string) ([]byte, error) {
-	return httpproblem.Document(pe, path)
 }

@@ -12,6 +12,7 @@ import (
 	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
 	"idemshop/internal/payclient"
+	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/logging"
 )
 
@@ -75,7 +76,7 @@ func (p *Payer) Complete(ctx context.Context, rec idempotency.Record, orderID in
 // NoPayment finishes rec FAILED_RETRYABLE with the stored 503 payment_unavailable: the platform has no
 // payment for the order, so a retry runs again. idempotency.ErrFenced: a newer holder owns rec.
 func (p *Payer) NoPayment(ctx context.Context, rec idempotency.Record) error {
-	body, err := problemBody(ErrPaymentUnavailable, rec.Path)
+	body, err := httpproblem.Document(ErrPaymentUnavailable, rec.Path)
 	if err != nil {
 		return err
 	}

@@ -137,8 +137,9 @@ func TestConnectionLossMidStreamReconnectsAndCreditsOnce(t *testing.T) {
 	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
 }
 
-// Poison messages (undecodable, and a well-formed event for a user that does not exist) are retried up
-// to the delivery limit, dead-lettered and counted, never credited; good messages around them go on.
+// Poison messages (undecodable, a well-formed event for a user that does not exist, one without an
+// amount, one without an event_id) are retried up to the delivery limit, dead-lettered and counted,
+// never credited; good messages around them go on, the real event of the order without an amount too.
 func TestPoisonMessagesAreDeadLetteredAndDoNotBlock(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)

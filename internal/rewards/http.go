@@ -118,9 +118,9 @@ func (h *Handler) redeem(c echo.Context) error {
 // formFields reads the two fields of a browser form post from its body, and refuses what c.FormValue
 // would let through in silence: a body that grows past the limit as it is read (413 body_too_large; one
 // whose Content-Length is over it never reaches the route) or is cut short (400 body_unreadable), a
-// body that is not valid form encoding, and a field sent twice (400 malformed_body). FormValue dropped the parse error and took what it had read:
-// a token cut off by the limit read as form_token_invalid, and a body with a broken %-escape after the
-// fields went through and bought a coupon.
+// body that is not valid form encoding, and a field sent twice (400 malformed_body). FormValue dropped
+// the parse error and took what it had read: a token cut off by the limit read as form_token_invalid,
+// and a body with a broken %-escape after the fields went through and bought a coupon.
 func formFields(r *http.Request) (tokenID, rewardID string, err error) {
 	body, err := httpproblem.ReadBody(r.Body)
 	if err != nil {

@@ -42,6 +42,11 @@ func runBench(ctx context.Context, cfg config.Loadtest, args []string, stdout, s
 		return 2
 	}
 	defer closeEnv()
+	// The no-key baseline and the outbox writer are lab routes.
+	if err := env.CheckServices(ctx, true); err != nil {
+		fmt.Fprintln(stderr, "loadtest bench:", err)
+		return 2
+	}
 	progress := func(string) {}
 	if f, ok := stderr.(*os.File); ok && !*asJSON {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {

@@ -293,6 +293,39 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 		assert.NotContains(t, string(errOut), "level=INFO")
 		assert.NotContains(t, string(errOut), "level=WARN")
 	})
+	t.Run("a shop down or not in lab mode is a set-up error, and nothing is written", func(t *testing.T) {
+		// Exit 1 means "an invariant broke" (or, for the unsafe side, "the failure showed"): a shop
+		// whose lab routes answer 404 must not read as either.
+		nolab := testenv.FreeAddr(t)
+		s.start("orders#nolab", nolab, "ORDERS_LAB=false", "PAYMENTS_URL="+s.mockURL)
+		users := func() int64 {
+			conn, err := pgx.Connect(context.Background(), s.dbURL)
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			var n int64
+			require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM users`).Scan(&n))
+			return n
+		}
+		before := users()
+		down := "http://" + testenv.FreeAddr(t) // nothing listens there
+		for _, c := range []struct {
+			url  string
+			args []string
+			want string
+		}{
+			{"http://" + nolab, []string{"lab", "S1"}, "start orders with ORDERS_LAB=true"},
+			{"http://" + nolab, []string{"incident", "--unsafe", "--orders", "2"}, "start orders with ORDERS_LAB=true"},
+			{"http://" + nolab, []string{"bench", "--only", "create", "--duration", "200ms"}, "start orders with ORDERS_LAB=true"},
+			{down, []string{"incident", "--orders", "2"}, "orders at " + down + " (ORDERS_URL) does not answer"},
+			{down, []string{"lab", "S1"}, "(ORDERS_URL) does not answer"},
+		} {
+			code, out, errOut := s.loadtestStreams(c.url, c.args...)
+			assert.Equal(t, 2, code, "%v against %s", c.args, c.url)
+			assert.Contains(t, string(errOut), c.want, "%v", c.args)
+			assert.Empty(t, out, "%v: no report", c.args)
+		}
+		assert.Equal(t, before, users(), "no lab user was created")
+	})
 }
 
 type replayReport struct {

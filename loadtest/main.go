@@ -96,6 +96,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer closeEnv()
+	// The guarded incident needs no lab route; the unsafe one and every lab scenario do.
+	if err := env.CheckServices(ctx, args[0] == "lab" || *unsafe); err != nil {
+		fmt.Fprintf(stderr, "loadtest %s: %v\n", args[0], err)
+		return 2
+	}
 	env.Keep = *keep
 	progress := progressLine(stderr, *asJSON)
 

@@ -1,0 +1,40 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// ErrNotLabMode is CheckServices' error for an orders that answers but serves no lab routes.
+var ErrNotLabMode = errors.New("orders is not in lab mode")
+
+// CheckServices asks orders and payments-mock whether they are up (GET /readyz answers at all: a
+// degraded 503 still counts, the scenarios report what it costs them), and, when needLab, whether
+// orders serves the lab routes (GET /lab/lab.js, the live page's static script, is 200 only with
+// ORDERS_LAB=true and reads nothing from the stores). It runs before a lab run, an unsafe incident or
+// a bench, so that a shop that is down or not in lab mode is a set-up error of its own (exit 2), never
+// a scenario's failure: an unsafe variant that answers 404 would otherwise read as a failure that
+// did not show, or a guard that did not hold.
+func (e *Env) CheckServices(ctx context.Context, needLab bool) error {
+	for _, s := range []struct{ name, variable, url string }{
+		{"orders", "ORDERS_URL", e.OrdersURL}, {"payments-mock", "PAYMENTS_URL", e.PaymentsURL},
+	} {
+		if _, err := e.Do(ctx, http.MethodGet, s.url+"/readyz", nil); err != nil {
+			return fmt.Errorf("%s at %s (%s) does not answer: %w", s.name, s.url, s.variable, err)
+		}
+	}
+	if !needLab {
+		return nil
+	}
+	r, err := e.Do(ctx, http.MethodGet, e.OrdersURL+"/lab/lab.js", nil)
+	if err != nil {
+		return fmt.Errorf("orders at %s (ORDERS_URL): GET /lab/lab.js: %w", e.OrdersURL, err)
+	}
+	if r.Status != http.StatusOK {
+		return fmt.Errorf("%w: GET %s/lab/lab.js answered HTTP %d; start orders with ORDERS_LAB=true",
+			ErrNotLabMode, e.OrdersURL, r.Status)
+	}
+	return nil
+}

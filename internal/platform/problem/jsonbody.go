@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"time"
 )
 
 // DecodeJSON decodes body strictly into v (a pointer to a struct): the body must be one JSON object
@@ -57,6 +58,10 @@ func decodeJSON(body []byte, v any, open bool) error {
 			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q must be of type %s", typeErr.Field, typeErr.Type)).Wrap(err)
 		case errors.As(err, &synErr):
 			return ErrMalformedBody.WithDetail(fmt.Sprintf("JSON syntax error at byte %d", synErr.Offset)).Wrap(err)
+		case badTimeField(body, v) != "":
+			// time.Time's own error quotes Go's layout ("2006-01-02T15:04:05Z07:00") and names no field.
+			return ErrMalformedBody.WithDetail(fmt.Sprintf(`field %q must be an RFC 3339 time in a string, e.g. "2026-12-05T10:00:00Z"`,
+				badTimeField(body, v))).Wrap(err)
 		default:
 			// Unknown fields come back as a plain error: `json: unknown field "x"`.
 			return ErrMalformedBody.WithDetail(err.Error()).Wrap(err)
@@ -124,4 +129,35 @@ func foldsToField(name string, allowed map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// badTimeField names the top-level member of body that v holds in a time.Time and that does not
+// decode as one, or "" when there is none: encoding/json returns a time's error without the member's
+// name. It runs only on a body that failed to decode.
+func badTimeField(body []byte, v any) string {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return ""
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return ""
+	}
+	timeType := reflect.TypeFor[time.Time]()
+	for i := 0; i < t.Elem().NumField(); i++ {
+		f := t.Elem().Field(i)
+		if f.Type != timeType && f.Type != reflect.PointerTo(timeType) {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		raw, ok := members[name]
+		if !ok {
+			continue
+		}
+		var tm *time.Time
+		if json.Unmarshal(raw, &tm) != nil {
+			return name
+		}
+	}
+	return ""
 }

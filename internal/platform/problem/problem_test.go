@@ -62,3 +62,30 @@ func TestDecodeJSONOpen(t *testing.T) {
 		}
 	}
 }
+
+// encoding/json reports a time that does not parse with Go's layout and without the member's name.
+func TestDecodeJSONNamesTheBadTimeField(t *testing.T) {
+	t.Parallel()
+	type body struct {
+		ID   string     `json:"id"`
+		At   time.Time  `json:"occurred_at"`
+		Seen *time.Time `json:"seen_at"`
+	}
+	for in, field := range map[string]string{
+		`{"id":"a","occurred_at":"yesterday"}`:                              "occurred_at",
+		`{"id":"a","occurred_at":"2026-12-05 10:00:00"}`:                    "occurred_at",
+		`{"id":"a","occurred_at":5}`:                                        "occurred_at",
+		`{"id":"a","occurred_at":"2026-12-05T10:00:00Z","seen_at":"later"}`: "seen_at",
+	} {
+		var v body
+		err := problem.DecodeJSON([]byte(in), &v)
+		assert.ErrorIs(t, err, problem.ErrMalformedBody, in)
+		var pe *problem.Error
+		if assert.ErrorAs(t, err, &pe, in) {
+			assert.Equal(t, `field "`+field+`" must be an RFC 3339 time in a string, e.g. "2026-12-05T10:00:00Z"`, pe.Detail, in)
+			assert.NotContains(t, pe.Detail, "2006", in)
+		}
+	}
+	var v body
+	assert.NoError(t, problem.DecodeJSON([]byte(`{"id":"a","occurred_at":"2026-12-05T10:00:00+01:00","seen_at":null}`), &v))
+}

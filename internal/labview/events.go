@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"idemshop/internal/decisions"
+	"idemshop/internal/platform/problem"
 )
 
 // events is GET /lab/events: Server-Sent Events, one decision per "data:" line (a JSON object with at
@@ -23,7 +24,8 @@ func (l *Live) events(c echo.Context) error {
 	if s := c.QueryParam("since"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return echo.NewHTTPError(http.StatusBadRequest, "since must be a decision seq")
+			return problem.New(problem.KindInvalid, "invalid_query",
+				fmt.Sprintf("query parameter since must be a decision's seq, a whole number >= 0; got %q", s)).Wrap(err)
 		}
 		since, haveSince = n, true
 	}

@@ -3,6 +3,7 @@ package labview_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -108,9 +109,15 @@ func TestEventStreamHeartbeatsAndEndsOnShutdown(t *testing.T) {
 func TestSinceMustBeANumber(t *testing.T) {
 	resp, err := http.Get(serveLive(t) + "/lab/events?since=x")
 	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
+	require.NoError(t, err)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+	var p struct{ Code, Detail string }
+	require.NoError(t, json.Unmarshal(body, &p), "%s", body)
+	assert.Equal(t, "invalid_query", p.Code)
+	assert.Equal(t, `query parameter since must be a decision's seq, a whole number >= 0; got "x"`, p.Detail)
 }
 
 // A HEAD on the stream answers its headers and ends, so the connection serves the next request: run as

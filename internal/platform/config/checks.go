@@ -3,8 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -44,6 +46,19 @@ func (c *checks) atLeastOne(name string, n int64) {
 func (c *checks) absoluteURL(name, raw string) {
 	if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
 		c.add(fmt.Errorf("%s is not an absolute URL", name))
+	}
+}
+
+// listenAddr checks an address the service listens on, as net.Listen takes it: host:port or :port,
+// the port a number (0: any free port). Without it, "garbage" fails at the listen, after the
+// connections were opened, in a message that does not name the variable.
+func (c *checks) listenAddr(name, addr string) {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		c.add(fmt.Errorf("%s must be host:port or :port with a port number (e.g. :8080 or 127.0.0.1:8080), got %q", name, addr))
 	}
 }
 

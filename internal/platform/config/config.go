@@ -139,6 +139,7 @@ func LoadOrders() (Orders, error) {
 // Validate checks values the parser cannot; each error names its variable.
 func (c Orders) Validate() error {
 	var ck checks
+	ck.listenAddr("HTTP_ADDR", c.HTTPAddr)
 	c.HTTP.check(&ck)
 	c.Postgres.check(&ck)
 	c.Redis.check(&ck)

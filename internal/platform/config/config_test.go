@@ -33,16 +33,19 @@ func TestDefaultsMatchDesign(t *testing.T) {
 
 func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 	cases := map[string]struct{ name, value, want string }{
-		"unparsable duration":  {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
-		"zero duration":        {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
-		"not a bool":           {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
-		"relative URL":         {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
-		"not an http URL":      {"PAYMENTS_URL", "ftp://payments", "PAYMENTS_URL is not an absolute http or https URL"},
-		"callback not http":    {"CALLBACK_URL", "tcp://127.0.0.1:8080/cb", "CALLBACK_URL is not an absolute http or https URL"},
-		"negative body limit":  {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
-		"zero refund retry":    {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
-		"retry max under min":  {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},
-		"secret set but empty": {"PAYMENT_WEBHOOK_SECRET", "", "PAYMENT_WEBHOOK_SECRET is set but empty"},
+		"unparsable duration":           {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
+		"zero duration":                 {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
+		"not a bool":                    {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
+		"relative URL":                  {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
+		"not an http URL":               {"PAYMENTS_URL", "ftp://payments", "PAYMENTS_URL is not an absolute http or https URL"},
+		"callback not http":             {"CALLBACK_URL", "tcp://127.0.0.1:8080/cb", "CALLBACK_URL is not an absolute http or https URL"},
+		"negative body limit":           {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
+		"zero refund retry":             {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
+		"retry max under min":           {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},
+		"secret set but empty":          {"PAYMENT_WEBHOOK_SECRET", "", "PAYMENT_WEBHOOK_SECRET is set but empty"},
+		"listen address without a port": {"HTTP_ADDR", "garbage", `HTTP_ADDR must be host:port or :port with a port number (e.g. :8080 or 127.0.0.1:8080), got "garbage"`},
+		"listen port not a number":      {"HTTP_ADDR", ":80a", "HTTP_ADDR must be host:port"},
+		"listen port out of range":      {"HTTP_ADDR", "127.0.0.1:65536", "HTTP_ADDR must be host:port"},
 		// PostgreSQL takes these in whole milliseconds, and 0 there means no timeout at all.
 		"lock timeout under 1 ms":         {"DB_LOCK_TIMEOUT", "500us", "DB_LOCK_TIMEOUT"},
 		"statement timeout under 1 ms":    {"DB_STATEMENT_TIMEOUT", "999us", "DB_STATEMENT_TIMEOUT"},
@@ -67,4 +70,18 @@ func TestEmptyWebhookSecretIsRefusedEverywhere(t *testing.T) {
 	require.ErrorContains(t, err, "PAYMENT_WEBHOOK_SECRET is set but empty")
 	_, err = config.LoadLoadtest()
 	require.ErrorContains(t, err, "PAYMENT_WEBHOOK_SECRET is set but empty")
+}
+
+// Every binary names HTTP_ADDR when it is not an address to listen on, before it opens anything.
+func TestListenAddressIsCheckedEverywhere(t *testing.T) {
+	t.Setenv("HTTP_ADDR", "8080")
+	_, err := config.LoadPaymentsMock()
+	require.ErrorContains(t, err, `HTTP_ADDR must be host:port or :port with a port number (e.g. :8080 or 127.0.0.1:8080), got "8080"`)
+	_, err = config.LoadPointsConsumer()
+	require.ErrorContains(t, err, `HTTP_ADDR must be host:port or :port with a port number (e.g. :8080 or 127.0.0.1:8080), got "8080"`)
+	for _, ok := range []string{":0", "127.0.0.1:18080", "[::1]:8080", "localhost:8080"} {
+		t.Setenv("HTTP_ADDR", ok)
+		_, err = config.LoadOrders()
+		require.NoError(t, err, ok)
+	}
 }

@@ -75,6 +75,7 @@ func LoadPointsConsumer() (PointsConsumer, error) {
 // Validate checks values the parser cannot; each error names its variable.
 func (c PointsConsumer) Validate() error {
 	var ck checks
+	ck.listenAddr("HTTP_ADDR", c.HTTPAddr)
 	c.HTTP.check(&ck)
 	c.Postgres.check(&ck)
 	c.Redis.check(&ck)

@@ -91,10 +91,36 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	}
 	st, _ := state()
 	require.Equal(t, "PROCESSING", st, "the crash left the record PROCESSING")
-	deadline := time.Now().Add(10 * time.Second)
-	for _, expired := state(); !expired; _, expired = state() {
-		require.True(t, time.Now().Before(deadline), "lease never ran out")
-		time.Sleep(20 * time.Millisecond)
+	leaseOver := func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for _, expired := state(); !expired; _, expired = state() {
+			require.True(t, time.Now().Before(deadline), "lease never ran out")
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	leaseOver()
+
+	// The platform down: sweep --once and reconcile --once ask, get no answer, leave the record as it
+	// was, and say so in their exit status (a scheduler must see that the work is still there).
+	down := "PAYMENTS_URL=http://" + testenv.FreeAddr(t) // nothing listens there
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"sweep", "--once"}, []string{down}, "did not answer for 1 stuck pay record(s)"},
+		{[]string{"reconcile", "--once"}, []string{down, "RECONCILE_GRACE=0s"}, "reconcile: the payment platform did not answer"},
+	} {
+		cmd := exec.Command(bin, c.args...)
+		cmd.Env = append(append([]string{}, env...), c.env...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", c.args, out)
+		assert.Equal(t, 1, ee.ExitCode(), "%v", c.args)
+		assert.Contains(t, string(out), c.want, "%v", c.args)
+		st, _ = state()
+		require.Equal(t, "PROCESSING", st, "%v: the record is left for the next run", c.args)
+		leaseOver()
 	}
 
 	t.Logf("lease over at %s", time.Now().Format(time.RFC3339Nano))

@@ -29,6 +29,7 @@ import (
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/redisx"
+	"idemshop/internal/sweeper"
 )
 
 func main() {
@@ -55,11 +56,11 @@ func run() error {
 		cmd = os.Args[1]
 	}
 	switch {
-	case cmd == "migrate":
+	case cmd == "migrate" && len(os.Args) <= 2:
 		return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
 	case (cmd == "sweep" || cmd == "reconcile") && len(os.Args) == 3 && os.Args[2] == "--once":
 		return runOnce(ctx, cmd, cfg, logger)
-	case cmd == "serve":
+	case cmd == "serve" && len(os.Args) <= 2:
 		return serve(ctx, stop, cfg, logger)
 	case cmd == "teardown":
 		return teardown(ctx, cfg, logger, os.Args[2:])
@@ -158,13 +159,21 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	if err != nil {
 		return err
 	}
+	// A run the platform did not answer changed nothing it asked about; the exit status says so, so
+	// that a scheduler sees the records and orders left for the next run.
 	if cmd == "sweep" {
 		done, err := app.Sweeper.RunOnce(ctx)
 		logger.Info("sweep done", "pay_record_repairs", done) // refunds log their own lines
+		if n := done[sweeper.RepairUnreachable] + done[sweeper.RepairGaveUp]; err == nil && n > 0 {
+			err = fmt.Errorf("sweep: the payment platform did not answer for %d stuck pay record(s); they stay PROCESSING for the next sweep", n)
+		}
 		return err
 	}
 	rep, err := app.Reconciler.RunOnce(ctx)
 	logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records)
+	if err == nil && rep.Orders[sweeper.ReconcileUnreachable]+rep.Records[sweeper.ReconcileUnreachable] > 0 {
+		err = errors.New("reconcile: the payment platform did not answer; the run stopped there, and the next one asks again")
+	}
 	return err
 }
 

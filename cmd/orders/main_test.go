@@ -77,3 +77,20 @@ func TestOrdersBinaryEndToEnd(t *testing.T) {
 	assert.Contains(t, logs.String(), `"request_id"`, "request lines carry the request id")
 	assert.Contains(t, logs.String(), "orders stopped")
 }
+
+// A command that takes no arguments refuses them instead of ignoring them: `orders migrate now`
+// is a typo, not a migration, and nothing is opened.
+func TestCommandsRefuseExtraArguments(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	for _, args := range [][]string{{"migrate", "now"}, {"serve", "--port", "1"}, {"sweep", "--once", "again"}, {"sweep"}} {
+		cmd := exec.Command(bin, args...)
+		// A server that does not exist: a command that got past its arguments would fail differently.
+		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable", "HTTP_ADDR=127.0.0.1:0")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", args, out)
+		assert.Equal(t, 1, ee.ExitCode(), "%v", args)
+		assert.Contains(t, string(out), fmt.Sprintf("unknown command %q", strings.Join(args, " ")), "%v", args)
+	}
+}

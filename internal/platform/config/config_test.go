@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +85,26 @@ func TestListenAddressIsCheckedEverywhere(t *testing.T) {
 		_, err = config.LoadOrders()
 		require.NoError(t, err, ok)
 	}
+}
+
+// loadtest checks the variables it shares with the services as they do, and names each one alone.
+func TestLoadLoadtestNamesTheBadVariable(t *testing.T) {
+	cases := map[string]struct{ name, value, want string }{
+		"orders URL without a scheme": {"ORDERS_URL", "127.0.0.1:8080", `ORDERS_URL is not an absolute http or https URL, got "127.0.0.1:8080"`},
+		"payments URL not http":       {"PAYMENTS_URL", "ftp://127.0.0.1", "PAYMENTS_URL is not an absolute http or https URL"},
+		"lock timeout under 1 ms":     {"DB_LOCK_TIMEOUT", "500us", "DB_LOCK_TIMEOUT must be a whole number of milliseconds"},
+		"zero Redis timeout":          {"REDIS_TIMEOUT", "0s", "REDIS_TIMEOUT must be > 0, got 0s"},
+		"zero quiet":                  {"LAB_QUIET", "0s", "LAB_QUIET must be > 0, got 0s"},
+		"zero HTTP timeout":           {"LAB_HTTP_TIMEOUT", "0s", "LAB_HTTP_TIMEOUT must be > 0, got 0s"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			_, err := config.LoadLoadtest()
+			require.ErrorContains(t, err, tc.want)
+			assert.Equal(t, 1, strings.Count(err.Error(), "must")+strings.Count(err.Error(), "is not"), "one variable named: %v", err)
+		})
+	}
+	_, err := config.LoadLoadtest()
+	require.NoError(t, err, "the defaults")
 }

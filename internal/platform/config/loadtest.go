@@ -35,10 +35,17 @@ func LoadLoadtest() (Loadtest, error) {
 	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET"); err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
-	if c.Quiet <= 0 || c.HTTPTimeout <= 0 {
-		return c, fmt.Errorf("config: LAB_QUIET and LAB_HTTP_TIMEOUT must be > 0")
-	}
-	return c, nil
+	// The same checks as the services' for the variables they share, so that a value a service would
+	// refuse is not used here (DB_LOCK_TIMEOUT=500us was sent to PostgreSQL as no timeout at all).
+	var ck checks
+	ck.httpURL("ORDERS_URL", c.OrdersURL)
+	ck.httpURL("PAYMENTS_URL", c.PaymentsURL)
+	c.Postgres.check(&ck)
+	c.Redis.check(&ck)
+	ck.absoluteURL("AMQP_URL", c.AMQPURL)
+	ck.positive("LAB_QUIET", c.Quiet)
+	ck.positive("LAB_HTTP_TIMEOUT", c.HTTPTimeout)
+	return c, ck.err()
 }
 
 // Soak is the configuration of `loadtest soak` beyond Loadtest's (docs/reliability.md). The soak starts

@@ -615,6 +615,10 @@ func (s *Service) audit(ctx context.Context, lg *slog.Logger, cb Callback, order
 // callbackIDMax bounds event_id and payment_id (bytes), which are stored in business tables.
 const callbackIDMax = 200
 
+// IDMaxBytes is callbackIDMax for other packages: the replay loader refuses a recorded id that its run's
+// prefix would take past it (replay.MaxIDBytes is the same number, checked by a test).
+const IDMaxBytes = callbackIDMax
+
 // cleaned returns cb with its text made storable (pgtext.Clean). A signed callback is trusted, but
 // PostgreSQL still refuses a NUL or broken UTF-8, and would refuse it again on every resend.
 func (cb Callback) cleaned() Callback {

@@ -24,10 +24,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"idemshop/internal/paysig"
+	"idemshop/internal/platform/pgtext"
 )
 
 // Format names the version of the format in the header line.
@@ -54,6 +58,14 @@ const (
 	maxLineBytes = 1 << 20
 	maxAtMS      = int64(24 * time.Hour / time.Millisecond)
 )
+
+// MaxIDBytes is the shop's bound on a callback's event_id and payment_id as stored (internal/callback's
+// IDMaxBytes; a NUL or an invalid byte is stored as U+FFFD, 3 bytes). A recorded id must leave room for
+// the run's prefix (NewPrefix), or every copy of its event would be refused (400) at send time.
+const MaxIDBytes = 200
+
+// utf8BOM starts files some editors save; it is not part of the first line's JSON.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // dropped are recorded headers a replay never sends as recorded: the signature is computed again at send
 // time (a recorded one is stale by definition), and the others belong to the connection, not the delivery.
@@ -128,7 +140,11 @@ func Parse(r io.Reader) (*Recording, error) {
 	n, seen := 0, 0
 	for sc.Scan() {
 		n++
-		line := bytes.TrimSpace(sc.Bytes())
+		line := sc.Bytes()
+		if n == 1 {
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
+		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
 		}
@@ -164,7 +180,11 @@ func Parse(r io.Reader) (*Recording, error) {
 			return nil, fmt.Errorf("line %d: event_id %q was recorded before with another body (copies of one event are identical)", n, ev.EventID)
 		}
 		bodies[ev.EventID] = canon
-		for name := range d.Headers {
+		for name, value := range d.Headers {
+			// Go's client would refuse to send such a header: every copy would be "no answer".
+			if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
+				return nil, fmt.Errorf("line %d: header %q: not a valid HTTP header name and value", n, name)
+			}
 			if dropped[http.CanonicalHeaderKey(name)] {
 				delete(d.Headers, name)
 			}
@@ -208,8 +228,10 @@ func (h Header) validate() error {
 	if h.Format != Format {
 		return fmt.Errorf("format %q, want %q", h.Format, Format)
 	}
-	if h.UnsafePath != "" && (!strings.HasPrefix(h.UnsafePath, unsafePrefix) || strings.ContainsAny(h.UnsafePath, "?# ")) {
-		return fmt.Errorf("unsafe_path %q must be a path under %s", h.UnsafePath, unsafePrefix)
+	// A clean path only: /lab/unsafe/../v1/... passes the prefix and is another route.
+	if h.UnsafePath != "" && (!strings.HasPrefix(h.UnsafePath, unsafePrefix) || strings.ContainsAny(h.UnsafePath, "?# ") ||
+		path.Clean(h.UnsafePath) != h.UnsafePath) {
+		return fmt.Errorf("unsafe_path %q must be a clean path under %s (no . or .. segments, no //)", h.UnsafePath, unsafePrefix)
 	}
 	for ref, o := range h.Orders {
 		if o.Quantity < 0 || o.Quantity > maxQuantity {
@@ -227,6 +249,11 @@ func parseBody(raw json.RawMessage) (Event, []byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
 		return Event{}, nil, errors.New("must be a JSON object")
+	}
+	// A name twice would reach the map (and the rewritten body) as its last value, in silence; the
+	// shop refuses such a body, so the recording is refused here, with the name.
+	if name := repeatedMember(raw); name != "" {
+		return Event{}, nil, fmt.Errorf("member %q appears more than once", name)
 	}
 	var ev Event
 	for _, f := range []struct {
@@ -249,6 +276,12 @@ func parseBody(raw json.RawMessage) (Event, []byte, error) {
 		return Event{}, nil, fmt.Errorf("status %q is not SUCCESS, FAILED or REFUNDED", ev.Status)
 	case ev.AmountCents <= 0:
 		return Event{}, nil, errors.New("amount_cents must be positive")
+	}
+	prefix := len(NewPrefix([4]byte{}))
+	for name, id := range map[string]string{"event_id": ev.EventID, "payment_id": ev.PaymentID} {
+		if n := len(pgtext.Clean(id, 0)); prefix+n > MaxIDBytes {
+			return Event{}, nil, fmt.Errorf("%s is %d bytes as stored; with the run's %d-byte prefix it must fit in %d", name, n, prefix, MaxIDBytes)
+		}
 	}
 	canon, err := json.Marshal(fields) // map keys are sorted: the same fields give the same bytes
 	if err != nil {
@@ -405,4 +438,30 @@ func Write(w io.Writer, h Header, ds []Delivery) error {
 		}
 	}
 	return nil
+}
+
+// repeatedMember returns the first top-level member name of the JSON object raw that appears twice,
+// or "" (raw is known to be an object).
+func repeatedMember(raw []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return name
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
 }

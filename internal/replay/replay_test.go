@@ -113,6 +113,18 @@ func TestParseRefusesWhatItCannotReplayFaithfully(t *testing.T) {
 		"order without delivery": {[]string{`{"format":"idemshop-replay/1","orders":{"Z":{"quantity":1}}}`, ok},
 			`orders["Z"] has no delivery`},
 		"two values on a line": {[]string{ok + " {}"}, "more than one JSON value"},
+		// Each of these parsed before, and then every copy was refused by the shop or by Go's client.
+		"unsafe path with ..": {[]string{`{"format":"idemshop-replay/1","unsafe_path":"/lab/unsafe/../v1/orders"}`, ok},
+			`unsafe_path "/lab/unsafe/../v1/orders" must be a clean path`},
+		"unsafe path with //": {[]string{`{"format":"idemshop-replay/1","unsafe_path":"/lab/unsafe//payments/callback"}`, ok}, "must be a clean path"},
+		"a body member twice": {[]string{`{"at_ms":0,"body":{"event_id":"e1","payment_id":"p","merchant_order_no":"A","status":"FAILED","status":"SUCCESS","amount_cents":1,"currency":"EUR"}}`},
+			`line 1: body: member "status" appears more than once`},
+		"event_id too long for the prefix": {[]string{line(0, body(strings.Repeat("e", 189), "p", "A", "SUCCESS", 100))},
+			"event_id is 189 bytes as stored; with the run's 12-byte prefix it must fit in 200"},
+		"payment_id with NULs too long": {[]string{line(0, body("e1", strings.Repeat("\x00", 63), "A", "SUCCESS", 100))},
+			"payment_id is 189 bytes as stored"},
+		"bad header name":  {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X Bad", "1")}, `line 1: header "X Bad"`},
+		"bad header value": {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X-Note", "a\nb")}, `line 1: header "X-Note"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			assert.Contains(t, parseErr(t, tc.lines...), tc.want)
@@ -181,4 +193,16 @@ func TestWriteThenParseRoundTrips(t *testing.T) {
 	assert.Equal(t, rec.Header, again.Header)
 	assert.Equal(t, rec.Events, again.Events)
 	assert.Equal(t, rec.Groups(), again.Groups())
+}
+
+// The longest ids that still fit beside the run's prefix, a file saved with a UTF-8 BOM, and a clean
+// unsafe_path all parse.
+func TestParseAcceptsTheLimits(t *testing.T) {
+	rec := parse(t, "\xef\xbb\xbf"+`{"format":"idemshop-replay/1","unsafe_path":"/lab/unsafe/s12/payments/callback"}`,
+		line(0, body(strings.Repeat("e", 188), strings.Repeat("\x00", 62)+"pp", "A", "SUCCESS", 100), "X-Pay-Attempt", "1"))
+	assert.Equal(t, "/lab/unsafe/s12/payments/callback", rec.UnsafePath())
+	require.Len(t, rec.Events, 1)
+	assert.Len(t, rec.Events[0].EventID, 188)
+	rec = parse(t, "\xef\xbb\xbf"+line(0, body("e1", "p", "A", "SUCCESS", 100)))
+	assert.Len(t, rec.Deliveries, 1, "a BOM before a delivery line")
 }

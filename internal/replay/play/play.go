@@ -141,6 +141,12 @@ func Run(ctx context.Context, env *lab.Env, rec *replay.Recording, opt Options) 
 	if opt.Unsafe && rep.Answers["404"] == len(prepared) {
 		return rep, fmt.Errorf("every delivery to %s was answered 404: is orders in lab mode (ORDERS_LAB=true)?", rep.Path)
 	}
+	// Each delivery is signed afresh at send time, so a refused signature is never the recording's:
+	// this process and orders do not share PAYMENT_WEBHOOK_SECRET, and nothing was checked.
+	if n := rep.Answers["401"]; n > 0 {
+		return rep, fmt.Errorf("%d of %d deliveries were answered 401 (signature refused): is PAYMENT_WEBHOOK_SECRET the one orders uses?",
+			n, len(prepared))
+	}
 	for _, status := range slices.Sorted(maps.Keys(rep.Answers)) {
 		if code, err := strconv.Atoi(status); err != nil || code >= 500 {
 			// The platform would send these again; a replay sends each line once, so the recording's end

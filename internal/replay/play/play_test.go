@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/lab"
 	"idemshop/internal/lab/labtest"
 	"idemshop/internal/platform/config"
@@ -211,4 +212,21 @@ func TestUnsafeReplayNeedsLabMode(t *testing.T) {
 	env := labtest.NewEnv(t, func(c *config.Orders) { c.Lab = false })
 	_, err := play.Run(context.Background(), env, shipped(t, "decline-race.jsonl"), play.Options{Unsafe: true})
 	require.ErrorContains(t, err, "is orders in lab mode (ORDERS_LAB=true)?")
+}
+
+// The replay signs each delivery at send time: a 401 means this process and orders do not share the
+// secret, a set-up error, not a shop that broke its invariants.
+func TestReplayWithAnotherSecretIsASetUpError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole shop")
+	}
+	env := labtest.NewEnv(t, nil)
+	env.Secret = []byte("not-the-shops-secret")
+	_, err := play.Run(context.Background(), env, shipped(t, "decline-race.jsonl"), play.Options{})
+	require.ErrorContains(t, err, "answered 401 (signature refused): is PAYMENT_WEBHOOK_SECRET the one orders uses?")
+}
+
+// The loader's bound on recorded ids is the shop's.
+func TestReplayIDBoundIsTheShops(t *testing.T) {
+	assert.Equal(t, callback.IDMaxBytes, replay.MaxIDBytes)
 }

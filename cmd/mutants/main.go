@@ -296,6 +296,11 @@ func goTest(ctx context.Context, o options, dir, overlay, runRE string, pkgs []s
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = dir
+	if overlay != "" {
+		// Tests that run a built binary (testenv.Build) build it with the same overlay, so that a
+		// mutant in a command's code reaches the process the test starts.
+		cmd.Env = append(os.Environ(), mutants.OverlayEnv+"="+overlay)
+	}
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	cmd.WaitDelay = 10 * time.Second

@@ -17,6 +17,10 @@ import (
 	"time"
 )
 
+// OverlayEnv names the variable through which cmd/mutants hands its `go build -overlay` file to the
+// tests it runs, so that testenv.Build builds the binaries a test starts with the mutated file too.
+const OverlayEnv = "IDEMSHOP_TEST_OVERLAY"
+
 // Mutant is one deliberate break of one guard.
 type Mutant struct {
 	// ID is short, stable and unique: `make mutants ONLY=<id>` runs this one alone.

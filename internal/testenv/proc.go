@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"idemshop/internal/mutants"
 )
 
 // Output collects a child process's stdout and stderr. exec copies into it from its own goroutine, so
@@ -71,7 +73,12 @@ func Build(t testing.TB, pkg string) string {
 		buildDir = dir
 	}
 	bin := filepath.Join(buildDir, filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+	args := []string{"build", "-o", bin}
+	// Under `make mutants`, with the mutant's overlay: the binary runs the mutated code, as the test does.
+	if overlay := os.Getenv(mutants.OverlayEnv); overlay != "" {
+		args = append(args, "-overlay", overlay)
+	}
+	if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
 		t.Fatalf("testenv: go build %s: %v\n%s", pkg, err, out)
 	}
 	built[pkg] = bin

@@ -181,12 +181,25 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 // demo.sh, bench.sh and soak.sh call it at exit): every key under REDIS_KEY_PREFIX, the shop's topology
 // under AMQP_NAME_PREFIX, and each further queue or exchange named in names (the scripts list them
 // with rabbitmqctl: the lab declares topologies of its own under the prefix). It refuses to run
-// without both prefixes set explicitly, and ignores a name outside AMQP_NAME_PREFIX: the defaults are
-// a shop's real names, never a run's.
+// without both prefixes set explicitly, with the default Redis prefix, or with a name outside
+// AMQP_NAME_PREFIX or one that looks like a flag: the defaults are a shop's real names, never a run's.
 func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names []string) error {
 	// The environment, not cfg: an empty REDIS_KEY_PREFIX parses as the shop's default prefix.
 	if os.Getenv("REDIS_KEY_PREFIX") == "" || os.Getenv("AMQP_NAME_PREFIX") == "" {
 		return errors.New("teardown needs REDIS_KEY_PREFIX and AMQP_NAME_PREFIX set to the run's prefixes")
+	}
+	if def := config.DefaultOrders().Redis.KeyPrefix; cfg.Redis.KeyPrefix == def {
+		return fmt.Errorf("teardown refuses REDIS_KEY_PREFIX %q: it is the shop's default prefix, never a run's", def)
+	}
+	// Every argument is checked before anything is deleted: `teardown --help` once deleted a live
+	// stack's queue, and the order.paid messages in it with it.
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "-"):
+			return fmt.Errorf("teardown takes queue and exchange names, not flags: %q (nothing was deleted)", n)
+		case !strings.HasPrefix(n, cfg.NamePrefix):
+			return fmt.Errorf("teardown: %q is not under AMQP_NAME_PREFIX %q (nothing was deleted)", n, cfg.NamePrefix)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -206,13 +219,7 @@ func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names
 	}
 	defer conn.Close()
 	rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix))
-	var extra []string
-	for _, n := range names {
-		if strings.HasPrefix(n, cfg.NamePrefix) {
-			extra = append(extra, n)
-		}
-	}
-	rabbitmq.DeleteNames(conn, extra...)
-	logger.Info("teardown done", "redis_prefix", cfg.Redis.KeyPrefix, "amqp_prefix", cfg.NamePrefix, "extra_names", len(extra))
+	rabbitmq.DeleteNames(conn, names...)
+	logger.Info("teardown done", "redis_prefix", cfg.Redis.KeyPrefix, "amqp_prefix", cfg.NamePrefix, "extra_names", len(names))
 	return errors.Join(errs...)
 }

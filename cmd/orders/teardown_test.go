@@ -47,8 +47,32 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 	require.Error(t, err, "an empty Redis prefix would mean the shop's default one")
 	assert.Contains(t, string(out), "teardown needs")
 
-	cmd := exec.Command(bin, "teardown", lab.Queue, lab.DeadLetterQueue, lab.Exchange, lab.DeadLetterExchange,
-		"points.order-paid") // outside the prefix: ignored
+	// Each of these is refused before anything is deleted: a flag (`teardown --help` once deleted a
+	// live stack's queue with its messages), a name outside the prefix, the shop's default prefix.
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"--help"}, []string{"REDIS_KEY_PREFIX=" + run, "AMQP_NAME_PREFIX=" + run}, `not flags: "--help"`},
+		{[]string{lab.Queue, "points.order-paid"}, []string{"REDIS_KEY_PREFIX=" + run, "AMQP_NAME_PREFIX=" + run}, `"points.order-paid" is not under AMQP_NAME_PREFIX`},
+		{nil, []string{"REDIS_KEY_PREFIX=idemshop:", "AMQP_NAME_PREFIX=" + run}, `REDIS_KEY_PREFIX "idemshop:": it is the shop's default prefix`},
+	} {
+		cmd := exec.Command(bin, append([]string{"teardown"}, c.args...)...)
+		cmd.Env = append(append(os.Environ(), "REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL), c.env...)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%v: %s", c.args, out)
+		assert.Contains(t, string(out), c.want)
+		keys, err := env.Redis.Keys(ctx, env.Prefix+"*").Result()
+		require.NoError(t, err)
+		assert.Len(t, keys, 3, "%v: no key deleted", c.args)
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDeclarePassive(lab.Queue, true, false, false, false, nil)
+		assert.NoError(t, err, "%v: the queue is still there", c.args)
+	}
+
+	cmd := exec.Command(bin, "teardown", lab.Queue, lab.DeadLetterQueue, lab.Exchange, lab.DeadLetterExchange)
 	cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
 		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL)
 	out, err = cmd.CombinedOutput()

@@ -328,6 +328,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsARefundTheOrderNeverRecorded$",
 	},
 	{
+		ID: "reconcile-paid-missing", Guard: "reconciler: paid, none",
+		File: "internal/sweeper/reconcile.go",
+		// A PAID order the platform has no payment for counts as no_payment ("still payable"), unsaid.
+		Original:    "if !found && (o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAPaidOrderThePlatformDoesNotKnow$",
+	},
+	{
 		ID: "reconcile-drift-wait", Guard: "reconciler: drift wait",
 		File: "internal/sweeper/reconcile.go",
 		// A refund whose callback may still be on its way is an alarm.
@@ -626,6 +634,14 @@ var List = []Mutant{
 		Original:    "if n := done[sweeper.RepairUnreachable] + done[sweeper.RepairGaveUp]; err == nil && n > 0 {",
 		Replacement: "if n := done[sweeper.RepairUnreachable] + done[sweeper.RepairGaveUp]; err == nil && n > 1<<30 {",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
+	},
+	{
+		ID: "teardown-names-checked", Guard: "teardown: names",
+		File: "cmd/orders/main.go",
+		// `teardown --help` deletes the live stack's queue, and the order.paid messages in it.
+		Original:    "\t\tcase strings.HasPrefix(n, \"-\"):",
+		Replacement: "\t\tcase false:",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
 	},
 	{
 		ID: "redis-prefix-as-text", Guard: "teardown: prefix text",

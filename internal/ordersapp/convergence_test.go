@@ -457,6 +457,45 @@ func TestReconcilerAlertsARefundTheOrderNeverRecorded(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_drift"))
 }
 
+// A PAID order the platform has no payment for (a platform that lost its records) is an alert, not
+// "still payable": the shop holds money the platform says it never took.
+func TestReconcilerAlertsAPaidOrderThePlatformDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	logs := &testenv.Output{}
+	reconciling := func(m *mockPlatform) *replica {
+		return newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
+			payTo(m, longLease)(c)
+			c.ReconcileGrace = 0
+			c.ReconcileRecheck = time.Millisecond
+		}})
+	}
+	rp := reconciling(mock)
+	ctx := context.Background()
+	paid, _ := rp.newOrder(alice, 1, 1)
+	paying, _ := rp.newOrder(alice, 1, 1)
+	paymentID(t, rp.pay(alice, paying, "pay-in-flight")) // PAYING: the platform has it PENDING
+	pid := paymentID(t, rp.pay(alice, paid, "pay-forgotten"))
+	_, err := mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	_, err = rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "PAID", statusOf(t, env.DB, paid))
+
+	amnesiac := reconciling(newMock(t, nil)) // a platform with none of the first one's records
+	time.Sleep(2 * time.Millisecond)         // past RECONCILE_RECHECK
+	rep, err := amnesiac.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcilePaymentMissing], "%+v", rep)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileNoPayment], "the PAYING order is still payable: %+v", rep)
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=reconcile_payment_missing"), logs.String())
+	assert.Contains(t, logs.String(), "order_id="+strconv.FormatInt(paid, 10))
+	assert.Equal(t, "PAID", statusOf(t, env.DB, paid), "nothing applied")
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, paying))
+	assert.Equal(t, 1.0, metricValue(t, amnesiac.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentMissing}))
+}
+
 // The reconciler also settles FAILED_RETRYABLE records: a 503 from the platform does not prove that
 // nothing was created, so the record is completed once the query API shows the payment.
 func TestReconcilerSettlesRetryableRecords(t *testing.T) {

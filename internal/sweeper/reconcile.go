@@ -46,6 +46,10 @@ const (
 	// not, and the platform has not touched the payment for RefundDriftAfter: an operator alert,
 	// nothing applied (orders only).
 	ReconcileRefundDrift = "refund_drift"
+	// ReconcilePaymentMissing: the order is PAID or REFUND_REQUIRED here, and the platform has no
+	// payment for it (a platform that lost its records, or an order paid by other means): an operator
+	// alert, nothing applied (orders only). Not no_payment: that one says "still payable".
+	ReconcilePaymentMissing = "payment_missing"
 )
 
 // Reconciler compares orders and unfinished pay records with the platform's query API and drives
@@ -81,7 +85,7 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 		}, []string{"result"}),
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileMismatch,
-		ReconcileRefundDrift} {
+		ReconcileRefundDrift, ReconcilePaymentMissing} {
 		r.orders.WithLabelValues(res) // every series exists from the start, at 0
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable} {
@@ -175,6 +179,12 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 		return ReconcileUnreachable
 	}
 	result := ReconcileNoPayment
+	if !found && (o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) {
+		// The shop holds money the platform says it never took: nothing here can tell which is right.
+		lg.Error("ALERT: the order is paid here and the platform has no payment for it; nothing applied",
+			"alert", "reconcile_payment_missing", "payment_id", o.PaymentID)
+		result = ReconcilePaymentMissing
+	}
 	if found {
 		outcome, reason, err := r.svc.Reconcile(ctx, o, payment)
 		switch {

@@ -306,6 +306,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
 	},
 	{
+		ID: "redeem-form-file-part", Guard: "form post: file parts",
+		File: "internal/rewards/http.go",
+		// A field sent once as a value and once as a file part passes as sent once.
+		Original:    "for name, files := range mf.File {",
+		Replacement: "for name, files := range map[string][]*multipart.FileHeader{} {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
+	},
+	{
 		ID: "redeem-form-twice", Guard: "form post: one each",
 		File:        "internal/rewards/http.go",
 		Original:    "if len(vs) > 1 {",

@@ -596,6 +596,15 @@ func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
 	chunked := func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }
 	bigCT, big := multipartBody([][2]string{{"reward", "coupon-10"}, {"form_token", tok}}, 2*limit)
 	twiceCT, twice := multipartBody([][2]string{{"reward", "coupon-10"}, {"form_token", tok}, {"form_token", other}}, 0)
+	// The second copy as a file part (curl -F form_token=@file): ReadForm keeps files apart from values.
+	var fileBody bytes.Buffer
+	fw := multipart.NewWriter(&fileBody)
+	require.NoError(t, fw.WriteField("reward", "coupon-10"))
+	require.NoError(t, fw.WriteField("form_token", tok))
+	part, err := fw.CreateFormFile("form_token", "token.txt")
+	require.NoError(t, err)
+	_, _ = part.Write([]byte(other))
+	require.NoError(t, fw.Close())
 
 	for _, tc := range []struct {
 		name        string
@@ -610,6 +619,7 @@ func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
 		{"multipart over the limit, without Content-Length", bigCT, big, -1, 413, "exceeds the configured limit"},
 		{"form_token twice", echo.MIMEApplicationForm, []byte(good + "&form_token=" + other), -1, 400, `field &#34;form_token&#34; sent 2 times`},
 		{"multipart form_token twice", twiceCT, twice, int64(len(twice)), 400, `field &#34;form_token&#34; sent 2 times`},
+		{"multipart form_token as a value and as a file", fw.FormDataContentType(), fileBody.Bytes(), int64(fileBody.Len()), 400, `field &#34;form_token&#34; sent 2 times`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r response

@@ -134,6 +134,13 @@ func formFields(r *http.Request) (tokenID, rewardID string, err error) {
 		var mf *multipart.Form
 		if mf, err = multipart.NewReader(bytes.NewReader(body), params["boundary"]).ReadForm(int64(len(body)) + 1); err == nil {
 			form = mf.Value
+			// A part with a file name is a file, not a value: ReadForm keeps it apart, so that a field
+			// sent once as a value and once as a file would pass as sent once. Such a part counts.
+			for name, files := range mf.File {
+				for range files {
+					form[name] = append(form[name], "")
+				}
+			}
 			_ = mf.RemoveAll() // a file part is held in memory (the body is), so there is nothing on disk
 		}
 	} else {

@@ -32,6 +32,7 @@ import (
 
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/pgtext"
+	"idemshop/internal/platform/problem"
 )
 
 // Format names the version of the format in the header line.
@@ -156,6 +157,16 @@ func Parse(r io.Reader) (*Recording, error) {
 			if err := strictDecode(line, &rec.Header); err != nil {
 				return nil, fmt.Errorf("line %d: header: %w", n, err)
 			}
+			// The same rules one level down, for each order's spec.
+			var specs struct {
+				Orders map[string]json.RawMessage `json:"orders"`
+			}
+			_ = json.Unmarshal(line, &specs) // it decoded above
+			for ref, raw := range specs.Orders {
+				if err := strictDecode(raw, new(OrderSpec)); err != nil {
+					return nil, fmt.Errorf("line %d: header: orders[%q]: %w", n, ref, err)
+				}
+			}
 			if err := rec.Header.validate(); err != nil {
 				return nil, fmt.Errorf("line %d: header: %w", n, err)
 			}
@@ -212,14 +223,16 @@ func isHeader(line []byte) bool {
 	return json.Unmarshal(line, &probe) == nil && probe.Format != nil
 }
 
+// strictDecode decodes one line as the shop decodes a request body (problem.DecodeJSON): member names
+// exactly as documented, each once, nothing unknown, nothing after the value. encoding/json alone
+// matches names in any case and lets the last of two win: "AT_MS" or a second "at_ms" would decide.
 func strictDecode(line []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields() // a misspelt field would otherwise be ignored, silently
-	if err := dec.Decode(v); err != nil {
+	if err := problem.DecodeJSON(line, v); err != nil {
+		var pe *problem.Error
+		if errors.As(err, &pe) {
+			return errors.New(pe.Detail)
+		}
 		return err
-	}
-	if dec.More() {
-		return errors.New("more than one JSON value on the line")
 	}
 	return nil
 }
@@ -250,10 +263,10 @@ func parseBody(raw json.RawMessage) (Event, []byte, error) {
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
 		return Event{}, nil, errors.New("must be a JSON object")
 	}
-	// A name twice would reach the map (and the rewritten body) as its last value, in silence; the
-	// shop refuses such a body, so the recording is refused here, with the name.
-	if name := repeatedMember(raw); name != "" {
-		return Event{}, nil, fmt.Errorf("member %q appears more than once", name)
+	// A name twice, or a name the shop reads in another case, would reach the map (and the rewritten
+	// body) in silence; the shop refuses such a body, so the recording is refused here, with the name.
+	if err := checkMembers(raw); err != nil {
+		return Event{}, nil, err
 	}
 	var ev Event
 	for _, f := range []struct {
@@ -440,28 +453,37 @@ func Write(w io.Writer, h Header, ds []Delivery) error {
 	return nil
 }
 
-// repeatedMember returns the first top-level member name of the JSON object raw that appears twice,
-// or "" (raw is known to be an object).
-func repeatedMember(raw []byte) string {
+// readMembers are the body members the shop reads (callback.Callback's); it refuses a body that has
+// one of them twice or in another case.
+var readMembers = []string{"event_id", "payment_id", "merchant_order_no", "status", "amount_cents", "currency", "occurred_at"}
+
+// checkMembers refuses a top-level member name of the JSON object raw that appears twice, or that is
+// one of readMembers in another case (raw is known to be an object).
+func checkMembers(raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if _, err := dec.Token(); err != nil {
-		return ""
+		return nil
 	}
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return ""
+			return nil
 		}
 		name, _ := tok.(string)
 		if seen[name] {
-			return name
+			return fmt.Errorf("member %q appears more than once", name)
 		}
 		seen[name] = true
+		for _, m := range readMembers {
+			if name != m && strings.EqualFold(name, m) {
+				return fmt.Errorf("member %q is %q in another case (names are case-sensitive)", name, m)
+			}
+		}
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return ""
+			return nil
 		}
 	}
-	return ""
+	return nil
 }

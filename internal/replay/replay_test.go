@@ -112,7 +112,15 @@ func TestParseRefusesWhatItCannotReplayFaithfully(t *testing.T) {
 		"quantity too big": {[]string{`{"format":"idemshop-replay/1","orders":{"A":{"quantity":11}}}`, ok}, "quantity must be 1..10"},
 		"order without delivery": {[]string{`{"format":"idemshop-replay/1","orders":{"Z":{"quantity":1}}}`, ok},
 			`orders["Z"] has no delivery`},
-		"two values on a line": {[]string{ok + " {}"}, "more than one JSON value"},
+		"two values on a line": {[]string{ok + " {}"}, "trailing data after the JSON value"},
+		// encoding/json alone matched names in any case and let the last of two win.
+		"header field in another case": {[]string{`{"format":"idemshop-replay/1","Orders":{"A":{"quantity":2}}}`, ok}, `line 1: header: unknown field "Orders" (names are case-sensitive)`},
+		"order spec field in another case": {[]string{`{"format":"idemshop-replay/1","orders":{"A":{"QUANTITY":2}}}`, ok},
+			`line 1: header: orders["A"]: unknown field "QUANTITY"`},
+		"at_ms twice":           {[]string{`{"at_ms":0,"at_ms":7,"body":` + body("e", "p", "A", "SUCCESS", 100) + `}`}, `line 1: field "at_ms" appears more than once`},
+		"at_ms in another case": {[]string{`{"at_ms":0,"AT_MS":900,"body":` + body("e", "p", "A", "SUCCESS", 100) + `}`}, `line 1: unknown field "AT_MS"`},
+		"a read body member in another case": {[]string{`{"at_ms":0,"body":{"event_id":"e1","payment_id":"p","merchant_order_no":"A","status":"SUCCESS","Status":"FAILED","amount_cents":1,"currency":"EUR"}}`},
+			`member "Status" is "status" in another case`},
 		// Each of these parsed before, and then every copy was refused by the shop or by Go's client.
 		"unsafe path with ..": {[]string{`{"format":"idemshop-replay/1","unsafe_path":"/lab/unsafe/../v1/orders"}`, ok},
 			`unsafe_path "/lab/unsafe/../v1/orders" must be a clean path`},

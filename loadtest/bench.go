@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,15 +122,16 @@ func runBenchSummary(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: loadtest bench-summary FILE...   (JSON reports of loadtest bench --json-file)")
 		return 2
 	}
-	seen := map[string]bool{}
+	// The same file under two names (a link, ./a and a) is one run: compared as files, not as paths.
+	var seen []os.FileInfo
 	reps := make([]bench.Report, 0, len(args))
 	for _, path := range args {
-		if abs, err := filepath.Abs(path); err == nil {
-			if seen[abs] {
+		if fi, err := os.Stat(path); err == nil {
+			if slices.ContainsFunc(seen, func(s os.FileInfo) bool { return os.SameFile(s, fi) }) {
 				fmt.Fprintf(stderr, "loadtest bench-summary: %s is named twice (it would count as two runs)\n", path)
 				return 2
 			}
-			seen[abs] = true
+			seen = append(seen, fi)
 		}
 		rep, err := readReportFile(path)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/bench"
@@ -45,11 +46,15 @@ func TestBenchSummaryReadsSavedRuns(t *testing.T) {
 
 	empty := filepath.Join(dir, "empty.json")
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	link := filepath.Join(dir, "link.json")
+	require.NoError(t, os.Symlink(ok1, link))
 	for name, args := range map[string][]string{
-		"no file":      {"bench-summary"},
-		"missing file": {"bench-summary", filepath.Join(dir, "missing.json")},
-		"empty file":   {"bench-summary", ok1, empty},
-		"named twice":  {"bench-summary", ok1, ok1},
+		"no file":                   {"bench-summary"},
+		"missing file":              {"bench-summary", filepath.Join(dir, "missing.json")},
+		"empty file":                {"bench-summary", ok1, empty},
+		"named twice":               {"bench-summary", ok1, ok1},
+		"one file under two names":  {"bench-summary", ok1, link},
+		"the same path spelt twice": {"bench-summary", ok1, filepath.Join(dir, ".", "1.json")},
 	} {
 		errOut.Reset()
 		require.Equal(t, 2, run(args, &out, &errOut), name)
@@ -57,4 +62,12 @@ func TestBenchSummaryReadsSavedRuns(t *testing.T) {
 			require.Contains(t, errOut.String(), empty+": empty file", "the message names the file")
 		}
 	}
+}
+
+// incident takes flags only: a stray word would run the whole incident and be ignored.
+func TestIncidentRefusesArguments(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"incident", "--orders", "2", "extra"}, &out, &errOut))
+	assert.Contains(t, errOut.String(), `loadtest incident: unexpected arguments ["extra"] (flags only)`)
+	assert.Empty(t, out.String())
 }

@@ -83,6 +83,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: unknown command %q\n", args[0])
 		return 2
 	}
+	if args[0] == "incident" && fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "loadtest incident: unexpected arguments %q (flags only)\n", fs.Args())
+		return 2
+	}
 	if *orders < 1 || *orders > 10000 {
 		fmt.Fprintln(stderr, "loadtest: --orders must be 1..10000")
 		return 2

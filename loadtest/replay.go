@@ -63,6 +63,12 @@ func runReplay(ctx context.Context, cfg config.Loadtest, args []string, stdout, 
 		return 2
 	}
 	defer closeEnv()
+	// As for lab and incident: a shop that is down, or not in lab mode for --unsafe, is a set-up error
+	// named as such before any fixture is made.
+	if err := env.CheckServices(ctx, *unsafe); err != nil {
+		fmt.Fprintln(stderr, "loadtest replay:", err)
+		return 2
+	}
 	env.Log.Info("replay", "file", name, "deliveries", len(rec.Deliveries), "unsafe", *unsafe)
 	progress := progressLine(stderr, *asJSON)
 	rep, err := play.Run(ctx, env, rec, play.Options{Name: name, Unsafe: *unsafe, Keep: *keep, Progress: progress})

@@ -124,9 +124,15 @@ func Select(ids []string) ([]Scenario, error) {
 	}
 	var out []Scenario
 	for _, id := range ids {
+		if strings.EqualFold(id, "all") {
+			return nil, fmt.Errorf("all runs every scenario: give it alone, or only scenario names (got %s)", strings.Join(ids, " "))
+		}
 		i := slices.IndexFunc(all, func(s Scenario) bool { return strings.EqualFold(s.ID, id) })
 		if i < 0 {
 			return nil, fmt.Errorf("unknown scenario %q (want all or S1..S12)", id)
+		}
+		if slices.ContainsFunc(out, func(s Scenario) bool { return s.ID == all[i].ID }) {
+			return nil, fmt.Errorf("scenario %s is named twice", all[i].ID)
 		}
 		out = append(out, all[i])
 	}

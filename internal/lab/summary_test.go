@@ -1,10 +1,12 @@
 package lab_test
 
 import (
+	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/lab"
 )
@@ -41,4 +43,22 @@ func TestEveryScenarioHasASummary(t *testing.T) {
 	s := lab.Summarize(lab.Result{ID: "S1", Error: "boom"})
 	assert.Equal(t, lab.VerdictError, s.Verdict)
 	assert.Equal(t, "—", s.Unsafe, "an error shows no half-measured figures")
+}
+
+// all stands alone, and a scenario named twice would run twice: both are refused.
+func TestSelectRefusesAllWithNamesAndRepeats(t *testing.T) {
+	for args, want := range map[string]string{
+		"all S10": "all runs every scenario: give it alone, or only scenario names (got all S10)",
+		"S10 s10": "scenario S10 is named twice",
+		"S1 nope": `unknown scenario "nope"`,
+	} {
+		_, err := lab.Select(strings.Fields(args))
+		assert.ErrorContains(t, err, want, args)
+	}
+	sc, err := lab.Select([]string{"S3", "s1"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"S3", "S1"}, []string{sc[0].ID, sc[1].ID})
+	all, err := lab.Select([]string{"ALL"})
+	require.NoError(t, err)
+	assert.Len(t, all, 12)
 }

@@ -43,7 +43,7 @@ var (
 	ErrPaymentUnavailable = problem.New(problem.KindUnavailable, "payment_unavailable",
 		"the payment platform is unavailable; retry with the same Idempotency-Key")
 	ErrOutcomeUnknown = problem.New(problem.KindUnavailable, "payment_outcome_unknown",
-		"the payment platform did not answer in time; retry with the same Idempotency-Key")
+		"the payment platform's answer did not arrive (a timeout or a broken connection after the request was sent): the payment may exist; retry with the same Idempotency-Key")
 )
 
 // errNotRecorded is payment_outcome_unknown when the platform answered and the shop could not record the

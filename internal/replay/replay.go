@@ -203,7 +203,9 @@ func Parse(r io.Reader) (*Recording, error) {
 		rec.Deliveries = append(rec.Deliveries, d)
 		rec.Events = append(rec.Events, ev)
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, fmt.Errorf("line %d is longer than %d bytes (1 MiB)", n+1, maxLineBytes)
+	} else if err != nil {
 		return nil, fmt.Errorf("line %d: %w", n+1, err)
 	}
 	if len(rec.Deliveries) == 0 {

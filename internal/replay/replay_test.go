@@ -131,8 +131,9 @@ func TestParseRefusesWhatItCannotReplayFaithfully(t *testing.T) {
 			"event_id is 189 bytes as stored; with the run's 12-byte prefix it must fit in 200"},
 		"payment_id with NULs too long": {[]string{line(0, body("e1", strings.Repeat("\x00", 63), "A", "SUCCESS", 100))},
 			"payment_id is 189 bytes as stored"},
-		"bad header name":  {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X Bad", "1")}, `line 1: header "X Bad"`},
-		"bad header value": {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X-Note", "a\nb")}, `line 1: header "X-Note"`},
+		"a line over 1 MiB": {[]string{ok, `{"at_ms":1,"note":"` + strings.Repeat("x", 1<<20) + `"}`}, "line 2 is longer than 1048576 bytes (1 MiB)"},
+		"bad header name":   {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X Bad", "1")}, `line 1: header "X Bad"`},
+		"bad header value":  {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X-Note", "a\nb")}, `line 1: header "X-Note"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			assert.Contains(t, parseErr(t, tc.lines...), tc.want)

@@ -139,7 +139,7 @@ func Run(ctx context.Context, env *lab.Env, rec *replay.Recording, opt Options) 
 		return rep, err
 	}
 	if opt.Unsafe && rep.Answers["404"] == len(prepared) {
-		return rep, fmt.Errorf("every delivery to %s was answered 404: is orders in lab mode (ORDERS_LAB=true)?", rep.Path)
+		return rep, fmt.Errorf("every delivery to %s was answered 404: is orders in lab mode (ORDERS_LAB=true)? If it is, the file's unsafe_path is not one of its lab routes", rep.Path)
 	}
 	// Each delivery is signed afresh at send time, so a refused signature is never the recording's:
 	// this process and orders do not share PAYMENT_WEBHOOK_SECRET, and nothing was checked.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,16 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 	refused.Env = append(os.Environ(), "REDIS_KEY_PREFIX=", "AMQP_NAME_PREFIX="+run, "REDIS_URL="+env.RedisURL)
 	out, err := refused.CombinedOutput()
 	require.Error(t, err, "an empty Redis prefix would mean the shop's default one")
+	assert.Contains(t, string(out), "REDIS_KEY_PREFIX is set but empty")
+	unset := exec.Command(bin, "teardown")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDIS_KEY_PREFIX=") {
+			unset.Env = append(unset.Env, kv)
+		}
+	}
+	unset.Env = append(unset.Env, "AMQP_NAME_PREFIX="+run, "REDIS_URL="+env.RedisURL)
+	out, err = unset.CombinedOutput()
+	require.Error(t, err, "no Redis prefix means the shop's default one")
 	assert.Contains(t, string(out), "teardown needs")
 
 	// Each of these is refused before anything is deleted: a flag (`teardown --help` once deleted a

@@ -103,7 +103,12 @@ func (r Redis) check(c *checks) {
 
 // setButEmpty is an error naming each of names that is set to the empty string. The parser reads a
 // variable set to "" as unset and gives it its default: PAYMENT_WEBHOOK_SECRET= would start a service
-// on the public demo secret, which anyone can sign callbacks with.
+// on the public demo secret, which anyone can sign callbacks with, and REDIS_KEY_PREFIX= on the shop's
+// own prefix, shared with every other run that made the same slip.
+//
+// The names are those whose default is never what an empty value could mean (an address, a URL, a
+// prefix, a secret). The variables where empty is a value of its own (AMQP_NAME_PREFIX, ADMIN_TOKEN,
+// PAY_FAULT) stay out: scripts set them empty on purpose.
 func setButEmpty(names ...string) error {
 	var errs []error
 	for _, n := range names {

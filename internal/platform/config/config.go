@@ -130,7 +130,8 @@ func LoadOrders() (Orders, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[Orders](err))
 	}
-	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET"); err != nil {
+	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET", "HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL",
+		"PAYMENTS_URL", "CALLBACK_URL"); err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
 	return c, c.Validate()

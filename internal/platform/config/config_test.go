@@ -108,3 +108,34 @@ func TestLoadLoadtestNamesTheBadVariable(t *testing.T) {
 	_, err := config.LoadLoadtest()
 	require.NoError(t, err, "the defaults")
 }
+
+// A variable set to "" would take its default in silence: REDIS_KEY_PREFIX= the shop's own prefix,
+// HTTP_ADDR= the default port. Every binary names it instead.
+func TestSetButEmptyIsRefusedEverywhere(t *testing.T) {
+	loaders := map[string]func() error{
+		"orders":          func() error { _, err := config.LoadOrders(); return err },
+		"points-consumer": func() error { _, err := config.LoadPointsConsumer(); return err },
+		"payments-mock":   func() error { _, err := config.LoadPaymentsMock(); return err },
+		"loadtest":        func() error { _, err := config.LoadLoadtest(); return err },
+	}
+	for name, vars := range map[string][]string{
+		"orders":          {"HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL", "PAYMENTS_URL", "CALLBACK_URL"},
+		"points-consumer": {"HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL"},
+		"payments-mock":   {"HTTP_ADDR"},
+		"loadtest":        {"ORDERS_URL", "PAYMENTS_URL", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL"},
+	} {
+		for _, v := range vars {
+			t.Run(name+" "+v, func(t *testing.T) {
+				t.Setenv(v, "")
+				require.ErrorContains(t, loaders[name](), v+" is set but empty")
+			})
+		}
+	}
+	// Empty is a value of its own for these: no prefix, no admin token, no fault.
+	t.Setenv("AMQP_NAME_PREFIX", "")
+	t.Setenv("ADMIN_TOKEN", "")
+	t.Setenv("PAY_FAULT", "")
+	for name, load := range loaders {
+		require.NoError(t, load(), name)
+	}
+}

@@ -32,7 +32,8 @@ func LoadLoadtest() (Loadtest, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[Loadtest](err))
 	}
-	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET"); err != nil {
+	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET", "ORDERS_URL", "PAYMENTS_URL", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX",
+		"AMQP_URL"); err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
 	// The same checks as the services' for the variables they share, so that a value a service would

@@ -69,6 +69,9 @@ func LoadPointsConsumer() (PointsConsumer, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[PointsConsumer](err))
 	}
+	if err := setButEmpty("HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL"); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
 	return c, c.Validate()
 }
 

@@ -100,8 +100,8 @@ func (l *Live) replay(c echo.Context) error {
 		return err
 	}
 	var req replayRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return problem.ErrMalformedBody.Wrap(err)
+	if err := problem.DecodeJSON(body, &req); err != nil { // as every other route: exact names, nothing unknown
+		return err
 	}
 	ctx := c.Request().Context()
 	if req.PaymentID == "" {
@@ -155,8 +155,11 @@ func (l *Live) earn(c echo.Context) error {
 	var req struct {
 		User string `json:"user"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil || req.User == "" {
-		return problem.ErrMalformedBody
+	if err := problem.DecodeJSON(body, &req); err != nil {
+		return err
+	}
+	if req.User == "" {
+		return problem.New(problem.KindInvalid, "validation_failed", `user is required: a user's name, e.g. {"user":"alice"}`)
 	}
 	ctx := c.Request().Context()
 	var ids []int64

@@ -171,6 +171,19 @@ func TestLabLiveEarnCreditsPoints(t *testing.T) {
 	assert.Equal(t, int64(100), balanceOf(t, env.DB, redeemAlice))
 	assert.Equal(t, http.StatusNotFound, rp.call(http.MethodPost, "/lab/earn", "", "", []byte(`{"user":"nobody"}`)).Status)
 	assert.Equal(t, http.StatusBadRequest, rp.call(http.MethodPost, "/lab/earn", "", "", []byte(`{`)).Status)
+	// Valid JSON that says too little, or more than the route reads, is refused for what it is, and
+	// nothing is credited.
+	for body, want := range map[string][2]string{
+		`{}`:                            {"validation_failed", `user is required: a user's name, e.g. {"user":"alice"}`},
+		`{"user":""}`:                   {"validation_failed", `user is required: a user's name, e.g. {"user":"alice"}`},
+		`{"user":"alice","points":1e6}`: {"malformed_body", `unknown field "points" (names are case-sensitive)`},
+		`{"User":"alice"}`:              {"malformed_body", `unknown field "User" (names are case-sensitive)`},
+	} {
+		p := rp.call(http.MethodPost, "/lab/earn", "", "", []byte(body)).problem(t)
+		assert.Equal(t, want[0], p.Code, body)
+		assert.Equal(t, want[1], p.Detail, body)
+	}
+	assert.Equal(t, int64(100), balanceOf(t, env.DB, redeemAlice), "nothing more credited")
 }
 
 // The page's platform controls reach payments-mock through orders: set chaos, replay the newest

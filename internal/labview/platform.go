@@ -25,6 +25,11 @@ const answerLimit = 8 << 20
 var errPlatform = problem.New(problem.KindUnavailable, "payments_mock_unavailable",
 	"payments-mock's admin API did not answer; is it running, at PAYMENTS_URL?")
 
+// errPlatformToken is payments-mock refusing orders' admin token: its own 401 names its ADMIN_TOKEN and
+// its own path, neither of which the page's user can act on; what is wrong is orders' setting.
+var errPlatformToken = problem.New(problem.KindUnavailable, "payments_mock_unauthorized",
+	"payments-mock refused orders' admin token: set PAYMENTS_ADMIN_TOKEN on orders to payments-mock's ADMIN_TOKEN")
+
 // admin calls payments-mock's admin API and returns its status and body.
 func (l *Live) admin(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
 	var rd io.Reader
@@ -49,6 +54,9 @@ func (l *Live) admin(ctx context.Context, method, path string, body []byte) (int
 	b, err := io.ReadAll(io.LimitReader(resp.Body, answerLimit))
 	if err != nil {
 		return 0, nil, errPlatform.Wrap(err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return 0, nil, errPlatformToken
 	}
 	return resp.StatusCode, b, nil
 }

@@ -186,6 +186,34 @@ func TestLabLiveEarnCreditsPoints(t *testing.T) {
 	assert.Equal(t, int64(100), balanceOf(t, env.DB, redeemAlice), "nothing more credited")
 }
 
+// payments-mock with an ADMIN_TOKEN that orders was not given: the controls say which setting of
+// orders is missing, instead of passing on the mock's own 401 (its variable, its path).
+func TestLabLivePlatformControlsNameTheMissingToken(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.AdminToken = "s3cret" })
+	controls := func(token string) *replica {
+		return newReplica(t, env, replicaOpts{cfg: func(cfg *config.Orders) {
+			labMode(cfg)
+			payTo(mock, 10*time.Second)(cfg)
+			cfg.PaymentsAdminToken = token
+		}})
+	}
+	without := controls("")
+	for _, call := range [][2]string{{http.MethodGet, "/lab/platform/chaos"}, {http.MethodPut, "/lab/platform/chaos"}, {http.MethodPost, "/lab/platform/replay"}} {
+		body := []byte(`{}`)
+		if call[0] == http.MethodGet {
+			body = nil
+		}
+		p := without.call(call[0], call[1], "", "", body).problem(t)
+		assert.Equal(t, http.StatusServiceUnavailable, p.Status, call[1])
+		assert.Equal(t, "payments_mock_unauthorized", p.Code, call[1])
+		assert.Equal(t, "payments-mock refused orders' admin token: set PAYMENTS_ADMIN_TOKEN on orders to payments-mock's ADMIN_TOKEN", p.Detail)
+		assert.Equal(t, call[1], p.Instance, "the shop's own path")
+	}
+	assert.Equal(t, http.StatusOK, controls("s3cret").call(http.MethodGet, "/lab/platform/chaos", "", "", nil).Status)
+}
+
 // The page's platform controls reach payments-mock through orders: set chaos, replay the newest
 // payment's last event three times, and see the three copies decided on the stream.
 func TestLabLivePlatformControls(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,6 +63,15 @@ func (c *checks) listenAddr(name, addr string) {
 	}
 }
 
+// bearerToken checks a token sent as "Authorization: Bearer <token>" (empty: none is sent). RFC 6750's
+// token has no space or control character: ADMIN_TOKEN=' ' was accepted, and then no client could send
+// it, so every admin call got 401.
+func (c *checks) bearerToken(name, tok string) {
+	if strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		c.add(fmt.Errorf("%s must not contain spaces or control characters (it is sent as a bearer token)", name))
+	}
+}
+
 // httpURL is absoluteURL for a URL the service calls (or gives the platform to call) over HTTP: its
 // scheme must be http or https, or the mistake shows only at the first call, after the service started.
 func (c *checks) httpURL(name, raw string) {
@@ -93,6 +103,11 @@ func (p Postgres) check(c *checks) {
 	c.absoluteURL("DATABASE_URL", p.URL)
 	c.pgMillis("DB_LOCK_TIMEOUT", p.LockTimeout)
 	c.pgMillis("DB_STATEMENT_TIMEOUT", p.StatementTimeout)
+	if p.StatementTimeout <= p.LockTimeout {
+		// A lock wait would end as a statement timeout (a 503) before it could end as a lock timeout
+		// (the 409 with Retry-After that a busy key or order answers).
+		c.add(fmt.Errorf("DB_STATEMENT_TIMEOUT (%s) must be longer than DB_LOCK_TIMEOUT (%s)", p.StatementTimeout, p.LockTimeout))
+	}
 	c.atLeastOne("DB_MAX_CONNS", int64(p.MaxConns))
 }
 

@@ -149,6 +149,7 @@ func (c Orders) Validate() error {
 	ck.httpURL("PAYMENTS_URL", c.PaymentsURL)
 	ck.httpURL("CALLBACK_URL", c.CallbackURL)
 	ck.httpURL("POINTS_METRICS_URL", c.PointsMetricsURL)
+	ck.bearerToken("PAYMENTS_ADMIN_TOKEN", c.PaymentsAdminToken)
 	if c.PaymentWebhookSecret == "" {
 		ck.add(errors.New("PAYMENT_WEBHOOK_SECRET must not be empty"))
 	}

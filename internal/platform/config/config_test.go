@@ -52,6 +52,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"statement timeout under 1 ms":    {"DB_STATEMENT_TIMEOUT", "999us", "DB_STATEMENT_TIMEOUT"},
 		"lock timeout not whole ms":       {"DB_LOCK_TIMEOUT", "1500us", "DB_LOCK_TIMEOUT"},
 		"statement timeout past int32 ms": {"DB_STATEMENT_TIMEOUT", "600h", "DB_STATEMENT_TIMEOUT"},
+		"statement timeout within lock":   {"DB_STATEMENT_TIMEOUT", "2s", "DB_STATEMENT_TIMEOUT (2s) must be longer than DB_LOCK_TIMEOUT (2s)"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -138,4 +139,20 @@ func TestSetButEmptyIsRefusedEverywhere(t *testing.T) {
 	for name, load := range loaders {
 		require.NoError(t, load(), name)
 	}
+}
+
+// A token sent as a bearer token cannot hold a space: no client would send ' ', and every admin call
+// would get 401.
+func TestBearerTokensHaveNoSpaces(t *testing.T) {
+	t.Setenv("ADMIN_TOKEN", " ")
+	_, err := config.LoadPaymentsMock()
+	require.ErrorContains(t, err, "ADMIN_TOKEN must not contain spaces or control characters")
+	_, err = config.LoadLoadtest()
+	require.ErrorContains(t, err, "ADMIN_TOKEN must not contain spaces or control characters")
+	t.Setenv("PAYMENTS_ADMIN_TOKEN", "two words")
+	_, err = config.LoadOrders()
+	require.ErrorContains(t, err, "PAYMENTS_ADMIN_TOKEN must not contain spaces or control characters")
+	t.Setenv("ADMIN_TOKEN", "s3cret-Token_1.~+/=")
+	_, err = config.LoadPaymentsMock()
+	require.NoError(t, err)
 }

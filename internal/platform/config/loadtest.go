@@ -41,6 +41,7 @@ func LoadLoadtest() (Loadtest, error) {
 	var ck checks
 	ck.httpURL("ORDERS_URL", c.OrdersURL)
 	ck.httpURL("PAYMENTS_URL", c.PaymentsURL)
+	ck.bearerToken("ADMIN_TOKEN", c.AdminToken)
 	c.Postgres.check(&ck)
 	c.Redis.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)

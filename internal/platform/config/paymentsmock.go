@@ -82,6 +82,7 @@ func (c PaymentsMock) Seed() (seed uint64, ok bool, err error) {
 func (c PaymentsMock) Validate() error {
 	var ck checks
 	ck.listenAddr("HTTP_ADDR", c.HTTPAddr)
+	ck.bearerToken("ADMIN_TOKEN", c.AdminToken)
 	c.HTTP.check(&ck)
 	ck.positive("CALLBACK_TIMEOUT", c.CallbackTimeout)
 	ck.positive("CREATE_TIMEOUT_DELAY", c.CreateTimeoutDelay)

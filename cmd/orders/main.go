@@ -136,7 +136,7 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 // one-shot job should fail and say so, and the next run will find the database.
 func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Logger) error {
 	if cfg.MigrateOnStart {
-		if err := postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger); err != nil {
+		if err := postgres.MigrateExisting(ctx, cfg.Postgres.URL, logger); err != nil {
 			return err
 		}
 	}

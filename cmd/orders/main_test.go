@@ -94,3 +94,35 @@ func TestCommandsRefuseExtraArguments(t *testing.T) {
 		assert.Contains(t, string(out), fmt.Sprintf("unknown command %q", strings.Join(args, " ")), "%v", args)
 	}
 }
+
+// The one-shot commands do not create the database they are pointed at: a mistyped DATABASE_URL is an
+// error, not a new empty shop with nothing to sweep and an exit status of 0.
+func TestOneShotCommandsDoNotCreateTheDatabase(t *testing.T) {
+	t.Parallel()
+	svc := testenv.Find(t)
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	name := fmt.Sprintf("idemshop_test_%d_typo", os.Getpid())
+	dbURL := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
+	exists := func() bool {
+		conn, err := pgx.Connect(context.Background(), svc.PostgresURL)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		var n int
+		require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_database WHERE datname = $1`, name).Scan(&n))
+		return n > 0
+	}
+	t.Cleanup(func() {
+		if conn, err := pgx.Connect(context.Background(), svc.PostgresURL); err == nil {
+			_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			conn.Close(context.Background())
+		}
+	})
+	for _, args := range [][]string{{"sweep", "--once"}, {"reconcile", "--once"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%v: %s", args, out)
+		assert.Contains(t, string(out), fmt.Sprintf("database %q does not exist", name), "%v", args)
+		assert.False(t, exists(), "%v created the database", args)
+	}
+}

@@ -182,6 +182,13 @@ func EnsureAndMigrate(ctx context.Context, url string, logger *slog.Logger) erro
 	if err := EnsureDatabase(ctx, url); err != nil {
 		return err
 	}
+	return MigrateExisting(ctx, url, logger)
+}
+
+// MigrateExisting applies the migrations to a database that must exist already: what the one-shot
+// commands (`orders sweep --once`, `reconcile --once`) run, which have nothing to do on a new database,
+// and for which a missing one is a mistyped DATABASE_URL, not a database to create.
+func MigrateExisting(ctx context.Context, url string, logger *slog.Logger) error {
 	db, err := Open(ctx, url, Options{MaxConns: 2})
 	if err != nil {
 		return err

@@ -491,6 +491,7 @@ func TestReconcilerAlertsAPaidOrderThePlatformDoesNotKnow(t *testing.T) {
 	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileNoPayment], "the PAYING order is still payable: %+v", rep)
 	assert.Equal(t, 1, strings.Count(logs.String(), "alert=reconcile_payment_missing"), logs.String())
 	assert.Contains(t, logs.String(), "order_id="+strconv.FormatInt(paid, 10))
+	assert.Contains(t, logs.String(), "payment_id="+pid, "the order's payment, named")
 	assert.Equal(t, "PAID", statusOf(t, env.DB, paid), "nothing applied")
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, paying))
 	assert.Equal(t, 1.0, metricValue(t, amnesiac.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentMissing}))

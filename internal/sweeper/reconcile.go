@@ -181,8 +181,12 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 	result := ReconcileNoPayment
 	if !found && (o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) {
 		// The shop holds money the platform says it never took: nothing here can tell which is right.
+		var paymentID string // the order's, as recorded (a paid order has one)
+		if o.PaymentID != nil {
+			paymentID = *o.PaymentID
+		}
 		lg.Error("ALERT: the order is paid here and the platform has no payment for it; nothing applied",
-			"alert", "reconcile_payment_missing", "payment_id", o.PaymentID)
+			"alert", "reconcile_payment_missing", "payment_id", paymentID)
 		result = ReconcilePaymentMissing
 	}
 	if found {

@@ -32,6 +32,15 @@ func (c *checks) pgMillis(name string, d time.Duration) {
 	}
 }
 
+// redisMillis checks a duration sent to Redis as a key's time to live (SET ... PX): at least 1 ms, its
+// resolution. go-redis sends anything shorter as 1 ms (and logs it), so POINTS_DONE_TTL=100us was
+// accepted and meant ten times more than it said.
+func (c *checks) redisMillis(name string, d time.Duration) {
+	if d < time.Millisecond {
+		c.add(fmt.Errorf("%s must be >= 1ms (the Redis TTL resolution), got %s", name, d))
+	}
+}
+
 func (c *checks) notNegative(name string, d time.Duration) {
 	if d < 0 {
 		c.add(fmt.Errorf("%s must be >= 0, got %s", name, d))

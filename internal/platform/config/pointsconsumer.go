@@ -85,9 +85,9 @@ func (c PointsConsumer) Validate() error {
 	c.Startup.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
 	c.Reconnect.check(&ck)
-	ck.positive("POINTS_LEASE_TTL", c.LeaseTTL)
+	ck.redisMillis("POINTS_LEASE_TTL", c.LeaseTTL)
 	ck.notNegative("POINTS_BATCH_WAIT", c.BatchWait)
-	ck.positive("POINTS_DONE_TTL", c.DoneTTL)
+	ck.redisMillis("POINTS_DONE_TTL", c.DoneTTL)
 	ck.positive("POINTS_LEASE_POLL", c.LeasePoll)
 	ck.positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
 	if c.Prefetch < 1 || c.Prefetch > 65535 {

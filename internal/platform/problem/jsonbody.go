@@ -58,11 +58,12 @@ func decodeJSON(body []byte, v any, open bool) error {
 			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q must be of type %s", typeErr.Field, typeErr.Type)).Wrap(err)
 		case errors.As(err, &synErr):
 			return ErrMalformedBody.WithDetail(fmt.Sprintf("JSON syntax error at byte %d", synErr.Offset)).Wrap(err)
-		case badTimeField(body, v) != "":
-			// time.Time's own error quotes Go's layout ("2006-01-02T15:04:05Z07:00") and names no field.
-			return ErrMalformedBody.WithDetail(fmt.Sprintf(`field %q must be an RFC 3339 time in a string, e.g. "2026-12-05T10:00:00Z"`,
-				badTimeField(body, v))).Wrap(err)
 		default:
+			// time.Time's own error quotes Go's layout ("2006-01-02T15:04:05Z07:00") and names no field.
+			if name := badTimeField(body, v); name != "" {
+				return ErrMalformedBody.WithDetail(fmt.Sprintf(`field %q must be an RFC 3339 time in a string, e.g. "2026-12-05T10:00:00Z"`,
+					name)).Wrap(err)
+			}
 			// Unknown fields come back as a plain error: `json: unknown field "x"`.
 			return ErrMalformedBody.WithDetail(err.Error()).Wrap(err)
 		}

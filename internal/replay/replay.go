@@ -228,15 +228,18 @@ func isHeader(line []byte) bool {
 // strictDecode decodes one line as the shop decodes a request body (problem.DecodeJSON): member names
 // exactly as documented, each once, nothing unknown, nothing after the value. encoding/json alone
 // matches names in any case and lets the last of two win: "AT_MS" or a second "at_ms" would decide.
-func strictDecode(line []byte, v any) error {
-	if err := problem.DecodeJSON(line, v); err != nil {
-		var pe *problem.Error
-		if errors.As(err, &pe) {
-			return errors.New(pe.Detail)
-		}
-		return err
+func strictDecode(line []byte, v any) error { return detail(problem.DecodeJSON(line, v)) }
+
+// strictDecodeOpen is strictDecode for a callback body, which may carry members the shop does not read.
+func strictDecodeOpen(body []byte, v any) error { return detail(problem.DecodeJSONOpen(body, v)) }
+
+// detail is err's problem detail alone: a loader's message, not an HTTP answer.
+func detail(err error) error {
+	var pe *problem.Error
+	if errors.As(err, &pe) {
+		return errors.New(pe.Detail)
 	}
-	return nil
+	return err
 }
 
 func (h Header) validate() error {
@@ -265,9 +268,10 @@ func parseBody(raw json.RawMessage) (Event, []byte, error) {
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
 		return Event{}, nil, errors.New("must be a JSON object")
 	}
-	// A name twice, or a name the shop reads in another case, would reach the map (and the rewritten
-	// body) in silence; the shop refuses such a body, so the recording is refused here, with the name.
-	if err := checkMembers(raw); err != nil {
+	// Decoded once as the shop decodes it (problem.DecodeJSONOpen into its members): a member it
+	// reads, twice or in another case, or of the wrong type would reach the map (and the rewritten
+	// body) in silence, and the shop would refuse every copy; the recording is refused here instead.
+	if err := strictDecodeOpen(raw, new(shopBody)); err != nil {
 		return Event{}, nil, err
 	}
 	var ev Event
@@ -455,37 +459,14 @@ func Write(w io.Writer, h Header, ds []Delivery) error {
 	return nil
 }
 
-// readMembers are the body members the shop reads (callback.Callback's); it refuses a body that has
-// one of them twice or in another case.
-var readMembers = []string{"event_id", "payment_id", "merchant_order_no", "status", "amount_cents", "currency", "occurred_at"}
-
-// checkMembers refuses a top-level member name of the JSON object raw that appears twice, or that is
-// one of readMembers in another case (raw is known to be an object).
-func checkMembers(raw []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if _, err := dec.Token(); err != nil {
-		return nil
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		name, _ := tok.(string)
-		if seen[name] {
-			return fmt.Errorf("member %q appears more than once", name)
-		}
-		seen[name] = true
-		for _, m := range readMembers {
-			if name != m && strings.EqualFold(name, m) {
-				return fmt.Errorf("member %q is %q in another case (names are case-sensitive)", name, m)
-			}
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return nil
-		}
-	}
-	return nil
+// shopBody is what the shop reads of a callback body: internal/callback's Callback, members and types
+// (a test keeps the two alike; the replay loader does not import the shop).
+type shopBody struct {
+	EventID         string    `json:"event_id"`
+	PaymentID       string    `json:"payment_id"`
+	MerchantOrderNo string    `json:"merchant_order_no"`
+	Status          string    `json:"status"`
+	AmountCents     int64     `json:"amount_cents"`
+	Currency        string    `json:"currency"`
+	OccurredAt      time.Time `json:"occurred_at"`
 }

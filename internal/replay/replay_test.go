@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/callback"
 	"idemshop/internal/paysig"
 	"idemshop/internal/replay"
 )
@@ -120,13 +122,15 @@ func TestParseRefusesWhatItCannotReplayFaithfully(t *testing.T) {
 		"at_ms twice":           {[]string{`{"at_ms":0,"at_ms":7,"body":` + body("e", "p", "A", "SUCCESS", 100) + `}`}, `line 1: field "at_ms" appears more than once`},
 		"at_ms in another case": {[]string{`{"at_ms":0,"AT_MS":900,"body":` + body("e", "p", "A", "SUCCESS", 100) + `}`}, `line 1: unknown field "AT_MS"`},
 		"a read body member in another case": {[]string{`{"at_ms":0,"body":{"event_id":"e1","payment_id":"p","merchant_order_no":"A","status":"SUCCESS","Status":"FAILED","amount_cents":1,"currency":"EUR"}}`},
-			`member "Status" is "status" in another case`},
+			`line 1: body: unknown field "Status" (names are case-sensitive)`},
 		// Each of these parsed before, and then every copy was refused by the shop or by Go's client.
 		"unsafe path with ..": {[]string{`{"format":"idemshop-replay/1","unsafe_path":"/lab/unsafe/../v1/orders"}`, ok},
 			`unsafe_path "/lab/unsafe/../v1/orders" must be a clean path`},
 		"unsafe path with //": {[]string{`{"format":"idemshop-replay/1","unsafe_path":"/lab/unsafe//payments/callback"}`, ok}, "must be a clean path"},
 		"a body member twice": {[]string{`{"at_ms":0,"body":{"event_id":"e1","payment_id":"p","merchant_order_no":"A","status":"FAILED","status":"SUCCESS","amount_cents":1,"currency":"EUR"}}`},
-			`line 1: body: member "status" appears more than once`},
+			`line 1: body: field "status" appears more than once`},
+		"occurred_at not a time": {[]string{`{"at_ms":0,"body":{"event_id":"e1","payment_id":"p","merchant_order_no":"A","status":"SUCCESS","amount_cents":1,"currency":"EUR","occurred_at":"yesterday"}}`},
+			`line 1: body: field "occurred_at" must be an RFC 3339 time`},
 		"event_id too long for the prefix": {[]string{line(0, body(strings.Repeat("e", 189), "p", "A", "SUCCESS", 100))},
 			"event_id is 189 bytes as stored; with the run's 12-byte prefix it must fit in 200"},
 		"payment_id with NULs too long": {[]string{line(0, body("e1", strings.Repeat("\x00", 63), "A", "SUCCESS", 100))},
@@ -214,4 +218,14 @@ func TestParseAcceptsTheLimits(t *testing.T) {
 	assert.Len(t, rec.Events[0].EventID, 188)
 	rec = parse(t, "\xef\xbb\xbf"+line(0, body("e1", "p", "A", "SUCCESS", 100)))
 	assert.Len(t, rec.Deliveries, 1, "a BOM before a delivery line")
+}
+
+// The loader reads a body as the shop does: the same members, of the same types.
+func TestShopBodyIsTheCallbacks(t *testing.T) {
+	want, got := reflect.TypeFor[callback.Callback](), reflect.TypeFor[replay.ShopBody]()
+	require.Equal(t, want.NumField(), got.NumField())
+	for i := range want.NumField() {
+		assert.Equal(t, want.Field(i).Tag, got.Field(i).Tag)
+		assert.Equal(t, want.Field(i).Type, got.Field(i).Type, want.Field(i).Name)
+	}
 }

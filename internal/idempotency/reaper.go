@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"idemshop/internal/platform/retry"
 )
 
 // Reaper deletes idempotency records older than the retention, in bounded batches so that one run never
@@ -58,19 +60,12 @@ func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
 
 // Run calls RunOnce every interval until ctx is done.
 func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			n, err := r.RunOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.logger.Error("idempotency reaper failed", "err", err)
-			} else if n > 0 {
-				r.logger.Info("idempotency keys reaped", "deleted", n, "retention", r.retention)
-			}
+	retry.Every(ctx, interval, func() {
+		n, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.logger.Error("idempotency reaper failed", "err", err)
+		} else if n > 0 {
+			r.logger.Info("idempotency keys reaped", "deleted", n, "retention", r.retention)
 		}
-	}
+	})
 }

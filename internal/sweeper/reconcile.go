@@ -13,6 +13,7 @@ import (
 	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
+	"idemshop/internal/platform/retry"
 )
 
 // ReconcileConfig shapes the reconciler. Durations are wall-clock.
@@ -224,7 +225,7 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 
 // Run calls RunOnce every interval until ctx is done.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
-	every(ctx, interval, func() {
+	retry.Every(ctx, interval, func() {
 		rep, err := r.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.logger.Error("reconcile run failed", "err", err)

@@ -19,6 +19,7 @@ import (
 	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
 	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/retry"
 	"idemshop/internal/refunds"
 )
 
@@ -115,7 +116,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 
 // Run calls RunOnce every interval until ctx is done.
 func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
-	every(ctx, interval, func() {
+	retry.Every(ctx, interval, func() {
 		done, err := s.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.logger.Error("sweeper run failed", "err", err)
@@ -123,20 +124,6 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
 			s.logger.Info("sweeper repaired pay records", "results", done)
 		}
 	})
-}
-
-// every calls fn every interval until ctx is done (the sweeper's and the reconciler's loop).
-func every(ctx context.Context, interval time.Duration, fn func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
 }
 
 // repair takes one stuck record over (fenced, like a live retry would) and asks the platform whether

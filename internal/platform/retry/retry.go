@@ -115,3 +115,19 @@ func Until(ctx context.Context, logger *slog.Logger, what string, b Backoff, fai
 		}
 	}
 }
+
+// Every calls fn every interval until ctx is done; the first call is one interval after the start. A
+// call that outlasts the interval delays the next one (the ticker drops the ticks it missed), so two
+// calls never overlap.
+func Every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}

@@ -62,9 +62,11 @@ func (d Deps) sink() decisions.Sink {
 
 // App is the assembled application: the HTTP handler plus its background workers.
 type App struct {
-	Echo    *echo.Echo
-	Reaper  *idempotency.Reaper
-	Sweeper *sweeper.Sweeper
+	Echo   *echo.Echo
+	Reaper *idempotency.Reaper
+	// OutboxReaper deletes published outbox rows after OUTBOX_RETENTION.
+	OutboxReaper *outbox.Reaper
+	Sweeper      *sweeper.Sweeper
 	// Reconciler compares orders with the payment platform and moves them to its state.
 	Reconciler *sweeper.Reconciler
 	Relay      *outbox.Relay
@@ -112,6 +114,10 @@ func New(d Deps) (*App, error) {
 		runner = g
 	}
 	reaper, err := idempotency.NewReaper(d.DB, idemMetrics, d.Logger, cfg.IdempotencyRetention, cfg.ReaperBatch)
+	if err != nil {
+		return nil, err
+	}
+	outboxReaper, err := outbox.NewReaper(d.DB, d.Logger, d.Registry, cfg.OutboxRetention, cfg.ReaperBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +178,7 @@ func New(d Deps) (*App, error) {
 		return nil, err
 	}
 	pointsRoutes.Mount(v1)
-	return &App{Echo: e, Reaper: reaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
+	return &App{Echo: e, Reaper: reaper, OutboxReaper: outboxReaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
 }
 
 // newCallbackRoute returns a callback route that applies with applier (callback.Guarded, or a lab twin)
@@ -191,6 +197,7 @@ func newCallbackRoute(d Deps, repo *orders.Repository, applier callback.Applier,
 func (a *App) RunWorkers(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Reaper.Run(ctx, a.cfg.ReaperInterval) })
+	wg.Go(func() { a.OutboxReaper.Run(ctx, a.cfg.ReaperInterval) })
 	wg.Go(func() { a.Sweeper.Run(ctx, a.cfg.SweepInterval) })
 	wg.Go(func() { a.Reconciler.Run(ctx, a.cfg.ReconcileInterval) })
 	wg.Go(func() {

@@ -77,7 +77,12 @@ type Orders struct {
 	IdempotencyRetention time.Duration `env:"IDEMPOTENCY_RETENTION" envDefault:"24h"`
 	ReaperInterval       time.Duration `env:"REAPER_INTERVAL" envDefault:"1m"`
 	ReaperBatch          int           `env:"REAPER_BATCH" envDefault:"1000"`
-	SweepInterval        time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
+	// OutboxRetention is how long an outbox row is kept (at least) after the broker confirmed it; the
+	// reaper deletes it after that, on REAPER_INTERVAL, REAPER_BATCH rows a statement. A row not yet
+	// published is never deleted.
+	OutboxRetention time.Duration `env:"OUTBOX_RETENTION" envDefault:"168h"`
+
+	SweepInterval time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
 	// PayLease is the pay flow's PROCESSING lease and Redis lock TTL: a retry within it gets 409, after
 	// it a retry or the sweeper takes the record over.
 	PayLease time.Duration `env:"PAY_LEASE" envDefault:"10s"`
@@ -156,6 +161,7 @@ func (c Orders) Validate() error {
 	ck.positive("IDEMPOTENCY_RETENTION", c.IdempotencyRetention)
 	ck.positive("REAPER_INTERVAL", c.ReaperInterval)
 	ck.atLeastOne("REAPER_BATCH", int64(c.ReaperBatch))
+	ck.positive("OUTBOX_RETENTION", c.OutboxRetention)
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
 	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))
 	ck.atLeastOne("SWEEP_BATCH", int64(c.SweepBatch))

@@ -22,6 +22,7 @@ func TestDefaultsMatchDesign(t *testing.T) {
 	assert.True(t, c.MigrateOnStart)
 	assert.False(t, c.Lab)
 	assert.Equal(t, 24*time.Hour, c.IdempotencyRetention)
+	assert.Equal(t, 7*24*time.Hour, c.OutboxRetention)
 	assert.Equal(t, 5*time.Second, c.SweepInterval)
 	assert.Equal(t, 30*time.Second, c.RefundRetryMin)
 	assert.Equal(t, time.Hour, c.RefundRetryMax)
@@ -36,6 +37,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 	cases := map[string]struct{ name, value, want string }{
 		"unparsable duration":           {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
 		"zero duration":                 {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
+		"zero outbox retention":         {"OUTBOX_RETENTION", "0s", "OUTBOX_RETENTION"},
 		"not a bool":                    {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
 		"relative URL":                  {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
 		"not an http URL":               {"PAYMENTS_URL", "ftp://payments", "PAYMENTS_URL is not an absolute http or https URL"},

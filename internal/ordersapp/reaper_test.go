@@ -1,0 +1,50 @@
+package ordersapp_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/config"
+	"idemshop/internal/testenv"
+)
+
+// The running shop reaps both stores on REAPER_INTERVAL: idempotency keys after
+// IDEMPOTENCY_RETENTION, published outbox rows after OUTBOX_RETENTION; what is younger stays.
+func TestWorkersReapKeysAndPublishedOutboxRowsAfterTheirRetention(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	woken := relayOnlyWoken(env)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		woken(c)
+		c.ReaperInterval = 20 * time.Millisecond
+		c.IdempotencyRetention = time.Hour
+		c.OutboxRetention = 2 * time.Hour
+	}})
+	require.NoError(t, env.DB.Exec(`
+		INSERT INTO outbox (event_id, routing_key, payload, created_at, published_at) VALUES
+		  (gen_random_uuid(), 'order.paid', '{"tag":"old"}', now() - interval '3 hours', now() - interval '3 hours'),
+		  (gen_random_uuid(), 'order.paid', '{"tag":"young"}', now() - interval '1 hour', now() - interval '1 hour');
+		INSERT INTO idempotency_keys (user_id, idempotency_key, method, path, fingerprint, state, created_at) VALUES
+		  (1, 'old', 'POST', '/v1/orders', 'fp', 'COMPLETED', now() - interval '2 hours'),
+		  (1, 'young', 'POST', '/v1/orders', 'fp', 'COMPLETED', now() - interval '30 minutes');`).Error)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { rp.app.RunWorkers(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	eventually(t, 10*time.Second, "the old outbox row and the old key reaped", func() bool {
+		return count(t, env.DB, "outbox", "payload->>'tag' = 'old'") == 0 &&
+			count(t, env.DB, "idempotency_keys", "idempotency_key = 'old'") == 0
+	})
+	assert.EqualValues(t, 1, count(t, env.DB, "outbox", "payload->>'tag' = 'young'"))
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "idempotency_key = 'young'"))
+	assert.EqualValues(t, 1, metricValue(t, rp.reg, "idemshop_outbox_reaped_total", nil))
+}

@@ -1,0 +1,90 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"idemshop/internal/platform/retry"
+)
+
+// Reaper deletes outbox rows the broker confirmed more than the retention ago (OUTBOX_RETENTION), in
+// bounded batches, so that the outbox holds the events still owed plus a window of recent history
+// instead of every event ever sent.
+//
+// A row that is not published is never deleted, however old: it is an event the relay still owes
+// (at-least-once), waiting for a broker that is down or a queue that is not bound yet. Deleting it
+// would lose the event in silence; the consumer's dedup cannot bring back what was never sent.
+//
+// Why it matters to the relay, not only to the disk: the relay marks a row published with an UPDATE,
+// which leaves the row's old entry in the partial index of pending rows until VACUUM removes it, and
+// every poll walks those entries (docs/performance.md). A bounded table keeps each vacuum of the
+// outbox short; migration 00011 asks autovacuum to vacuum it after a fixed number of changes instead
+// of a fifth of the table.
+type Reaper struct {
+	db        *gorm.DB
+	logger    *slog.Logger
+	retention time.Duration
+	batch     int
+	reaped    prometheus.Counter
+}
+
+// NewReaper returns a Reaper that keeps published rows for at least retention and deletes at most
+// batch rows per statement. It registers idemshop_outbox_reaped_total in reg.
+func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, retention time.Duration, batch int) (*Reaper, error) {
+	if db == nil || logger == nil || reg == nil {
+		return nil, errors.New("outbox: NewReaper needs db, logger and a registry")
+	}
+	if retention <= 0 || batch <= 0 {
+		return nil, fmt.Errorf("outbox: reaper retention %s and batch %d must be > 0", retention, batch)
+	}
+	reaped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idemshop_outbox_reaped_total",
+		Help: "Published outbox rows deleted after OUTBOX_RETENTION.",
+	})
+	if err := reg.Register(reaped); err != nil {
+		return nil, fmt.Errorf("outbox: register reaper metrics: %w", err)
+	}
+	return &Reaper{db: db, logger: logger, retention: retention, batch: batch, reaped: reaped}, nil
+}
+
+// RunOnce deletes every row published before now - retention and returns how many it deleted. The
+// cutoff is on the database's clock, the one that wrote published_at. SKIP LOCKED: a row a relay
+// holds is left to the next run, and several replicas reap without waiting on each other.
+func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		// published_at < cutoff is false for NULL: an unpublished row is never reaped.
+		res := r.db.WithContext(ctx).Exec(`DELETE FROM outbox WHERE id IN (
+			SELECT id FROM outbox
+			WHERE published_at < now() - make_interval(secs => ?)
+			ORDER BY id
+			LIMIT ?
+			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds(), r.batch)
+		if res.Error != nil {
+			return total, fmt.Errorf("reap outbox: %w", res.Error)
+		}
+		total += res.RowsAffected
+		r.reaped.Add(float64(res.RowsAffected))
+		if res.RowsAffected < int64(r.batch) {
+			return total, nil
+		}
+	}
+}
+
+// Run calls RunOnce every interval until ctx is done.
+func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
+	retry.Every(ctx, interval, func() {
+		n, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.logger.Error("outbox reaper failed", "err", err)
+		} else if n > 0 {
+			r.logger.Info("published outbox rows reaped", "deleted", n, "retention", r.retention)
+		}
+	})
+}

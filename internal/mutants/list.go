@@ -80,6 +80,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightPastTheLockTimeoutIs409$",
 	},
 	{
+		// An expired PROCESSING key is reaped: the outcome of its work is unknown, and the sweeper
+		// loses the record it should settle.
+		ID: "key-reap-processing", Guard: "key reaper: PROCESSING",
+		File:        "internal/idempotency/reaper.go",
+		Original:    "AND state <> ?",
+		Replacement: "AND (state <> ? OR true)",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestReaperDeletesOnlyExpiredFinishedKeysInBatches$",
+	},
+	{
 		ID: "transient-503", Guard: "transient error: 503",
 		File:        "internal/platform/postgres/postgres.go",
 		Original:    `return fmt.Errorf("%w: %w: %w", ErrLockTimeout, ErrTransient, err)`,
@@ -582,6 +591,14 @@ var List = []Mutant{
 		Original:    "if ret, ok := returned[row.EventID]; ok {",
 		Replacement: "if ret, ok := returned[row.EventID]; ok && false {",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayLeavesAReturnedRowPendingUntilAQueueIsBound$",
+	},
+	{
+		// An old row that was never published is reaped: an event still owed, lost in silence.
+		ID: "outbox-reap-owed", Guard: "outbox reaper: owed",
+		File:        "internal/outbox/reaper.go",
+		Original:    "WHERE published_at < now()",
+		Replacement: "WHERE coalesce(published_at, created_at) < now()",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestReaperDeletesOnlyRowsPublishedBeforeTheRetention$",
 	},
 
 	// ── Guards in packages other engineers are changing: only tests that already exist there ──

@@ -55,8 +55,9 @@ func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, rete
 }
 
 // RunOnce deletes every row published before now - retention and returns how many it deleted. The
-// cutoff is on the database's clock, the one that wrote published_at. SKIP LOCKED: a row a relay
-// holds is left to the next run, and several replicas reap without waiting on each other.
+// cutoff is on the database's clock, the one that wrote published_at. SKIP LOCKED: several replicas
+// reap at once without waiting on each other; a row another one holds is left to it, or to the next
+// run.
 func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
 	var total int64
 	for {

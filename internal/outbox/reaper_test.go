@@ -16,13 +16,13 @@ import (
 )
 
 // The reaper deletes what the broker confirmed more than the retention ago, in batches, and nothing
-// else: an unpublished row is an event still owed, however old; a row a relay holds is left to the
-// next run, without waiting for it.
+// else: an unpublished row is an event still owed, however old; a row another replica's reaper holds
+// is left to it (or to the next run), without waiting for it.
 func TestReaperDeletesOnlyRowsPublishedBeforeTheRetention(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	// 25 published 8 days ago, 3 never published (created 30 days ago, the broker refused them), 4
-	// published a day ago, 1 published 8 days ago that a relay holds locked.
+	// published a day ago, 1 published 8 days ago that another reaper holds locked.
 	require.NoError(t, env.DB.Exec(`
 		INSERT INTO outbox (event_id, routing_key, payload, created_at, published_at)
 		SELECT gen_random_uuid(), 'order.paid', jsonb_build_object('tag', 'old-' || g), now() - interval '9 days', now() - interval '8 days'

@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/retry"
 )
 
@@ -37,25 +38,19 @@ func NewReaper(db *gorm.DB, metrics *Metrics, logger *slog.Logger, retention tim
 // RunOnce deletes every reapable record created before now - retention and returns how many it deleted.
 // SKIP LOCKED lets several replicas reap at once without waiting on each other.
 func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		// The cutoff is on the database's clock, the one that wrote created_at (and every lease): a
-		// replica whose clock runs ahead must not reap keys a client may still retry.
-		res := r.db.WithContext(ctx).Exec(`DELETE FROM idempotency_keys WHERE id IN (
+	// The cutoff is on the database's clock, the one that wrote created_at (and every lease): a
+	// replica whose clock runs ahead must not reap keys a client may still retry.
+	n, err := postgres.DeleteInBatches(ctx, r.db, r.batch, func(n int64) { r.metrics.reaped.Add(float64(n)) },
+		`DELETE FROM idempotency_keys WHERE id IN (
 			SELECT id FROM idempotency_keys
 			WHERE created_at < now() - make_interval(secs => ?) AND state <> ?
 			ORDER BY created_at
 			LIMIT ?
-			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds(), StateProcessing, r.batch)
-		if res.Error != nil {
-			return total, fmt.Errorf("reap idempotency keys: %w", res.Error)
-		}
-		total += res.RowsAffected
-		r.metrics.reaped.Add(float64(res.RowsAffected))
-		if res.RowsAffected < int64(r.batch) {
-			return total, nil
-		}
+			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds(), StateProcessing)
+	if err != nil {
+		return n, fmt.Errorf("reap idempotency keys: %w", err)
 	}
+	return n, nil
 }
 
 // Run calls RunOnce every interval until ctx is done.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/retry"
 )
 
@@ -59,26 +60,20 @@ func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, rete
 // reap at once without waiting on each other; a row another one holds is left to it, or to the next
 // run.
 func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		// published_at < cutoff is false for NULL: an unpublished row is never reaped. It also implies
-		// created_at < cutoff (a row is published after it was written); that condition is there for
-		// outbox_created_brin, which finds the old rows without a scan of the table (migration 00011).
-		res := r.db.WithContext(ctx).Exec(`DELETE FROM outbox WHERE id IN (
+	// published_at < cutoff is false for NULL: an unpublished row is never reaped. It also implies
+	// created_at < cutoff (a row is published after it was written); that condition is there for
+	// outbox_created_brin, which finds the old rows without a scan of the table (migration 00011).
+	n, err := postgres.DeleteInBatches(ctx, r.db, r.batch, func(n int64) { r.reaped.Add(float64(n)) },
+		`DELETE FROM outbox WHERE id IN (
 			SELECT id FROM outbox
 			WHERE published_at < now() - make_interval(secs => ?)
 			  AND created_at < now() - make_interval(secs => ?)
 			LIMIT ?
-			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds(), r.retention.Seconds(), r.batch)
-		if res.Error != nil {
-			return total, fmt.Errorf("reap outbox: %w", res.Error)
-		}
-		total += res.RowsAffected
-		r.reaped.Add(float64(res.RowsAffected))
-		if res.RowsAffected < int64(r.batch) {
-			return total, nil
-		}
+			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds(), r.retention.Seconds())
+	if err != nil {
+		return n, fmt.Errorf("reap outbox: %w", err)
 	}
+	return n, nil
 }
 
 // Run calls RunOnce every interval until ctx is done.

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"idemshop/internal/decisions"
+	"idemshop/internal/platform/retry"
 	"idemshop/internal/points"
 )
 
@@ -57,14 +57,7 @@ func (p *poller) run(ctx context.Context) {
 	if err := p.live.db.WithContext(ctx).Raw(`SELECT coalesce(max(id), 0) FROM points_ledger`).Row().Scan(&p.lastRow); err != nil {
 		p.live.logger.Debug("lab live: read the ledger's last row", "err", err)
 	}
-	t := time.NewTicker(p.live.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	retry.Every(ctx, p.live.cfg.PollInterval, func() {
 		if err := p.ledger(ctx); err != nil && ctx.Err() == nil {
 			p.live.logger.Debug("lab live: poll the points ledger", "err", err)
 		}
@@ -75,7 +68,7 @@ func (p *poller) run(ctx context.Context) {
 				p.setStatus("up")
 			}
 		}
-	}
+	})
 }
 
 type ledgerRow struct {

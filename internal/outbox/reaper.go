@@ -26,8 +26,7 @@ import (
 // which leaves the row's old entry in the partial index of pending rows until VACUUM removes it, and
 // every poll walks those entries (docs/performance.md). A bounded table keeps each vacuum of the
 // outbox short; migration 00011 asks autovacuum to vacuum it after a fixed number of changes instead
-// of a fifth of the table, and gives the reaper a BRIN index on created_at (a few kB, and next to
-// nothing per insert, where a B-tree would add an entry to every insert and every mark).
+// of a fifth of the table, and gives the reaper an index of the published rows by published_at.
 type Reaper struct {
 	db        *gorm.DB
 	logger    *slog.Logger
@@ -60,16 +59,15 @@ func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, rete
 // reap at once without waiting on each other; a row another one holds is left to it, or to the next
 // run.
 func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
-	// published_at < cutoff is false for NULL: an unpublished row is never reaped. It also implies
-	// created_at < cutoff (a row is published after it was written); that condition is there for
-	// outbox_created_brin, which finds the old rows without a scan of the table (migration 00011).
+	// published_at < cutoff is false for NULL: an unpublished row is never reaped. The oldest first,
+	// through outbox_published_idx (migration 00011), which holds published rows only.
 	n, err := postgres.DeleteInBatches(ctx, r.db, r.batch, func(n int64) { r.reaped.Add(float64(n)) },
 		`DELETE FROM outbox WHERE id IN (
 			SELECT id FROM outbox
 			WHERE published_at < now() - make_interval(secs => ?)
-			  AND created_at < now() - make_interval(secs => ?)
+			ORDER BY published_at
 			LIMIT ?
-			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds(), r.retention.Seconds())
+			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds())
 	if err != nil {
 		return n, fmt.Errorf("reap outbox: %w", err)
 	}

@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"time"
@@ -161,6 +162,12 @@ func (c Orders) Validate() error {
 	ck.positive("IDEMPOTENCY_RETENTION", c.IdempotencyRetention)
 	ck.positive("REAPER_INTERVAL", c.ReaperInterval)
 	ck.atLeastOne("REAPER_BATCH", int64(c.ReaperBatch))
+	if c.IdempotencyRetention > math.MaxInt64-time.Hour-c.ReaperInterval {
+		// The pay lock's fencing counters live that long (ordersapp/pay.go, docs/lock.md): past it the
+		// sum wraps to a negative TTL.
+		ck.add(fmt.Errorf("IDEMPOTENCY_RETENTION (%s) + REAPER_INTERVAL (%s) + 1h must be at most %s",
+			c.IdempotencyRetention, c.ReaperInterval, time.Duration(math.MaxInt64)))
+	}
 	ck.positive("OUTBOX_RETENTION", c.OutboxRetention)
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
 	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))

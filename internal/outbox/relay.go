@@ -156,8 +156,6 @@ type Relay struct {
 	// wake carries the wake-ups (Wake, and the listener's, listen.go) to the publishing loop. It holds
 	// one: while a wake-up is pending, more add nothing, so a burst of commits costs one drain.
 	wake chan struct{}
-	// pendingAt is when the pending gauge was last refreshed (publishing loop only).
-	pendingAt time.Time
 
 	// beforeMark, when set by a test, runs after the confirms and before the rows are marked; an
 	// error from it rolls the batch back, which is what a crash at that point leaves behind.
@@ -195,6 +193,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Go(func() {
 		retry.Sessions(ctx, r.logger.With("part", "listener"), r.cfg.ReconnectMin, r.cfg.ReconnectMax, r.listen)
 	})
+	// The pending gauge has a loop of its own: while the broker is down it is the one sign of the
+	// events piling up, and the publishing loop is then waiting to reconnect.
+	wg.Go(func() { retry.Every(ctx, r.cfg.PollInterval, func() { r.updatePending(ctx) }) })
 	retry.Sessions(ctx, r.logger, r.cfg.ReconnectMin, r.cfg.ReconnectMax, r.session)
 	wg.Wait()
 	r.logger.Info("outbox relay stopped")
@@ -244,7 +245,6 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 		} else {
 			r.metrics.polls.WithLabelValues("rows").Inc()
 		}
-		r.updatePending(ctx)
 		if n > 0 && ctx.Err() == nil {
 			// Rows came in while this batch was published (its rest, if it was full): look again,
 			// at once after a full batch. Only a drain that found nothing waits for a wake-up or the
@@ -481,16 +481,12 @@ func drainReturns(returns <-chan amqp.Return) map[string]amqp.Return {
 	}
 }
 
-// updatePending refreshes the pending gauge, at most once per PollInterval: the partial index on
-// pending rows keeps the count cheap, but one after every batch was a round trip per batch.
+// updatePending refreshes the pending gauge: every PollInterval, whether the relay is connected to
+// the broker or not (the partial index on pending rows keeps the count cheap).
 func (r *Relay) updatePending(ctx context.Context) {
-	if time.Since(r.pendingAt) < r.cfg.PollInterval {
-		return
-	}
-	r.pendingAt = time.Now()
 	var n int64
 	if err := r.db.WithContext(ctx).Raw(`SELECT count(*) FROM outbox WHERE published_at IS NULL`).Row().Scan(&n); err != nil {
-		return // the next poll tries again; a failing database also ends the session there
+		return // the next tick tries again
 	}
 	r.metrics.pending.Set(float64(n))
 }

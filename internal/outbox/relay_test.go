@@ -37,6 +37,9 @@ func TestRelayPublishesEverythingOnceTheBrokerReturns(t *testing.T) {
 
 	insertPaid(t, env.DB, 1, 10) // orders 1..10 paid while the broker is down
 	assert.EqualValues(t, 10, pending(t, env.DB))
+	// The gauge is the operator's sign of the outage: it counts while the relay cannot connect.
+	waitFor(t, 5*time.Second, func() bool { return gathered(relay, "idemshop_outbox_pending") == 10 },
+		"the pending gauge counts the rows while the broker is down")
 	proxy.Restore()
 	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published once the broker is back")
 

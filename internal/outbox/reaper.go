@@ -14,8 +14,8 @@ import (
 	"idemshop/internal/platform/retry"
 )
 
-// Reaper deletes outbox rows the broker confirmed more than the retention ago (OUTBOX_RETENTION), in
-// bounded batches, so that the outbox holds the events still owed plus a window of recent history
+// Reaper deletes outbox rows published more than the retention ago (OUTBOX_RETENTION; published_at,
+// which the relay sets in the transaction that marks the broker's confirms), in bounded batches, so that the outbox holds the events still owed plus a window of recent history
 // instead of every event ever sent.
 //
 // A row that is not published is never deleted, however old: it is an event the relay still owes

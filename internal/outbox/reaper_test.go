@@ -15,8 +15,7 @@ import (
 	"idemshop/internal/testenv"
 )
 
-// The reaper deletes what the broker confirmed more than the retention ago, in batches, and nothing
-// else: an unpublished row is an event still owed, however old; a row another replica's reaper holds
+// The reaper deletes what was published more than the retention ago, in batches, and nothing else: an unpublished row is an event still owed, however old; a row another replica's reaper holds
 // is left to it (or to the next run), without waiting for it.
 func TestReaperDeletesOnlyRowsPublishedBeforeTheRetention(t *testing.T) {
 	t.Parallel()

@@ -15,8 +15,9 @@ import (
 	"idemshop/internal/testenv"
 )
 
-// The reaper deletes what was published more than the retention ago, in batches, and nothing else: an unpublished row is an event still owed, however old; a row another replica's reaper holds
-// is left to it (or to the next run), without waiting for it.
+// The reaper deletes what was published more than the retention ago, in batches, and nothing else:
+// an unpublished row is an event still owed, however old; a row another replica's reaper holds is
+// left to it (or to the next run), without waiting for it.
 func TestReaperDeletesOnlyRowsPublishedBeforeTheRetention(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -52,7 +53,7 @@ func TestReaperDeletesOnlyRowsPublishedBeforeTheRetention(t *testing.T) {
 	require.NoError(t, held.Rollback().Error)
 	n, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	assert.EqualValues(t, 1, n, "the held row, once its relay let go")
+	assert.EqualValues(t, 1, n, "the held row, once the other reaper let go")
 	assert.ElementsMatch(t, []string{"owed-1", "owed-2", "owed-3", "recent-1", "recent-2", "recent-3", "recent-4"}, tags(t, env))
 }
 

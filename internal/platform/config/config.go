@@ -79,8 +79,8 @@ type Orders struct {
 	ReaperInterval       time.Duration `env:"REAPER_INTERVAL" envDefault:"1m"`
 	ReaperBatch          int           `env:"REAPER_BATCH" envDefault:"1000"`
 	// OutboxRetention is how long an outbox row is kept (at least) after it was published (its
-	// published_at); the reaper deletes it after that, on REAPER_INTERVAL, REAPER_BATCH rows a statement. A row not yet
-	// published is never deleted.
+	// published_at); the reaper deletes it after that, on REAPER_INTERVAL, REAPER_BATCH rows a
+	// statement. A row not yet published is never deleted.
 	OutboxRetention time.Duration `env:"OUTBOX_RETENTION" envDefault:"168h"`
 
 	SweepInterval time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`

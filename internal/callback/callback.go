@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
+	"idemshop/internal/callback/wire"
 	"idemshop/internal/decisions"
 	"idemshop/internal/events"
 	"idemshop/internal/orders"
@@ -29,17 +30,9 @@ import (
 	"idemshop/internal/refunds"
 )
 
-// Callback is the body the payment platform POSTs to the callback route (docs/design.md, "API and
-// status codes"). AmountCents is in minor units of Currency; for REFUNDED it is the refunded amount.
-type Callback struct {
-	EventID         string    `json:"event_id"`
-	PaymentID       string    `json:"payment_id"`
-	MerchantOrderNo string    `json:"merchant_order_no"`
-	Status          string    `json:"status"`
-	AmountCents     int64     `json:"amount_cents"`
-	Currency        string    `json:"currency"`
-	OccurredAt      time.Time `json:"occurred_at"`
-}
+// Callback is the body the payment platform POSTs to the callback route: wire.Callback's members and
+// units, with the shop's methods.
+type Callback wire.Callback
 
 // Callback statuses sent by the platform.
 const (

@@ -30,6 +30,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"idemshop/internal/callback/wire"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/pgtext"
 	"idemshop/internal/platform/problem"
@@ -271,7 +272,7 @@ func parseBody(raw json.RawMessage) (Event, []byte, error) {
 	// Decoded once as the shop decodes it (problem.DecodeJSONOpen into its members): a member it
 	// reads, twice or in another case, or of the wrong type would reach the map (and the rewritten
 	// body) in silence, and the shop would refuse every copy; the recording is refused here instead.
-	if err := strictDecodeOpen(raw, new(shopBody)); err != nil {
+	if err := strictDecodeOpen(raw, new(wire.Callback)); err != nil {
 		return Event{}, nil, err
 	}
 	var ev Event
@@ -457,16 +458,4 @@ func Write(w io.Writer, h Header, ds []Delivery) error {
 		}
 	}
 	return nil
-}
-
-// shopBody is what the shop reads of a callback body: internal/callback's Callback, members and types
-// (a test keeps the two alike; the replay loader does not import the shop).
-type shopBody struct {
-	EventID         string    `json:"event_id"`
-	PaymentID       string    `json:"payment_id"`
-	MerchantOrderNo string    `json:"merchant_order_no"`
-	Status          string    `json:"status"`
-	AmountCents     int64     `json:"amount_cents"`
-	Currency        string    `json:"currency"`
-	OccurredAt      time.Time `json:"occurred_at"`
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"idemshop/internal/callback"
 	"idemshop/internal/paysig"
 	"idemshop/internal/replay"
 )
@@ -218,14 +216,4 @@ func TestParseAcceptsTheLimits(t *testing.T) {
 	assert.Len(t, rec.Events[0].EventID, 188)
 	rec = parse(t, "\xef\xbb\xbf"+line(0, body("e1", "p", "A", "SUCCESS", 100)))
 	assert.Len(t, rec.Deliveries, 1, "a BOM before a delivery line")
-}
-
-// The loader reads a body as the shop does: the same members, of the same types.
-func TestShopBodyIsTheCallbacks(t *testing.T) {
-	want, got := reflect.TypeFor[callback.Callback](), reflect.TypeFor[replay.ShopBody]()
-	require.Equal(t, want.NumField(), got.NumField())
-	for i := range want.NumField() {
-		assert.Equal(t, want.Field(i).Tag, got.Field(i).Tag)
-		assert.Equal(t, want.Field(i).Type, got.Field(i).Type, want.Field(i).Name)
-	}
 }

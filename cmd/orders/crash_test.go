@@ -46,9 +46,12 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 		}
 	})
 	addr := testenv.FreeAddr(t)
+	// Its own key prefix and queue names, deleted at the end: with the defaults the process would
+	// declare the shop's own exchange and queue on the shared broker, and publish into them.
+	prefix := cleanPrefix(t, svc, "crash")
 	env := append(os.Environ(),
 		"HTTP_ADDR="+addr, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
-		fmt.Sprintf("REDIS_KEY_PREFIX=crash-%d:", os.Getpid()), "PAYMENTS_URL="+mock.URL,
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix, "PAYMENTS_URL="+mock.URL,
 		"CALLBACK_URL=http://"+addr+"/v1/payments/callback", "PAY_LEASE=500ms", "PAYMENTS_TIMEOUT=400ms", "SWEEP_INTERVAL=1h")
 
 	var logs testenv.Output

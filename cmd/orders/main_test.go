@@ -36,11 +36,12 @@ func TestOrdersBinaryEndToEnd(t *testing.T) {
 		}
 	})
 	addr := testenv.FreeAddr(t)
+	prefix := cleanPrefix(t, svc, "e2e") // not the shop's own names on the shared broker and Redis
 	var logs testenv.Output
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
 		"HTTP_ADDR="+addr, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
-		fmt.Sprintf("REDIS_KEY_PREFIX=e2e-%d:", os.Getpid()), "LOG_FORMAT=json")
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix, "LOG_FORMAT=json")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)

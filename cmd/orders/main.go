@@ -177,19 +177,41 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	return err
 }
 
+// prefixesOwnNoDefaultName refuses prefixes under which teardown would find the shop's own names: a
+// Redis prefix that is the default one, a part of it ("idemshop" deletes every idemshop: key) or
+// inside it, and an AMQP prefix that a default exchange or queue name starts with ("p" covers
+// points.order-paid, and the order.paid messages in it).
+func prefixesOwnNoDefaultName(redisPrefix, amqpPrefix string) error {
+	def := config.DefaultOrders().Redis.KeyPrefix
+	switch {
+	case redisPrefix == def:
+		return fmt.Errorf("teardown refuses REDIS_KEY_PREFIX %q: it is the shop's default prefix, never a run's", def)
+	case strings.HasPrefix(def, redisPrefix) || strings.HasPrefix(redisPrefix, def):
+		return fmt.Errorf("teardown refuses REDIS_KEY_PREFIX %q: the shop's own keys (under %q) would match it (nothing was deleted)", redisPrefix, def)
+	}
+	top := rabbitmq.OrderPaidTopology()
+	for _, n := range []string{top.Exchange, top.DeadLetterExchange, top.Queue, top.DeadLetterQueue} {
+		if strings.HasPrefix(n, amqpPrefix) {
+			return fmt.Errorf("teardown refuses AMQP_NAME_PREFIX %q: the shop's own %q is under it (nothing was deleted)", amqpPrefix, n)
+		}
+	}
+	return nil
+}
+
 // teardown removes what a run under its own prefixes left on the shared Redis and RabbitMQ (scripts/
 // demo.sh, bench.sh and soak.sh call it at exit): every key under REDIS_KEY_PREFIX, the shop's topology
 // under AMQP_NAME_PREFIX, and each further queue or exchange named in names (the scripts list them
 // with rabbitmqctl: the lab declares topologies of its own under the prefix). It refuses to run
-// without both prefixes set explicitly, with the default Redis prefix, or with a name outside
-// AMQP_NAME_PREFIX or one that looks like a flag: the defaults are a shop's real names, never a run's.
+// without both prefixes set explicitly, with prefixes that cover a default name
+// (prefixesOwnNoDefaultName), or with a name outside AMQP_NAME_PREFIX or one that looks like a flag:
+// the defaults are a shop's real names, never a run's.
 func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names []string) error {
 	// The environment, not cfg: an empty REDIS_KEY_PREFIX parses as the shop's default prefix.
 	if os.Getenv("REDIS_KEY_PREFIX") == "" || os.Getenv("AMQP_NAME_PREFIX") == "" {
 		return errors.New("teardown needs REDIS_KEY_PREFIX and AMQP_NAME_PREFIX set to the run's prefixes")
 	}
-	if def := config.DefaultOrders().Redis.KeyPrefix; cfg.Redis.KeyPrefix == def {
-		return fmt.Errorf("teardown refuses REDIS_KEY_PREFIX %q: it is the shop's default prefix, never a run's", def)
+	if err := prefixesOwnNoDefaultName(cfg.Redis.KeyPrefix, cfg.NamePrefix); err != nil {
+		return err
 	}
 	// Every argument is checked before anything is deleted: `teardown --help` once deleted a live
 	// stack's queue, and the order.paid messages in it with it.

@@ -58,6 +58,8 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 	require.Error(t, err, "no Redis prefix means the shop's default one")
 	assert.Contains(t, string(out), "teardown needs")
 
+	dead := testenv.FreeAddr(t)
+	nowhere := []string{"REDIS_URL=redis://" + dead + "/0", "AMQP_URL=amqp://guest:guest@" + dead + "/"}
 	// Each of these is refused before anything is deleted: a flag (`teardown --help` once deleted a
 	// live stack's queue with its messages), a name outside the prefix, the shop's default prefix.
 	for _, c := range []struct {
@@ -68,6 +70,15 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 		{[]string{"--help"}, []string{"REDIS_KEY_PREFIX=" + run, "AMQP_NAME_PREFIX=" + run}, `not flags: "--help"`},
 		{[]string{lab.Queue, "points.order-paid"}, []string{"REDIS_KEY_PREFIX=" + run, "AMQP_NAME_PREFIX=" + run}, `"points.order-paid" is not under AMQP_NAME_PREFIX`},
 		{nil, []string{"REDIS_KEY_PREFIX=idemshop:", "AMQP_NAME_PREFIX=" + run}, `REDIS_KEY_PREFIX "idemshop:": it is the shop's default prefix`},
+		// Prefixes that cover the shop's own names: a part of the default Redis prefix, a namespace
+		// inside it, and AMQP prefixes that the default queue and exchange names start with. These
+		// point at addresses where nothing listens, so that a teardown without the check (the mutant)
+		// fails on connecting instead of deleting the shared servers' default names.
+		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop": the shop's own keys`},
+		{nil, append(nowhere, "REDIS_KEY_PREFIX=i", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "i": the shop's own keys`},
+		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop:points:", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop:points:": the shop's own keys`},
+		{nil, append(nowhere, "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX=p"), `AMQP_NAME_PREFIX "p": the shop's own "points.order-paid"`},
+		{[]string{"idemshop.events"}, append(nowhere, "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX=idemshop"), `AMQP_NAME_PREFIX "idemshop": the shop's own "idemshop.events"`},
 	} {
 		cmd := exec.Command(bin, append([]string{"teardown"}, c.args...)...)
 		cmd.Env = append(append(os.Environ(), "REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL), c.env...)

@@ -669,6 +669,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
 	},
 	{
+		ID: "teardown-redis-overlap", Guard: "teardown: Redis prefix",
+		File: "cmd/orders/main.go",
+		// REDIS_KEY_PREFIX=idemshop deletes every key of a shop running with the default prefix.
+		Original:    "\tcase strings.HasPrefix(def, redisPrefix) || strings.HasPrefix(redisPrefix, def):",
+		Replacement: "\tcase false:",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
+	},
+	{
+		ID: "teardown-amqp-overlap", Guard: "teardown: AMQP prefix",
+		File: "cmd/orders/main.go",
+		// AMQP_NAME_PREFIX=p lets `teardown points.order-paid` delete the shop's queue and its messages.
+		Original:    "\t\tif strings.HasPrefix(n, amqpPrefix) {",
+		Replacement: "\t\tif false {",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
+	},
+	{
 		ID: "redis-prefix-as-text", Guard: "teardown: prefix text",
 		File: "internal/platform/redisx/redisx.go",
 		// The prefix goes to SCAN MATCH as a glob: orders teardown with REDIS_KEY_PREFIX=run:?: deletes

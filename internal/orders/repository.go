@@ -115,6 +115,12 @@ func (r *Repository) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, 
 	return o, nil
 }
 
+// Reread returns order id as it is now (Lookup on the repository's pool), for a caller that holds an
+// older copy and must not act on it alone: the reconciler, before it alerts.
+func (r *Repository) Reread(ctx context.Context, id int64) (Order, error) {
+	return r.Lookup(ctx, r.db, id)
+}
+
 // BeginAndLookup opens t's transaction and reads order id in the same round trip (pgtx.Tx.Begin): the
 // first read of a transaction that will change the order costs no round trip of its own for the
 // BEGIN. It is Lookup's read (no lock: the conditional UPDATEs that follow decide), with Lookup's

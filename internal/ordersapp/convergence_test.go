@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -455,6 +458,84 @@ func TestReconcilerAlertsARefundTheOrderNeverRecorded(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileUnchanged], "recorded: the totals agree: %+v", rep)
 	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_drift"))
+}
+
+// Two reconcilers compare one order at once (one runs in every replica, and `reconcile --once` beside
+// them): the first asks the platform and is held there; the second moves the order to REFUNDED; then
+// the first hears the platform's answer. Its copy of the order (PAYING, nothing refunded) differs from
+// the platform's refunded total, but the order does not: no refund_drift alert, and the refund is
+// applied once.
+func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	ctx := context.Background()
+	// The first reconciler reaches the platform through this proxy, which holds its payment query
+	// until released.
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	target, err := url.Parse(mock.srv.URL)
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/payments" {
+			asked <- struct{}{}
+			<-release
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(held.Close)
+	logs := &testenv.Output{}
+	reconciler := func(paymentsURL string) *replica {
+		return newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
+			payTo(mock, longLease)(c)
+			c.PaymentsURL = paymentsURL
+			c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
+			c.ReconcileGrace = 0
+			c.ReconcileRecheck = time.Millisecond
+			c.ReconcileRefundDriftAfter = 0
+		}})
+	}
+	first, second := reconciler(held.URL), reconciler(mock.srv.URL)
+	id, amount := second.newOrder(alice, 1, 2)
+	pid := paymentID(t, second.pay(alice, id, "pay-race"))
+	_, err = mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-race", AmountCents: amount})
+	require.NoError(t, err)
+	require.Equal(t, "PAYING", statusOf(t, env.DB, id))
+
+	type result struct {
+		rep sweeper.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := first.app.Reconciler.RunOnce(ctx)
+		done <- result{rep, err}
+	}()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first reconciler never asked the platform")
+	}
+	rep, err := second.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
+	require.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	close(release)
+	var got result
+	select {
+	case got = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first reconciler did not finish")
+	}
+	require.NoError(t, got.err)
+	assert.Zero(t, got.rep.Orders[sweeper.ReconcileRefundDrift], "%+v", got.rep)
+	assert.Equal(t, 1, got.rep.Orders[sweeper.ReconcileUnchanged], "%+v", got.rep)
+	assert.NotContains(t, logs.String(), "alert=refund_drift")
+	assert.Zero(t, metricValue(t, first.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcileRefundDrift}))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'REFUNDED' AND refunded_cents = ?", id, amount))
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id), "the refund applied once")
 }
 
 // A PAID order the platform has no payment for (a platform that lost its records) is an alert, not

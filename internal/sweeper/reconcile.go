@@ -211,7 +211,7 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 	// come), so one whose event was lost, or refused as event_id_reused, would stay missing unsaid.
 	// It is said once the platform has left the payment alone long enough for its callbacks to be done.
 	if result == ReconcileUnchanged && payment.RefundedCents != o.RefundedCents &&
-		time.Since(payment.UpdatedAt) >= r.cfg.RefundDriftAfter {
+		time.Since(payment.UpdatedAt) >= r.cfg.RefundDriftAfter && !r.movedSince(ctx, lg, o) {
 		lg.Error("ALERT: the platform's refunded total of this payment differs from the order's; nothing applied",
 			"alert", "refund_drift", "payment_id", payment.ID, "platform_refunded_cents", payment.RefundedCents,
 			"order_refunded_cents", o.RefundedCents, "payment_updated_at", payment.UpdatedAt)
@@ -221,6 +221,24 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 		lg.Warn("reconcile: could not stamp reconciled_at; the order is compared again next run", "err", err)
 	}
 	return result
+}
+
+// movedSince reports whether order o is no longer as this run read it. The run read it before asking
+// the platform, and another reconciler (one runs in every replica, and `reconcile --once` beside them)
+// or a late callback may have moved it since: then the difference is with a copy, not with the order,
+// and the next run compares the order as it is. A failed read counts as moved: no alert from a copy.
+func (r *Reconciler) movedSince(ctx context.Context, lg *slog.Logger, o orders.Order) bool {
+	now, err := r.repo.Reread(ctx, o.ID)
+	if err != nil {
+		lg.Warn("reconcile: could not read the order again; the next run compares it", "err", err)
+		return true
+	}
+	if now.Status != o.Status || now.RefundedCents != o.RefundedCents {
+		lg.Info("reconcile: the order moved while the platform was asked; the next run compares it again",
+			"now_status", now.Status, "now_refunded_cents", now.RefundedCents)
+		return true
+	}
+	return false
 }
 
 // Run calls RunOnce every interval until ctx is done.

@@ -219,9 +219,18 @@ var List = []Mutant{
 		ID: "refund-refused-later", Guard: "refund: refused, later",
 		File: "internal/refunds/executor.go",
 		// A refused refund stays due at once, at the head of the queue.
-		Original:    "\t\t\t\tif rerr := Refused(after, e.db, r.ID, r.RefundNo, wait); rerr != nil {\n\t\t\t\t\treturn rerr\n\t\t\t\t}\n",
-		Replacement: "",
+		Original:    "recorded, rerr := Refused(after, e.db, r.ID, r.RefundNo, r.Refusals, wait)",
+		Replacement: "recorded, rerr := true, error(nil)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsRefundsQueuedBehindRefusedOnes$",
+	},
+	{
+		ID: "refund-refusal-once", Guard: "refund refusal: once",
+		File: "internal/refunds/refunds.go",
+		// Two sweepers send one refused refund in the same round: each counts and alerts the refusal,
+		// and the count runs ahead of the wait it was given.
+		Original:    "WHERE id = ? AND status = 'PENDING' AND refusals = ?`, wait.Seconds(), id, seen)",
+		Replacement: "WHERE id = ? AND status = 'PENDING' AND refusals >= ?`, wait.Seconds(), id, seen)",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestTwoSweepersCountOneRefusalOnce$",
 	},
 	{
 		ID: "refund-refused-wait", Guard: "refund refusal: wait",

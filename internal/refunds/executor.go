@@ -72,12 +72,18 @@ func (e *Executor) RunOnce(ctx context.Context) error {
 			result := sendResult(err)
 			if result == ResultRefused {
 				wait := e.retry.After(r.Refusals + 1)
-				if rerr := Refused(after, e.db, r.ID, r.RefundNo, wait); rerr != nil {
+				recorded, rerr := Refused(after, e.db, r.ID, r.RefundNo, r.Refusals, wait)
+				if rerr != nil {
 					return rerr
 				}
-				e.logger.Error("ALERT: payment platform refused a refund; check it by hand", "alert", "refund_refused",
-					"order_id", r.OrderID, "refund_no", r.RefundNo, "refusals", r.Refusals+1, "next_attempt_in", wait,
-					"err", err)
+				if recorded {
+					e.logger.Error("ALERT: payment platform refused a refund; check it by hand", "alert", "refund_refused",
+						"order_id", r.OrderID, "refund_no", r.RefundNo, "refusals", r.Refusals+1, "next_attempt_in", wait,
+						"err", err)
+				} else {
+					e.logger.Info("payment platform refused a refund another sweeper sent and recorded in the same round",
+						"order_id", r.OrderID, "refund_no", r.RefundNo)
+				}
 			} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
 				return perr
 			} else {

@@ -114,6 +114,67 @@ func TestRefusedRefundIsAskedAgainAfterItsWait(t *testing.T) {
 	assert.Contains(t, logs.String(), "refusals=2")
 }
 
+// Two sweepers (two replicas, or `orders sweep --once` beside one) send the same refused refund in one
+// round: the platform refuses both sends, and the refusal is counted and alerted once, with the wait
+// of a first refusal. Counted by each, refusals ran ahead of next_attempt_at (2 refusals, the first
+// one's wait) and every replica repeated the alert.
+func TestTwoSweepersCountOneRefusalOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	// The platform answers once both sweepers' requests are in, so both read the request before
+	// either records the refusal.
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	var mu sync.Mutex
+	sends := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sends++
+		mu.Unlock()
+		arrived.Done()
+		arrived.Wait()
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"code":"payment_not_found"}`))
+	}))
+	t.Cleanup(srv.Close)
+	client, err := payclient.New(srv.URL, 5*time.Second)
+	require.NoError(t, err)
+	logs := &testenv.Output{}
+	policy := refunds.RetryPolicy{Min: time.Minute, Max: time.Hour}
+	sweeper := func() *refunds.Executor {
+		e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10, policy)
+		require.NoError(t, err)
+		return e
+	}
+	a, b := sweeper(), sweeper()
+	owe(t, env, "refused-twice")
+
+	start := make(chan struct{})
+	errs := make(chan error, 2)
+	for _, e := range []*refunds.Executor{a, b} {
+		go func() {
+			<-start
+			errs <- e.RunOnce(ctx)
+		}()
+	}
+	close(start)
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+
+	mu.Lock()
+	assert.Equal(t, 2, sends, "both sweepers sent it")
+	mu.Unlock()
+	var refusals int
+	var wait float64
+	require.NoError(t, env.DB.Raw(`SELECT refusals, extract(epoch FROM next_attempt_at - updated_at)
+		FROM refund_requests WHERE refund_no = 'refused-twice' AND status = 'PENDING'`).Row().Scan(&refusals, &wait))
+	assert.Equal(t, 1, refusals, "one refusal, counted once")
+	assert.InDelta(t, policy.Min.Seconds(), wait, 0.05, "the wait of a first refusal")
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_refused"), logs.String())
+}
+
 // A refund the platform does not answer (a 5xx) goes to the back of the queue: with a batch of one, the
 // next run sends the request behind it. Left at the head, it would take every run's batch.
 func TestUnansweredRefundGoesToTheBack(t *testing.T) {

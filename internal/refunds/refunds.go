@@ -79,14 +79,18 @@ func Postpone(ctx context.Context, db *gorm.DB, id int64, refundNo string) error
 }
 
 // Refused records that the platform refused PENDING refund request id once more: it stays owed, and
-// is not due again before wait has passed (RetryPolicy.After), behind the others.
-func Refused(ctx context.Context, db *gorm.DB, id int64, refundNo string, wait time.Duration) error {
-	if err := db.WithContext(ctx).Exec(`UPDATE refund_requests SET refusals = refusals + 1,
+// is not due again before wait has passed (RetryPolicy.After), behind the others. seen is the refusal
+// count the caller read with the request (Pending.Refusals): the count moves only from there, so that
+// when two sweepers (replicas, or `sweep --once` beside one) sent the same request in one round, its
+// refusal is counted, and alerted, once. recorded is false for the sweeper that came second.
+func Refused(ctx context.Context, db *gorm.DB, id int64, refundNo string, seen int, wait time.Duration) (recorded bool, err error) {
+	res := db.WithContext(ctx).Exec(`UPDATE refund_requests SET refusals = refusals + 1,
 			updated_at = clock_timestamp(), next_attempt_at = clock_timestamp() + make_interval(secs => ?)
-			WHERE id = ? AND status = 'PENDING'`, wait.Seconds(), id).Error; err != nil {
-		return fmt.Errorf("record refusal of refund %s: %w", refundNo, err)
+			WHERE id = ? AND status = 'PENDING' AND refusals = ?`, wait.Seconds(), id, seen)
+	if res.Error != nil {
+		return false, fmt.Errorf("record refusal of refund %s: %w", refundNo, res.Error)
 	}
-	return nil
+	return res.RowsAffected == 1, nil
 }
 
 // RetryPolicy spaces out the requests of a refund the platform refused. A refusal is the platform

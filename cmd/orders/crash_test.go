@@ -104,14 +104,19 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	leaseOver()
 
 	// The platform down: sweep --once and reconcile --once ask, get no answer, leave the record as it
-	// was, and say so in their exit status (a scheduler must see that the work is still there).
+	// was, and say so in their exit status (a scheduler must see that the work is still there). A
+	// refund request the sweep could not send is work left too.
 	down := "PAYMENTS_URL=http://" + testenv.FreeAddr(t) // nothing listens there
+	_, err = conn.Exec(context.Background(), `INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
+		VALUES ($1, 'pay_unsent', 'refund-unsent', 100, 'test')`, orderID)
+	require.NoError(t, err)
 	for _, c := range []struct {
 		args []string
 		env  []string
 		want string
 	}{
-		{[]string{"sweep", "--once"}, []string{down}, "did not answer for 1 stuck pay record(s)"},
+		{[]string{"sweep", "--once"}, []string{down}, "did not answer for 1 stuck pay record(s): 1 stay PROCESSING for the next sweep; " +
+			"the payment platform did not answer 1 refund request(s); they stay PENDING for the next sweep"},
 		{[]string{"reconcile", "--once"}, []string{down, "RECONCILE_GRACE=0s"}, "reconcile: the payment platform did not answer"},
 	} {
 		cmd := exec.Command(bin, c.args...)
@@ -125,6 +130,13 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 		require.Equal(t, "PROCESSING", st, "%v: the record is left for the next run", c.args)
 		leaseOver()
 	}
+
+	var refundStatus string
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT status FROM refund_requests WHERE refund_no = 'refund-unsent'`).
+		Scan(&refundStatus))
+	require.Equal(t, "PENDING", refundStatus, "the refund request is left for the next sweep")
+	_, err = conn.Exec(context.Background(), `DELETE FROM refund_requests WHERE refund_no = 'refund-unsent'`)
+	require.NoError(t, err)
 
 	t.Logf("lease over at %s", time.Now().Format(time.RFC3339Nano))
 	sweep := exec.Command(bin, "sweep", "--once")

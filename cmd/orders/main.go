@@ -163,11 +163,11 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	// that a scheduler sees the records and orders left for the next run.
 	if cmd == "sweep" {
 		done, err := app.Sweeper.RunOnce(ctx)
-		logger.Info("sweep done", "pay_record_repairs", done) // refunds log their own lines
-		if n := done[sweeper.RepairUnreachable] + done[sweeper.RepairGaveUp]; err == nil && n > 0 {
-			err = fmt.Errorf("sweep: the payment platform did not answer for %d stuck pay record(s); they stay PROCESSING for the next sweep", n)
+		logger.Info("sweep done", "results", done) // refunds log their own lines
+		if err != nil {
+			return err
 		}
-		return err
+		return unanswered(done)
 	}
 	rep, err := app.Reconciler.RunOnce(ctx)
 	logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records)
@@ -175,6 +175,31 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 		err = errors.New("reconcile: the payment platform did not answer; the run stopped there, and the next one asks again")
 	}
 	return err
+}
+
+// unanswered is the error of a sweep that left work because the payment platform did not answer:
+// stuck pay records (PROCESSING for the next sweep, or left to the reconciler after
+// SWEEP_MAX_ATTEMPTS) and refund requests (PENDING for the next sweep). nil when there is none.
+func unanswered(done map[string]int) error {
+	var left []string
+	if n := done[sweeper.RepairUnreachable]; n > 0 {
+		left = append(left, fmt.Sprintf("%d stay PROCESSING for the next sweep", n))
+	}
+	if n := done[sweeper.RepairGaveUp]; n > 0 {
+		left = append(left, fmt.Sprintf("%d were asked SWEEP_MAX_ATTEMPTS times and are left to the reconciler (alert=sweeper_gave_up)", n))
+	}
+	var msgs []string
+	if records := done[sweeper.RepairUnreachable] + done[sweeper.RepairGaveUp]; records > 0 {
+		msgs = append(msgs, fmt.Sprintf("the payment platform did not answer for %d stuck pay record(s): %s",
+			records, strings.Join(left, ", ")))
+	}
+	if n := done[sweeper.RefundUnanswered]; n > 0 {
+		msgs = append(msgs, fmt.Sprintf("the payment platform did not answer %d refund request(s); they stay PENDING for the next sweep", n))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New("sweep: " + strings.Join(msgs, "; "))
 }
 
 // prefixesOwnNoDefaultName refuses prefixes under which teardown would find the shop's own names: a

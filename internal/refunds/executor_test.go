@@ -57,6 +57,14 @@ func newPlatform(t *testing.T, answers map[string]int) (*platform, *payclient.Cl
 	return p, c
 }
 
+// runOnce runs e once and requires that it did not fail.
+func runOnce(t *testing.T, e *refunds.Executor) int {
+	t.Helper()
+	n, err := e.RunOnce(context.Background())
+	require.NoError(t, err)
+	return n
+}
+
 func (p *platform) requests(refundNo string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -79,7 +87,6 @@ func owe(t *testing.T, env *testenv.Env, refundNo string) {
 func TestRefusedRefundIsAskedAgainAfterItsWait(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	ctx := context.Background()
 	p, client := newPlatform(t, map[string]int{"refused": http.StatusNotFound})
 	logs := &testenv.Output{}
 	policy := refunds.RetryPolicy{Min: 300 * time.Millisecond, Max: time.Hour}
@@ -87,8 +94,8 @@ func TestRefusedRefundIsAskedAgainAfterItsWait(t *testing.T) {
 	require.NoError(t, err)
 	owe(t, env, "refused")
 
-	require.NoError(t, e.RunOnce(ctx))
-	require.NoError(t, e.RunOnce(ctx))
+	runOnce(t, e)
+	runOnce(t, e)
 	assert.Equal(t, 1, p.requests("refused"), "not asked again before its wait")
 	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_refused"))
 	var refusals int
@@ -103,7 +110,7 @@ func TestRefusedRefundIsAskedAgainAfterItsWait(t *testing.T) {
 
 	deadline := time.Now().Add(10 * time.Second)
 	for p.requests("refused") < 2 && time.Now().Before(deadline) {
-		require.NoError(t, e.RunOnce(ctx))
+		runOnce(t, e)
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.Equal(t, 2, p.requests("refused"), "asked again once its wait had passed")
@@ -156,7 +163,8 @@ func TestTwoSweepersCountOneRefusalOnce(t *testing.T) {
 	for _, e := range []*refunds.Executor{a, b} {
 		go func() {
 			<-start
-			errs <- e.RunOnce(ctx)
+			_, err := e.RunOnce(ctx)
+			errs <- err
 		}()
 	}
 	close(start)
@@ -180,7 +188,6 @@ func TestTwoSweepersCountOneRefusalOnce(t *testing.T) {
 func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	ctx := context.Background()
 	p, client := newPlatform(t, map[string]int{"unanswered": http.StatusServiceUnavailable})
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 1,
 		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
@@ -188,8 +195,8 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	owe(t, env, "unanswered")
 	owe(t, env, "behind")
 
-	require.NoError(t, e.RunOnce(ctx))
-	require.NoError(t, e.RunOnce(ctx))
+	assert.Equal(t, 1, runOnce(t, e), "the unanswered request is counted (sweep --once exits 1 on it)")
+	assert.Zero(t, runOnce(t, e), "the one behind it was answered")
 	assert.Equal(t, 1, p.requests("unanswered"))
 	assert.Equal(t, 1, p.requests("behind"), "sent on the second run")
 	var status string
@@ -199,6 +206,6 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	require.NoError(t, env.DB.Raw(`SELECT refusals FROM refund_requests WHERE refund_no = 'unanswered' AND status = 'PENDING'`).
 		Row().Scan(&refusals))
 	assert.Zero(t, refusals, "not answered is not refused: due again at once, behind the others")
-	require.NoError(t, e.RunOnce(ctx))
+	runOnce(t, e)
 	assert.Equal(t, 2, p.requests("unanswered"))
 }

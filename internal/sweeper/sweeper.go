@@ -47,6 +47,10 @@ const (
 	RepairFenced      = "fenced"      // a live retry took the record over meanwhile
 )
 
+// RefundUnanswered is the key under which RunOnce's result counts the refund requests the platform
+// did not answer (they stay PENDING for the next sweep). It is not a repair result.
+const RefundUnanswered = "refund_unanswered"
+
 // NewSweeper returns the sweeper. payer writes the records it settles, store finds them, platform
 // answers about them; refunds is run on every sweep. maxAttempts bounds how often the sweeper asks the
 // platform about one record without an answer (a client's own retries do not count); batch bounds one run.
@@ -83,7 +87,8 @@ func NewSweeper(payer *pay.Payer, store *idempotency.Store, platform *payclient.
 var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.StateFailedRetryable}
 
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
-// the record gauge. It returns how many records it repaired by result.
+// the record gauge. It returns how many records it repaired by result, and under RefundUnanswered how
+// many refund requests the platform did not answer.
 func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	recs, err := s.store.Stuck(ctx, idempotency.KindPay, s.maxAttempts, s.batch)
 	if err != nil {
@@ -101,8 +106,10 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 			s.repairs.WithLabelValues(result).Inc()
 		}
 	}
-	if err := s.refunds.RunOnce(ctx); err != nil {
+	if n, err := s.refunds.RunOnce(ctx); err != nil {
 		s.logger.Error("sweeper: refunds failed", "err", err)
+	} else if n > 0 {
+		done[RefundUnanswered] = n
 	}
 	counts, err := s.store.CountUnfinished(ctx, idempotency.KindPay)
 	if err != nil {
@@ -121,7 +128,7 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
 		if err != nil && ctx.Err() == nil {
 			s.logger.Error("sweeper run failed", "err", err)
 		} else if len(done) > 0 {
-			s.logger.Info("sweeper repaired pay records", "results", done)
+			s.logger.Info("sweeper run", "results", done)
 		}
 	})
 }

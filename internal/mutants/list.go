@@ -211,7 +211,7 @@ var List = []Mutant{
 		ID: "refund-postpone", Guard: "refund: unanswered",
 		File: "internal/refunds/executor.go",
 		// An unanswered refund keeps its place at the head of the queue.
-		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn perr\n\t\t\t} else {",
+		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn unanswered, perr\n\t\t\t} else {",
 		Replacement: "} else {",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestUnansweredRefundGoesToTheBack$",
 	},
@@ -665,8 +665,8 @@ var List = []Mutant{
 		ID: "orders-once-unanswered", Guard: "sweep --once: exit",
 		File: "cmd/orders/main.go",
 		// sweep --once exits 0 when the platform did not answer: a scheduler sees nothing left to do.
-		Original:    "if n := done[sweeper.RepairUnreachable] + done[sweeper.RepairGaveUp]; err == nil && n > 0 {",
-		Replacement: "if n := done[sweeper.RepairUnreachable] + done[sweeper.RepairGaveUp]; err == nil && n > 1<<30 {",
+		Original:    "\t\treturn unanswered(done)\n",
+		Replacement: "\t\treturn nil\n",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
 	},
 	{

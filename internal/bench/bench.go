@@ -137,6 +137,10 @@ type Result struct {
 	// CPUPerEvent is the CPU one event cost, in µs by process, over a whole outbox lag run (warm-up
 	// included): the load the lag was measured under. Nil where no process could be read.
 	CPUPerEvent map[string]float64 `json:"cpu_us_per_event,omitempty"`
+	// AfterWrite is an outbox lag measure's lag counted from the end of each write (its answer) instead
+	// of its start, in ms, 0 when the delivery came first: the relay's and the broker's part, without
+	// the write and the commit's flush. For reference; the target judges the lag from the start.
+	AfterWrite *Stats `json:"after_write,omitempty"`
 
 	series []timeSeries // raw latencies, for the HTML plots
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOutboxTargetNeedsTheSetRate: a lag measured while the writers fell short of the set rate is not
@@ -38,5 +39,24 @@ func TestRateShortNoteSaysHowShort(t *testing.T) {
 	}
 	if got := rateShortNote(1899.9, 2000); !strings.Contains(got, "reached 94.9% of the set rate") {
 		t.Errorf("at 94.995%% of the rate: note %q, want the share cut to 94.9%%, never shown as 95.0%%", got)
+	}
+}
+
+func TestAfterWriteCountsFromTheWritesEnd(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name    string
+		written time.Time
+		lag     time.Duration
+		want    time.Duration
+	}{
+		{"delivered after the answer", sent.Add(3 * time.Millisecond), 5 * time.Millisecond, 2 * time.Millisecond},
+		{"delivered before the answer", sent.Add(6 * time.Millisecond), 5 * time.Millisecond, 0},
+		{"the write never returned", time.Time{}, 5 * time.Millisecond, 5 * time.Millisecond},
+	} {
+		if got := afterWrite(sent, c.written, c.lag); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -13,7 +13,8 @@ func TestSummarizeCountsEachRunsFigureAndTarget(t *testing.T) {
 			Results: []Result{
 				{Name: "create_order_fresh", Target: "ratio >= 0.85", Ratio: createRatio, TargetMet: createMet,
 					CPU: &CPUCost{Ratio: createRatio - 0.01}},
-				{Name: "outbox_lag_2000", Target: "p99 < 50 ms", P99ms: lag, TargetMet: lagMet, Ratio: 0.6},
+				{Name: "outbox_lag_2000", Target: "p99 < 50 ms", P99ms: lag, TargetMet: lagMet, Ratio: 0.6,
+					AfterWrite: &Stats{P99ms: lag / 4}},
 				{Name: "outbox_lag_external", P99ms: 40, Error: errMsg},
 				{Name: "create_p99_growth", Target: "p99 ratio <= 1.2", Ratio: 0.9, P99ms: growth[1], TargetMet: growth[1]/growth[0] <= 1.2},
 			},
@@ -29,8 +30,8 @@ func TestSummarizeCountsEachRunsFigureAndTarget(t *testing.T) {
 	if cpu := Summarize([]Report{empty})[1]; cpu.Figure == "CPU ratio" {
 		t.Errorf("an empty CPU reading made a row: %+v", cpu)
 	}
-	if len(rows) != 5 {
-		t.Fatalf("%d rows, want 5: %+v", len(rows), rows)
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6: %+v", len(rows), rows)
 	}
 	want := []struct {
 		name, figure string
@@ -40,6 +41,7 @@ func TestSummarizeCountsEachRunsFigureAndTarget(t *testing.T) {
 		{"create_order_fresh", "ratio", []float64{0.91, 0.79}, 1, 0},
 		{"create_order_fresh", "CPU ratio", []float64{0.90, 0.78}, 0, 0},
 		{"outbox_lag_2000", "p99 ms", []float64{30, 240}, 1, 0},
+		{"outbox_lag_2000", "p99 ms after write", []float64{7.5, 60}, 0, 0},
 		{"outbox_lag_external", "p99 ms", []float64{40}, 0, 1},
 		{"create_p99_growth", "p99 ratio", []float64{1.1, 1.5}, 1, 0},
 	}
@@ -58,7 +60,7 @@ func TestSummarizeCountsEachRunsFigureAndTarget(t *testing.T) {
 
 	var out bytes.Buffer
 	WriteSummary(&out, 2, rows)
-	for _, s := range []string{"0.910, 0.790", "0.790–0.910", "0.900, 0.780", "30.0, 240.0", "1 of 2", "(1 failed)", noTarget} {
+	for _, s := range []string{"0.910, 0.790", "0.790–0.910", "0.900, 0.780", "30.0, 240.0", "7.5, 60.0", "1 of 2", "(1 failed)", noTarget} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("summary lacks %q:\n%s", s, out.String())
 		}

@@ -23,6 +23,7 @@ export ORDERS_LAB=true
 export ORDERS_URL="http://127.0.0.1:$orders_port"
 export PAYMENTS_URL="http://127.0.0.1:$payments_port"
 export POINTS_URL="http://127.0.0.1:$points_port"
+export POINTS_METRICS_URL="$POINTS_URL/metrics" # /lab polls it: this stack's consumer, not 8082's
 export CALLBACK_URL="http://127.0.0.1:$orders_port/v1/payments/callback"
 export LOG_LEVEL="${LOG_LEVEL:-warn}"
 

@@ -268,6 +268,14 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal(out, &rep))
 		require.Len(t, rep.Scenarios, 12)
+		// design.md's fields are there even when empty: a reader checks "error", not its absence.
+		var members struct{ Scenarios []map[string]json.RawMessage }
+		require.NoError(t, json.Unmarshal(out, &members))
+		for _, sc := range members.Scenarios {
+			for _, f := range []string{"id", "title", "unsafe", "guarded", "error", "seconds"} {
+				assert.Contains(t, sc, f, "scenario %s", sc["id"])
+			}
+		}
 		for _, sc := range rep.Scenarios {
 			assert.Empty(t, sc.Error, sc.ID)
 			// S9 has no unsafe variant: it says so, and claims no reproduction.

@@ -78,7 +78,7 @@ type Result struct {
 	Title   string  `json:"title"`
 	Unsafe  Unsafe  `json:"unsafe"`
 	Guarded Guarded `json:"guarded"`
-	Error   string  `json:"error,omitempty"`
+	Error   string  `json:"error"` // "" when the scenario ran; always present, as docs/design.md lists it
 	Seconds float64 `json:"seconds"`
 }
 

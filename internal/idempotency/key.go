@@ -9,6 +9,7 @@
 package idempotency
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -45,16 +46,22 @@ var (
 // (unterminated) and `"abc";x=1` (an sf-string with parameters, which this server does not read) are
 // invalid rather than keys of their own. Any other value is the key as sent (a bare UUID is no
 // sf-string, and is what most clients send). More than one header line is invalid, since the server
-// could not tell which one the client meant.
+// could not tell which one the client meant; so is a bare value with a comma, which is what two lines
+// become when an intermediary joins them into one (RFC 9110 §5.3), and which neither an sf-string nor
+// an sf-token can be. A key with a comma in it is sent quoted.
 func KeyFromHeader(h http.Header) (string, error) {
 	vals := h.Values(Header)
 	if len(vals) == 0 {
 		return "", ErrKeyMissing
 	}
 	if len(vals) > 1 {
-		return "", ErrKeyInvalid
+		return "", ErrKeyInvalid.WithDetail(fmt.Sprintf("%s sent %d times: one key per request", Header, len(vals)))
 	}
 	key := vals[0]
+	if !strings.HasPrefix(key, `"`) && strings.Contains(key, ",") {
+		return "", ErrKeyInvalid.WithDetail(Header + " holds a comma outside a quoted string: two keys joined " +
+			`into one line, or a key that must be sent quoted ("a,b")`)
+	}
 	if strings.HasPrefix(key, `"`) {
 		if len(key) < 2 || !strings.HasSuffix(key, `"`) {
 			return "", ErrKeyInvalid

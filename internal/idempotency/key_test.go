@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"idemshop/internal/idempotency"
+	"idemshop/internal/platform/problem"
 )
 
 func TestKeyFromHeader(t *testing.T) {
@@ -41,6 +42,16 @@ func TestKeyFromHeader(t *testing.T) {
 		{"non-ASCII", []string{"clé"}, "", idempotency.ErrKeyInvalid},
 		{"DEL", []string{"a\x7f"}, "", idempotency.ErrKeyInvalid},
 		{"two header lines", []string{"a", "b"}, "", idempotency.ErrKeyInvalid},
+		// Two lines joined by an intermediary (RFC 9110 §5.3) are one line with a comma: still two keys.
+		{"two keys joined into one line", []string{"a, b"}, "", idempotency.ErrKeyInvalid},
+		{"a bare comma", []string{"a,b"}, "", idempotency.ErrKeyInvalid},
+		{"a comma in a quoted key", []string{`"a,b"`}, "a,b", nil},
+	}
+	// What the problem's detail says where it is not the code's default text.
+	details := map[string]string{
+		"two header lines":              "Idempotency-Key sent 2 times",
+		"two keys joined into one line": "holds a comma outside a quoted string",
+		"a bare comma":                  "holds a comma outside a quoted string",
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,6 +62,10 @@ func TestKeyFromHeader(t *testing.T) {
 			got, err := idempotency.KeyFromHeader(h)
 			if tc.wantErr != nil {
 				assert.ErrorIs(t, err, tc.wantErr)
+				var p *problem.Error
+				if d, ok := details[tc.name]; ok && assert.ErrorAs(t, err, &p) {
+					assert.Contains(t, p.Detail, d)
+				}
 				return
 			}
 			assert.NoError(t, err)

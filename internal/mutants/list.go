@@ -73,6 +73,13 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestKeyFromHeader$",
 	},
 	{
+		ID: "key-joined-lines", Guard: "key: no bare comma",
+		File:        "internal/idempotency/key.go",
+		Original:    "if !strings.HasPrefix(key, `\"`) && strings.Contains(key, \",\") {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestKeyFromHeader$",
+	},
+	{
 		ID: "inflight-db-409", Guard: "in flight: 409 (DB)",
 		File:        "internal/idempotency/guard.go",
 		Original:    "case errors.Is(err, postgres.ErrLockTimeout):\n\t\treturn ErrKeyInUse",

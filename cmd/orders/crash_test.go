@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/ordersapp"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/testenv"
@@ -63,6 +64,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	go func() { exited <- crashing.Wait() }()
 	t.Cleanup(func() { _ = crashing.Process.Kill() })
 	testenv.WaitReady(t, "http://"+addr, 30*time.Second, &logs)
+	assert.True(t, logs.Contains(ordersapp.LabWarning), "serve in lab mode says so")
 
 	orderID := post(t, "http://"+addr+"/v1/orders", "order-1", `{"product_id":1,"quantity":1}`)
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/v1/orders/%d/pay", addr, orderID), nil)
@@ -115,7 +117,8 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{[]string{"sweep", "--once"}, []string{down}, "did not answer for 1 stuck pay record(s): 1 stay PROCESSING for the next sweep; " +
+		// In lab mode too: a command that serves nothing does not warn of the lab's routes.
+		{[]string{"sweep", "--once"}, []string{down, "ORDERS_LAB=true"}, "did not answer for 1 stuck pay record(s): 1 stay PROCESSING for the next sweep; " +
 			"the payment platform did not answer 1 refund request(s); they stay PENDING for the next sweep"},
 		{[]string{"reconcile", "--once"}, []string{down, "RECONCILE_GRACE=0s"}, "reconcile: the payment platform did not answer"},
 	} {
@@ -126,6 +129,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v: %s", c.args, out)
 		assert.Equal(t, 1, ee.ExitCode(), "%v", c.args)
 		assert.Contains(t, string(out), c.want, "%v", c.args)
+		assert.NotContains(t, string(out), ordersapp.LabWarning, "%v", c.args)
 		st, _ = state()
 		require.Equal(t, "PROCESSING", st, "%v: the record is left for the next run", c.args)
 		leaseOver()

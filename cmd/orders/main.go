@@ -120,6 +120,9 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 	if err != nil {
 		return fail(err)
 	}
+	if cfg.Lab {
+		logger.Warn(ordersapp.LabWarning)
+	}
 	gate.Open(app.Echo)
 	logger.Info("orders ready", "addr", cfg.HTTPAddr)
 

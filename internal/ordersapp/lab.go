@@ -32,10 +32,13 @@ type labParts struct {
 	live        *labview.Live     // the live view of every guard decision (GET /lab)
 }
 
+// LabWarning is what `orders serve` logs (WARN) at start in lab mode. The commands that build the app
+// but serve nothing (sweep --once, reconcile --once) do not say it.
+const LabWarning = "LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production"
+
 // mountLab mounts the deliberately unsafe variants of the lab table (docs/design.md). Only with ORDERS_LAB=true;
 // never by default. Unsafe routes live under /lab/unsafe.
 func mountLab(p labParts) error {
-	p.d.Logger.Warn("LAB MODE: deliberately UNSAFE variants are mounted under /lab/unsafe; never run this in production")
 	for _, mount := range []func(labParts) error{mountLabCallbacks, mountLabIdempotency, mountLabFormToken, mountLabPayments, mountLabBench, mountLabOutbox, mountLabS8, mountLabLive} {
 		if err := mount(p); err != nil {
 			return err

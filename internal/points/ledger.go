@@ -133,6 +133,7 @@ type Applied struct {
 // The whole batch fails together: one unknown user aborts every credit of the call, and the caller
 // retries the others one by one. Errors the database raises for the data itself wrap ErrRejected.
 func (l *Ledger) Apply(ctx context.Context, credits []Credit) (Applied, error) {
+	ctx = postgres.RejectionsHandled(ctx) // a refused batch is retried one by one, and poison dead-lettered
 	return insertCredits(l.db.WithContext(ctx), credits)
 }
 
@@ -250,6 +251,7 @@ type Reversal struct {
 //     has no key of its own, migrations/00009). Without it, a reversal naming an unknown user for an
 //     order credited to someone else would write a row for nobody and take the order's reversal key.
 func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta int64, err error) {
+	ctx = postgres.RejectionsHandled(ctx) // a refused reversal is poison, dead-lettered with a WARN
 	if r.OrderID <= 0 || r.UserID <= 0 || r.Points < 0 {
 		return false, 0, fmt.Errorf("%w: reversal of order %d for user %d, points %d", ErrRejected, r.OrderID, r.UserID, r.Points)
 	}

@@ -3,8 +3,10 @@ package points_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	"idemshop/internal/auth"
 	"idemshop/internal/platform/httpserver"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
 )
@@ -410,4 +413,27 @@ func TestBalanceAndEntriesAreOneSnapshot(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, credits*(credits+1)/2, balance)
 	assert.Len(t, entries, credits)
+}
+
+// A credit or reversal the database refuses for its data is the consumer's to handle (the message is
+// poison, dead-lettered with a WARN of the consumer's): the ledger's statements say so to the SQL
+// logger, which then keeps them out of the ERROR lines. Each of a poison's six deliveries left two.
+func TestRefusedCreditsAreNotSQLErrors(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	out := &testenv.Output{}
+	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{
+		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	defer postgres.Close(db)
+	l, err := points.NewLedger(db)
+	require.NoError(t, err)
+
+	_, err = l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(5), UserID: 999, Delta: 1, Reason: points.ReasonOrderPaid}})
+	require.ErrorIs(t, err, points.ErrRejected)
+	_, _, err = l.Reverse(ctx, points.Reversal{OrderID: 6, UserID: 998, Points: 5})
+	require.ErrorIs(t, err, points.ErrRejected)
+	assert.NotContains(t, out.String(), "level=ERROR", out.String())
+	assert.Equal(t, 2, strings.Count(out.String(), "statement failed (handled by its caller)"), out.String())
 }

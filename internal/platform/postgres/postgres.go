@@ -264,6 +264,28 @@ func connectionLost(err error) bool {
 		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
 
+type rejectionsHandledKey struct{}
+
+// RejectionsHandled returns ctx marked for a caller that handles the database refusing its data
+// (SQLSTATE class 22, a data exception, or 23, an integrity violation: an unknown user's foreign key):
+// such a failure of a statement run with the returned context is logged at DEBUG as handled, not as an
+// ERROR. The points consumer dead-letters such a message and logs a WARN of its own; without the mark,
+// each of a poison message's deliveries left ERROR lines of GORM's beside it.
+func RejectionsHandled(ctx context.Context) context.Context {
+	return context.WithValue(ctx, rejectionsHandledKey{}, true)
+}
+
+func rejectionsHandled(ctx context.Context) bool {
+	v, _ := ctx.Value(rejectionsHandledKey{}).(bool)
+	return v
+}
+
+// rejection reports whether err is the database refusing the statement's data: SQLSTATE class 22 or 23.
+func rejection(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+}
+
 // handledLogger keeps GORM's ERROR lines for failures nobody handles. A statement that failed for a
 // transient reason (ErrTransient: the caller answers 503 or retries) is logged at WARN, and an expected
 // unique violation or a cancelled statement at DEBUG: an operator's ERROR lines must mean "look at this".
@@ -317,6 +339,9 @@ func (l handledLogger) Trace(ctx context.Context, begin time.Time, fc func() (st
 			// leave one ERROR line per worker query in flight at every SIGTERM.
 			level = slog.LevelDebug
 		case errors.Is(translated, ErrTransient):
+		case rejectionsHandled(ctx) && rejection(err):
+			// The caller said it turns a refusal of the data into an answer of its own, and logs it.
+			level = slog.LevelDebug
 		default:
 			l.Interface.Trace(ctx, begin, fc, err)
 			return

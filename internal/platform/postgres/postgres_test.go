@@ -134,6 +134,31 @@ func TestHandledFailuresAreNotLoggedAsErrors(t *testing.T) {
 	assert.Contains(t, out.String(), "level=ERROR", "an unhandled failure is still an ERROR")
 }
 
+// A refusal of the data (an unknown user's foreign key: SQLSTATE 23503) is an ERROR unless the caller
+// marked its context as handling it (postgres.RejectionsHandled: the points consumer dead-letters it).
+func TestRejectionsHandledByTheCallerAreNotErrors(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	out := &testenv.Output{}
+	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{
+		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	require.NoError(t, err)
+	defer postgres.Close(db)
+
+	const unknownUser = `INSERT INTO points_accounts (user_id, balance) VALUES (987654321, 1)`
+	require.Error(t, db.WithContext(postgres.RejectionsHandled(ctx)).Exec(unknownUser).Error)
+	assert.NotContains(t, out.String(), "level=ERROR", out.String())
+	assert.Contains(t, out.String(), "level=DEBUG", "still logged, as handled")
+
+	require.Error(t, db.WithContext(ctx).Exec(unknownUser).Error)
+	assert.Contains(t, out.String(), "level=ERROR", "unmarked, the same refusal is an ERROR")
+
+	before := strings.Count(out.String(), "level=ERROR")
+	require.Error(t, db.WithContext(postgres.RejectionsHandled(ctx)).Exec(`SELEC 1`).Error)
+	assert.Equal(t, before+1, strings.Count(out.String(), "level=ERROR"), "the mark covers refusals of the data only")
+}
+
 // Parameters carry tokens' hashes, idempotency keys and bodies: a failed statement is logged with its
 // SQL text and never its values, whether it ran through Exec or through Raw(...).Scan (which records
 // the statement with a logger of GORM's own).

@@ -28,6 +28,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
 )
 
@@ -59,11 +61,22 @@ func newNamedStack(t *testing.T, name string) *stack {
 
 	run := fmt.Sprintf("e2e%d%s", os.Getpid(), name)
 	db := "idemshop_test_" + fmt.Sprint(os.Getpid()) + "_" + name
+	// Registered before s.stop, so it runs after the processes are gone: the database, and the run's
+	// Redis keys and broker names (a lab run leaves fence keys, done marks, an exchange and queues).
 	t.Cleanup(func() {
-		ctx := context.Background()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {
 			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
 			conn.Close(ctx)
+		}
+		if conn, err := rabbitmq.Dial(ctx, svc.AMQPURL); err == nil {
+			rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(run+":"))
+			_ = conn.Close()
+		}
+		if rdb, err := redisx.Open(svc.RedisURL, time.Second); err == nil {
+			_ = redisx.DeletePrefix(ctx, rdb, run+":")
+			_ = rdb.Close()
 		}
 	})
 	s := &stack{t: t, bin: dir, logs: map[string]*testenv.Output{},

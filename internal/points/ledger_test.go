@@ -3,7 +3,6 @@ package points_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,7 +18,6 @@ import (
 
 	"idemshop/internal/auth"
 	"idemshop/internal/platform/httpserver"
-	"idemshop/internal/platform/postgres"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
 )
@@ -422,11 +420,7 @@ func TestRefusedCreditsAreNotSQLErrors(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	ctx := context.Background()
-	out := &testenv.Output{}
-	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{
-		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	require.NoError(t, err)
-	defer postgres.Close(db)
+	db, out := testenv.OpenLoggedDB(t, env.DatabaseURL)
 	l, err := points.NewLedger(db)
 	require.NoError(t, err)
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -280,4 +281,18 @@ func OpenDB(t testing.TB, url string, lockTimeout time.Duration) *gorm.DB {
 	}
 	t.Cleanup(func() { _ = postgres.Close(db) })
 	return db
+}
+
+// OpenLoggedDB opens another pool on url whose SQL logger writes every level, DEBUG up, to the returned
+// Output, for a test that asserts what a statement logged; it is closed when t ends.
+func OpenLoggedDB(t testing.TB, url string) (*gorm.DB, *Output) {
+	t.Helper()
+	out := &Output{}
+	db, err := postgres.Open(context.Background(), url, postgres.Options{
+		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatalf("testenv: open %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	return db, out
 }

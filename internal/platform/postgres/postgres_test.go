@@ -140,11 +140,7 @@ func TestRejectionsHandledByTheCallerAreNotErrors(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	ctx := context.Background()
-	out := &testenv.Output{}
-	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{
-		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	require.NoError(t, err)
-	defer postgres.Close(db)
+	db, out := testenv.OpenLoggedDB(t, env.DatabaseURL)
 
 	const unknownUser = `INSERT INTO points_accounts (user_id, balance) VALUES (987654321, 1)`
 	require.Error(t, db.WithContext(postgres.RejectionsHandled(ctx)).Exec(unknownUser).Error)
@@ -165,12 +161,7 @@ func TestRejectionsHandledByTheCallerAreNotErrors(t *testing.T) {
 func TestFailedStatementsAreLoggedWithoutTheirParameters(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	ctx := context.Background()
-	out := &testenv.Output{}
-	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{
-		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	require.NoError(t, err)
-	defer postgres.Close(db)
+	db, out := testenv.OpenLoggedDB(t, env.DatabaseURL)
 
 	require.Error(t, db.Exec(`SELECT count(*) FROM no_such_table WHERE x = ?`, "secret-exec").Error)
 	var n int

@@ -26,8 +26,8 @@ import (
 // which leaves the row's old entry in the partial index of pending rows until VACUUM removes it, and
 // every poll walks those entries (docs/performance.md). A bounded table keeps each vacuum of the
 // outbox short; migration 00011 asks autovacuum to vacuum it after a fixed number of changes instead
-// of a fifth of the table, and migration 00012 gives the reaper an index of the published rows by
-// published_at.
+// of a fifth of the table, and gives the reaper an index of the published rows by published_at
+// (00012 brings a database migrated with 00011's first text, a BRIN index, to the same).
 type Reaper struct {
 	db        *gorm.DB
 	logger    *slog.Logger
@@ -61,7 +61,7 @@ func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, rete
 // run.
 func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
 	// published_at < cutoff is false for NULL: an unpublished row is never reaped. The oldest first,
-	// through outbox_published_idx (migration 00012), which holds published rows only.
+	// through outbox_published_idx (migrations 00011 and 00012), which holds published rows only.
 	n, err := postgres.DeleteInBatches(ctx, r.db, r.batch, func(n int64) { r.reaped.Add(float64(n)) },
 		`DELETE FROM outbox WHERE id IN (
 			SELECT id FROM outbox

@@ -135,6 +135,33 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 		leaseOver()
 	}
 
+	// The platform up, the database refusing the sweep's writes: the repair (its takeover) and the
+	// refund step (the refusal it records for a payment the platform does not know) fail. That is
+	// work left too, and the exit status says so.
+	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
+		_, err = conn.Exec(context.Background(), `CREATE OR REPLACE FUNCTION test_refuse_update() RETURNS trigger
+			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`)
+		require.NoError(t, err)
+		_, err = conn.Exec(context.Background(), `CREATE TRIGGER test_refuse_update BEFORE UPDATE ON `+tb+`
+			FOR EACH ROW EXECUTE FUNCTION test_refuse_update()`)
+		require.NoError(t, err)
+	}
+	failing := exec.Command(bin, "sweep", "--once")
+	failing.Env = env
+	fout, err := failing.CombinedOutput()
+	var fe *exec.ExitError
+	require.ErrorAs(t, err, &fe, "%s", fout)
+	assert.Equal(t, 1, fe.ExitCode())
+	assert.Contains(t, string(fout), "the repair of 1 stuck pay record(s) failed (logged above); they stay for the next sweep; "+
+		"the refund step failed (logged above)")
+	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
+		_, err = conn.Exec(context.Background(), `DROP TRIGGER test_refuse_update ON `+tb)
+		require.NoError(t, err)
+	}
+	st, _ = state()
+	require.Equal(t, "PROCESSING", st, "the failed repair wrote nothing")
+	leaseOver()
+
 	var refundStatus string
 	require.NoError(t, conn.QueryRow(context.Background(), `SELECT status FROM refund_requests WHERE refund_no = 'refund-unsent'`).
 		Scan(&refundStatus))

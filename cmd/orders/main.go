@@ -162,15 +162,16 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	if err != nil {
 		return err
 	}
-	// A run the platform did not answer changed nothing it asked about; the exit status says so, so
-	// that a scheduler sees the records and orders left for the next run.
+	// A run the platform did not answer, or whose repair or refund step failed, changed nothing it
+	// asked about; the exit status says so, so that a scheduler sees the records and orders left for
+	// the next run.
 	if cmd == "sweep" {
 		done, err := app.Sweeper.RunOnce(ctx)
 		logger.Info("sweep done", "results", done) // refunds log their own lines
 		if err != nil {
 			return err
 		}
-		return unanswered(done)
+		return workLeft(done)
 	}
 	rep, err := app.Reconciler.RunOnce(ctx)
 	logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records)
@@ -180,10 +181,11 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	return err
 }
 
-// unanswered is the error of a sweep that left work because the payment platform did not answer:
-// stuck pay records (PROCESSING for the next sweep, or left to the reconciler after
-// SWEEP_MAX_ATTEMPTS) and refund requests (PENDING for the next sweep). nil when there is none.
-func unanswered(done map[string]int) error {
+// workLeft is the error of a sweep that left work: because the payment platform did not answer
+// (stuck pay records PROCESSING for the next sweep, or left to the reconciler after
+// SWEEP_MAX_ATTEMPTS; refund requests PENDING for the next sweep), or because a repair or the refund
+// step failed on its own (the database; logged). nil when there is none.
+func workLeft(done map[string]int) error {
 	var left []string
 	if n := done[sweeper.RepairUnreachable]; n > 0 {
 		left = append(left, fmt.Sprintf("%d stay PROCESSING for the next sweep", n))
@@ -198,6 +200,12 @@ func unanswered(done map[string]int) error {
 	}
 	if n := done[sweeper.RefundUnanswered]; n > 0 {
 		msgs = append(msgs, fmt.Sprintf("the payment platform did not answer %d refund request(s); they stay PENDING for the next sweep", n))
+	}
+	if n := done[sweeper.RepairFailed]; n > 0 {
+		msgs = append(msgs, fmt.Sprintf("the repair of %d stuck pay record(s) failed (logged above); they stay for the next sweep", n))
+	}
+	if done[sweeper.RefundsFailed] > 0 {
+		msgs = append(msgs, "the refund step failed (logged above); the requests it did not send stay PENDING for the next sweep")
 	}
 	if len(msgs) == 0 {
 		return nil

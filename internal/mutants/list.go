@@ -515,6 +515,21 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperAsksAtMostMaxAttemptsTimes$",
 	},
 	{
+		ID: "sweeper-repair-failed", Guard: "sweeper: failed repair",
+		File: "internal/sweeper/sweeper.go",
+		// A repair that failed on the database is logged only: the run's result shows nothing left.
+		Original:    "\t\t\tresult = RepairFailed // counted",
+		Replacement: "\t\t\tcontinue // counted",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase$",
+	},
+	{
+		ID: "sweeper-refund-failed", Guard: "sweeper: failed refund",
+		File:        "internal/sweeper/sweeper.go",
+		Original:    "done[RefundsFailed] = 1",
+		Replacement: "_ = RefundsFailed",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase$",
+	},
+	{
 		ID: "sweeper-refund-marked", Guard: "sweeper: REQUESTED",
 		File:        "internal/refunds/refunds.go",
 		Original:    "SET status = 'REQUESTED', updated_at = now()",
@@ -672,8 +687,16 @@ var List = []Mutant{
 		ID: "orders-once-unanswered", Guard: "sweep --once: exit",
 		File: "cmd/orders/main.go",
 		// sweep --once exits 0 when the platform did not answer: a scheduler sees nothing left to do.
-		Original:    "\t\treturn unanswered(done)\n",
+		Original:    "\t\treturn workLeft(done)\n",
 		Replacement: "\t\treturn nil\n",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
+	},
+	{
+		ID: "orders-once-failed", Guard: "sweep --once: failed",
+		File: "cmd/orders/main.go",
+		// sweep --once exits 0 when a repair failed on the database: the record is still stuck.
+		Original:    "if n := done[sweeper.RepairFailed]; n > 0 {",
+		Replacement: "if n := done[sweeper.RepairFailed]; n < 0 {",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
 	},
 	{

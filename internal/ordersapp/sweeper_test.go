@@ -205,3 +205,58 @@ func paidOutOfStock(t *testing.T, env *testenv.Env, rp *replica, mock *mockPlatf
 	require.Equal(t, "REFUND_REQUIRED", statusOf(t, env.DB, id))
 	return p.ID
 }
+
+// failUpdatesOf makes every UPDATE of the named tables in env's database fail, as a database that
+// refuses writes would (a trigger raising an error); the returned func drops the triggers.
+func failUpdatesOf(t *testing.T, env *testenv.Env, tables ...string) func() {
+	t.Helper()
+	require.NoError(t, env.DB.Exec(`CREATE FUNCTION test_refuse_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`).Error)
+	for _, tb := range tables {
+		require.NoError(t, env.DB.Exec(fmt.Sprintf(`CREATE TRIGGER test_refuse_update BEFORE UPDATE ON %s
+			FOR EACH ROW EXECUTE FUNCTION test_refuse_update()`, tb)).Error)
+	}
+	return func() {
+		for _, tb := range tables {
+			require.NoError(t, env.DB.Exec(fmt.Sprintf(`DROP TRIGGER test_refuse_update ON %s`, tb)).Error)
+		}
+		require.NoError(t, env.DB.Exec(`DROP FUNCTION test_refuse_update()`).Error)
+	}
+}
+
+// A repair or a refund step that fails on the database is logged, and counted in the sweep's result
+// (RepairFailed, RefundsFailed): `orders sweep --once` exits 1 on it, as it does when the platform
+// did not answer. Nothing is written, and the next sweep finds the same work.
+func TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	platform := newSilentPlatform(t)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		c.PaymentsURL = platform.srv.URL
+		c.PayLease = 10 * time.Second
+		c.PaymentsTimeout = 2 * time.Second
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	r := rp.pay(alice, id, "pay-db-fails")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	require.NoError(t, env.DB.Exec(`INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
+		VALUES (?, 'pay_x', 'refund-db-fails', 100, 'test')`, id).Error)
+	expireLease(t, env, "pay-db-fails")
+
+	restore := failUpdatesOf(t, env, "idempotency_keys", "refund_requests")
+	done, err := rp.app.Sweeper.RunOnce(ctx)
+	require.NoError(t, err, "the run's own reads worked")
+	assert.Equal(t, map[string]int{sweeper.RepairFailed: 1, sweeper.RefundsFailed: 1}, done)
+	assert.Equal(t, 0, platform.count("GET /v1/payments"), "the takeover failed before the platform was asked")
+	restore()
+
+	rec := recordOf(t, env, "pay-db-fails")
+	assert.Equal(t, "PROCESSING", rec.State)
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "refund_no = 'refund-db-fails' AND status = 'PENDING'"))
+	// The next sweep finds the same work: the platform, still silent, is asked about both.
+	done, err = rp.app.Sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.RepairUnreachable: 1, sweeper.RefundUnanswered: 1}, done)
+	assert.Equal(t, 1, platform.count("GET /v1/payments"))
+}

@@ -45,11 +45,17 @@ const (
 	RepairUnreachable = "unreachable" // the platform did not answer: try again after the lease
 	RepairGaveUp      = "gave_up"     // unanswered maxAttempts times: an alert; the reconciler keeps asking
 	RepairFenced      = "fenced"      // a live retry took the record over meanwhile
+	RepairFailed      = "failed"      // a statement of the repair failed (the database): the record is left as it was, for the next sweep
 )
 
 // RefundUnanswered is the key under which RunOnce's result counts the refund requests the platform
 // did not answer (they stay PENDING for the next sweep). It is not a repair result.
 const RefundUnanswered = "refund_unanswered"
+
+// RefundsFailed is the key under which RunOnce's result says that the refund step stopped on an error
+// (the database; logged): 1, and the requests it did not reach stay PENDING for the next sweep. It is
+// not a repair result.
+const RefundsFailed = "refunds_failed"
 
 // NewSweeper returns the sweeper. payer writes the records it settles, store finds them, platform
 // answers about them; refunds is run on every sweep. maxAttempts bounds how often the sweeper asks the
@@ -71,7 +77,7 @@ func NewSweeper(payer *pay.Payer, store *idempotency.Store, platform *payclient.
 		}, []string{"status"}),
 	}
 	// Every series exists from the start, at 0.
-	for _, r := range []string{RepairCompleted, RepairRetryable, RepairUnreachable, RepairGaveUp, RepairFenced} {
+	for _, r := range []string{RepairCompleted, RepairRetryable, RepairUnreachable, RepairGaveUp, RepairFenced, RepairFailed} {
 		s.repairs.WithLabelValues(r)
 	}
 	for _, st := range recordStates {
@@ -87,8 +93,10 @@ func NewSweeper(payer *pay.Payer, store *idempotency.Store, platform *payclient.
 var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.StateFailedRetryable}
 
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
-// the record gauge. It returns how many records it repaired by result, and under RefundUnanswered how
-// many refund requests the platform did not answer.
+// the record gauge. It returns how many records it repaired by result, under RefundUnanswered how
+// many refund requests the platform did not answer, and under RefundsFailed whether the refund step
+// failed. A repair or refund step that fails is logged and counted, and the run goes on: the error
+// returned is only that of the run's own reads.
 func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	recs, err := s.store.Stuck(ctx, idempotency.KindPay, s.maxAttempts, s.batch)
 	if err != nil {
@@ -99,17 +107,21 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 		result, err := s.repair(ctx, rec, true)
 		if err != nil {
 			s.logger.Error("sweeper: repair failed", "record_id", rec.ID, "err", err)
-			continue
+			result = RepairFailed // counted, so that `sweep --once` does not exit 0 over it
 		}
 		if result != "" {
 			done[result]++
 			s.repairs.WithLabelValues(result).Inc()
 		}
 	}
-	if n, err := s.refunds.RunOnce(ctx); err != nil {
-		s.logger.Error("sweeper: refunds failed", "err", err)
-	} else if n > 0 {
+	// A refund step that failed partway has counted its unanswered requests before the failure.
+	n, err := s.refunds.RunOnce(ctx)
+	if n > 0 {
 		done[RefundUnanswered] = n
+	}
+	if err != nil {
+		s.logger.Error("sweeper: refunds failed", "err", err)
+		done[RefundsFailed] = 1
 	}
 	counts, err := s.store.CountUnfinished(ctx, idempotency.KindPay)
 	if err != nil {

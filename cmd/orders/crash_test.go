@@ -137,7 +137,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 
 	// The platform up, the database refusing the sweep's writes: the repair (its takeover) and the
 	// refund step (the refusal it records for a payment the platform does not know) fail. That is
-	// work left too, and the exit status says so.
+	// work left too, and the exit status of sweep --once and reconcile --once says so.
 	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
 		_, err = conn.Exec(context.Background(), `CREATE OR REPLACE FUNCTION test_refuse_update() RETURNS trigger
 			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`)
@@ -154,6 +154,14 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	assert.Equal(t, 1, fe.ExitCode())
 	assert.Contains(t, string(fout), "the repair of 1 stuck pay record(s) failed (logged above); they stay for the next sweep; "+
 		"the refund step failed (logged above)")
+	// The reconciler's repair of the record fails the same way (the order is left out: too old for
+	// a 1 ms lookback).
+	failing = exec.Command(bin, "reconcile", "--once")
+	failing.Env = append(append([]string{}, env...), "RECONCILE_GRACE=0s", "RECONCILE_LOOKBACK=1ms")
+	fout, err = failing.CombinedOutput()
+	require.ErrorAs(t, err, &fe, "%s", fout)
+	assert.Equal(t, 1, fe.ExitCode())
+	assert.Contains(t, string(fout), "reconcile: the repair of 1 unfinished pay record(s) failed (logged above); the next run tries again")
 	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
 		_, err = conn.Exec(context.Background(), `DROP TRIGGER test_refuse_update ON `+tb)
 		require.NoError(t, err)

@@ -178,6 +178,9 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	if err == nil && rep.Orders[sweeper.ReconcileUnreachable]+rep.Records[sweeper.ReconcileUnreachable] > 0 {
 		err = errors.New("reconcile: the payment platform did not answer; the run stopped there, and the next one asks again")
 	}
+	if n := rep.Records[sweeper.ReconcileFailed]; err == nil && n > 0 {
+		err = fmt.Errorf("reconcile: the repair of %d unfinished pay record(s) failed (logged above); the next run tries again", n)
+	}
 	return err
 }
 

@@ -530,6 +530,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase$",
 	},
 	{
+		ID: "reconcile-repair-fail", Guard: "reconciler: failed",
+		File: "internal/sweeper/reconcile.go",
+		// A record repair that failed on the database is logged only: reconcile --once exits 0.
+		Original:    "\t\t\trep.Records[ReconcileFailed]++ // counted",
+		Replacement: "\t\t\t_ = rep // counted",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase$",
+	},
+	{
 		ID: "sweeper-refund-marked", Guard: "sweeper: REQUESTED",
 		File:        "internal/refunds/refunds.go",
 		Original:    "SET status = 'REQUESTED', updated_at = now()",
@@ -697,6 +705,13 @@ var List = []Mutant{
 		// sweep --once exits 0 when a repair failed on the database: the record is still stuck.
 		Original:    "if n := done[sweeper.RepairFailed]; n > 0 {",
 		Replacement: "if n := done[sweeper.RepairFailed]; n < 0 {",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
+	},
+	{
+		ID: "orders-reconcile-fail", Guard: "reconcile --once: fail",
+		File:        "cmd/orders/main.go",
+		Original:    "if n := rep.Records[sweeper.ReconcileFailed]; err == nil && n > 0 {",
+		Replacement: "if n := rep.Records[sweeper.ReconcileFailed]; err == nil && n < 0 {",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
 	},
 	{

@@ -225,8 +225,9 @@ func failUpdatesOf(t *testing.T, env *testenv.Env, tables ...string) func() {
 }
 
 // A repair or a refund step that fails on the database is logged, and counted in the sweep's result
-// (RepairFailed, RefundsFailed): `orders sweep --once` exits 1 on it, as it does when the platform
-// did not answer. Nothing is written, and the next sweep finds the same work.
+// (RepairFailed, RefundsFailed) and the reconciler's (ReconcileFailed): `orders sweep --once` and
+// `orders reconcile --once` exit 1 on it, as they do when the platform did not answer. Nothing is
+// written, and the next sweep finds the same work.
 func TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -236,6 +237,8 @@ func TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase(t *testing.T) {
 		c.PaymentsURL = platform.srv.URL
 		c.PayLease = 10 * time.Second
 		c.PaymentsTimeout = 2 * time.Second
+		c.ReconcileGrace = 0
+		c.ReconcileLookback = time.Millisecond // the record only: no order is young enough to compare
 	}})
 	id, _ := rp.newOrder(alice, 1, 1)
 	r := rp.pay(alice, id, "pay-db-fails")
@@ -248,7 +251,11 @@ func TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase(t *testing.T) {
 	done, err := rp.app.Sweeper.RunOnce(ctx)
 	require.NoError(t, err, "the run's own reads worked")
 	assert.Equal(t, map[string]int{sweeper.RepairFailed: 1, sweeper.RefundsFailed: 1}, done)
-	assert.Equal(t, 0, platform.count("GET /v1/payments"), "the takeover failed before the platform was asked")
+	// The reconciler's repair of the same record fails the same way, and is counted too.
+	rep, err := rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.ReconcileFailed: 1}, rep.Records)
+	assert.Equal(t, 0, platform.count("GET /v1/payments"), "the takeovers failed before the platform was asked")
 	restore()
 
 	rec := recordOf(t, env, "pay-db-fails")

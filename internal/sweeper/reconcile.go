@@ -51,6 +51,10 @@ const (
 	// payment for it (a platform that lost its records, or an order paid by other means): an operator
 	// alert, nothing applied (orders only). Not no_payment: that one says "still payable".
 	ReconcilePaymentMissing = "payment_missing"
+	// ReconcileFailed: the repair of a pay record failed on its own (the database; logged), and the
+	// record is left as it was for the next run (records only; an order whose change could not be
+	// applied counts as unreachable and ends the run).
+	ReconcileFailed = "failed"
 )
 
 // Reconciler compares orders and unfinished pay records with the platform's query API and drives
@@ -89,7 +93,7 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 		ReconcileRefundDrift, ReconcilePaymentMissing} {
 		r.orders.WithLabelValues(res) // every series exists from the start, at 0
 	}
-	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable} {
+	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileFailed} {
 		r.records.WithLabelValues(res)
 	}
 	if err := reg.Register(r.orders); err != nil {
@@ -119,6 +123,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 		res, err := r.sweeper.repair(ctx, rec, false)
 		if err != nil {
 			r.logger.Error("reconcile: repair of pay record failed", "record_id", rec.ID, "err", err)
+			rep.Records[ReconcileFailed]++ // counted, so that `reconcile --once` does not exit 0 over it
+			r.records.WithLabelValues(ReconcileFailed).Inc()
 			continue
 		}
 		if res == "" {

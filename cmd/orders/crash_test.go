@@ -138,10 +138,10 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	// The platform up, the database refusing the sweep's writes: the repair (its takeover) and the
 	// refund step (the refusal it records for a payment the platform does not know) fail. That is
 	// work left too, and the exit status of sweep --once and reconcile --once says so.
+	_, err = conn.Exec(context.Background(), `CREATE FUNCTION test_refuse_update() RETURNS trigger
+		LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`)
+	require.NoError(t, err)
 	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
-		_, err = conn.Exec(context.Background(), `CREATE OR REPLACE FUNCTION test_refuse_update() RETURNS trigger
-			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`)
-		require.NoError(t, err)
 		_, err = conn.Exec(context.Background(), `CREATE TRIGGER test_refuse_update BEFORE UPDATE ON `+tb+`
 			FOR EACH ROW EXECUTE FUNCTION test_refuse_update()`)
 		require.NoError(t, err)

@@ -692,6 +692,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/replay"}, Run: "^TestParseRefusesWhatItCannotReplayFaithfully$",
 	},
 	{
+		ID: "pg-connect-timeout", Guard: "postgres: connect cap",
+		File: "internal/platform/postgres/postgres.go",
+		// A DATABASE_URL without connect_timeout waits forever on a server that never answers.
+		Original:    "cfg.ConnectTimeout = DefaultConnectTimeout",
+		Replacement: "_ = DefaultConnectTimeout",
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestParseURLBoundsEveryConnection$",
+	},
+	{
 		ID: "orders-once-unanswered", Guard: "sweep --once: exit",
 		File: "cmd/orders/main.go",
 		// sweep --once exits 0 when the platform did not answer: a scheduler sees nothing left to do.

@@ -38,11 +38,29 @@ type Options struct {
 	Logger           *slog.Logger
 }
 
-// Open connects GORM to url through pgx's database/sql driver and checks the connection.
-func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
-	pcfg, err := pgx.ParseConfig(url)
+// DefaultConnectTimeout bounds each new connection (dial, TLS, start-up and authentication) when
+// DATABASE_URL sets no connect_timeout (libpq's parameter, in seconds). Without a bound, a server
+// that accepts the TCP connection and never answers (paused, or a black hole in between) holds the
+// caller forever: a one-shot command would never exit.
+const DefaultConnectTimeout = 10 * time.Second
+
+// parseURL parses DATABASE_URL, with DefaultConnectTimeout where the URL sets none.
+func parseURL(url string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	return cfg, nil
+}
+
+// Open connects GORM to url through pgx's database/sql driver and checks the connection.
+func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
+	pcfg, err := parseURL(url)
+	if err != nil {
+		return nil, err
 	}
 	if o.LockTimeout > 0 {
 		pcfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(o.LockTimeout.Milliseconds(), 10)
@@ -113,9 +131,9 @@ func Ping(ctx context.Context, db *gorm.DB) error {
 // the database there and succeeds; one refused because another CREATE is copying the template (55006)
 // tries again, a few times.
 func EnsureDatabase(ctx context.Context, url string) error {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := parseURL(url)
 	if err != nil {
-		return fmt.Errorf("parse DATABASE_URL: %w", err)
+		return err
 	}
 	name := cfg.Database
 	if name == "" {

@@ -152,7 +152,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	var fe *exec.ExitError
 	require.ErrorAs(t, err, &fe, "%s", fout)
 	assert.Equal(t, 1, fe.ExitCode())
-	assert.Contains(t, string(fout), "the repair of 1 stuck pay record(s) failed (logged above); they stay for the next sweep; "+
+	assert.Contains(t, string(fout), "the repair of 1 stuck pay record(s) failed (logged above); they stay PROCESSING for a later sweep; "+
 		"the refund step failed (logged above)")
 	// The reconciler's repair of the record fails the same way (the order is left out: too old for
 	// a 1 ms lookback).
@@ -161,7 +161,8 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	fout, err = failing.CombinedOutput()
 	require.ErrorAs(t, err, &fe, "%s", fout)
 	assert.Equal(t, 1, fe.ExitCode())
-	assert.Contains(t, string(fout), "reconcile: the repair of 1 unfinished pay record(s) failed (logged above); the next run tries again")
+	assert.Contains(t, string(fout), "reconcile: bringing 1 unfinished pay record(s) and 0 order(s) to the platform's state failed "+
+		"(logged above); the next run tries again")
 	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
 		_, err = conn.Exec(context.Background(), `DROP TRIGGER test_refuse_update ON `+tb)
 		require.NoError(t, err)

@@ -178,8 +178,9 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	if err == nil && rep.Orders[sweeper.ReconcileUnreachable]+rep.Records[sweeper.ReconcileUnreachable] > 0 {
 		err = errors.New("reconcile: the payment platform did not answer; the run stopped there, and the next one asks again")
 	}
-	if n := rep.Records[sweeper.ReconcileFailed]; err == nil && n > 0 {
-		err = fmt.Errorf("reconcile: the repair of %d unfinished pay record(s) failed (logged above); the next run tries again", n)
+	if recs, ords := rep.Records[sweeper.ReconcileFailed], rep.Orders[sweeper.ReconcileFailed]; err == nil && recs+ords > 0 {
+		err = fmt.Errorf("reconcile: bringing %d unfinished pay record(s) and %d order(s) to the platform's state failed "+
+			"(logged above); the next run tries again", recs, ords)
 	}
 	return err
 }
@@ -205,7 +206,7 @@ func workLeft(done map[string]int) error {
 		msgs = append(msgs, fmt.Sprintf("the payment platform did not answer %d refund request(s); they stay PENDING for the next sweep", n))
 	}
 	if n := done[sweeper.RepairFailed]; n > 0 {
-		msgs = append(msgs, fmt.Sprintf("the repair of %d stuck pay record(s) failed (logged above); they stay for the next sweep", n))
+		msgs = append(msgs, fmt.Sprintf("the repair of %d stuck pay record(s) failed (logged above); they stay PROCESSING for a later sweep", n))
 	}
 	if done[sweeper.RefundsFailed] > 0 {
 		msgs = append(msgs, "the refund step failed (logged above); the requests it did not send stay PENDING for the next sweep")

@@ -538,6 +538,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase$",
 	},
 	{
+		ID: "reconcile-order-fail", Guard: "reconciler: go on",
+		File: "internal/sweeper/reconcile.go",
+		// An order the database refuses ends the run, and comes first again in every run after it.
+		Original:    "\t\t\treturn ReconcileFailed",
+		Replacement: "\t\t\treturn ReconcileUnreachable",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerGoesOnPastAnOrderTheDatabaseRefuses$",
+	},
+	{
 		ID: "sweeper-refund-marked", Guard: "sweeper: REQUESTED",
 		File:        "internal/refunds/refunds.go",
 		Original:    "SET status = 'REQUESTED', updated_at = now()",
@@ -700,6 +708,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestParseURLBoundsEveryConnection$",
 	},
 	{
+		ID: "config-lookback-grace", Guard: "config: lookback",
+		File: "internal/platform/config/config.go",
+		// RECONCILE_LOOKBACK within RECONCILE_GRACE is accepted, and no order is ever reconciled.
+		Original:    "if c.ReconcileLookback <= c.ReconcileGrace {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
+	},
+	{
 		ID: "orders-once-unanswered", Guard: "sweep --once: exit",
 		File: "cmd/orders/main.go",
 		// sweep --once exits 0 when the platform did not answer: a scheduler sees nothing left to do.
@@ -718,8 +734,8 @@ var List = []Mutant{
 	{
 		ID: "orders-reconcile-fail", Guard: "reconcile --once: fail",
 		File:        "cmd/orders/main.go",
-		Original:    "if n := rep.Records[sweeper.ReconcileFailed]; err == nil && n > 0 {",
-		Replacement: "if n := rep.Records[sweeper.ReconcileFailed]; err == nil && n < 0 {",
+		Original:    "err == nil && recs+ords > 0 {",
+		Replacement: "err == nil && recs+ords < 0 {",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
 	},
 	{

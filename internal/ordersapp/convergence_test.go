@@ -403,6 +403,47 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 		"two changes: PAYING → PAID, then PAID → REFUNDED")
 }
 
+// An order whose change the database refuses (a trigger here; a row locked past DB_LOCK_TIMEOUT in
+// life) is counted failed, and the run goes on to the next order. As unreachable it ended the run, and,
+// never stamped reconciled, it came first again in every run: no order behind it was ever compared.
+func TestReconcilerGoesOnPastAnOrderTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, longLease)(c)
+		c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
+		c.ReconcileGrace = 0
+	}})
+	var ids []int64
+	for i := range 2 {
+		id, _ := rp.newOrder(alice, 1, 1)
+		_, err := mock.client.Approve(context.Background(), paymentID(t, rp.pay(alice, id, fmt.Sprintf("pay-refused-%d", i))))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	// The first order (the run takes the lower id first) cannot change its status.
+	require.NoError(t, env.DB.Exec(fmt.Sprintf(`CREATE FUNCTION test_refuse_status() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN IF OLD.id = %d AND OLD.status IS DISTINCT FROM NEW.status THEN RAISE EXCEPTION 'test: refused'; END IF;
+		RETURN NEW; END $$`, ids[0])).Error)
+	require.NoError(t, env.DB.Exec(`CREATE TRIGGER test_refuse_status BEFORE UPDATE ON orders
+		FOR EACH ROW EXECUTE FUNCTION test_refuse_status()`).Error)
+
+	rep, err := rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.ReconcileFailed: 1, sweeper.ReconcileChanged: 1}, rep.Orders)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, ids[0]), "refused: left for the next run")
+	assert.Equal(t, "PAID", statusOf(t, env.DB, ids[1]), "compared and moved although the one before it failed")
+	assert.EqualValues(t, 0, outboxRows(t, env.DB, ids[0]))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, ids[1]))
+
+	require.NoError(t, env.DB.Exec(`DROP TRIGGER test_refuse_status ON orders`).Error)
+	rep, err = rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.ReconcileChanged: 1}, rep.Orders, "the refused one, compared again first")
+	assert.Equal(t, "PAID", statusOf(t, env.DB, ids[0]))
+}
+
 // A partial refund the shop never recorded (its callback lost here; refused as event_id_reused, or
 // forged, elsewhere) is not copied from the platform: its event would count it again if it came. The
 // reconciler says it instead, once the platform has left the payment alone for

@@ -51,9 +51,8 @@ const (
 	// payment for it (a platform that lost its records, or an order paid by other means): an operator
 	// alert, nothing applied (orders only). Not no_payment: that one says "still payable".
 	ReconcilePaymentMissing = "payment_missing"
-	// ReconcileFailed: the repair of a pay record failed on its own (the database; logged), and the
-	// record is left as it was for the next run (records only; an order whose change could not be
-	// applied counts as unreachable and ends the run).
+	// ReconcileFailed: the platform answered, but applying its answer failed here (the database;
+	// logged): the order or record is left for the next run, and the run goes on to the next one.
 	ReconcileFailed = "failed"
 )
 
@@ -90,7 +89,7 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 		}, []string{"result"}),
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileMismatch,
-		ReconcileRefundDrift, ReconcilePaymentMissing} {
+		ReconcileRefundDrift, ReconcilePaymentMissing, ReconcileFailed} {
 		r.orders.WithLabelValues(res) // every series exists from the start, at 0
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileFailed} {
@@ -204,8 +203,10 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 				"alert", "reconcile_mismatch", "payment_id", payment.ID, "err", err)
 			result = ReconcileMismatch
 		case err != nil:
-			lg.Warn("reconcile: applying the platform's state failed; next run tries again", "err", err)
-			return ReconcileUnreachable
+			// Not unreachable: that ends the run, and this order, never stamped, comes first again in
+			// the next one, so one order the database refuses would keep every other from being compared.
+			lg.Error("reconcile: applying the platform's state failed; the next run tries again", "err", err)
+			return ReconcileFailed
 		case outcome == callback.OutcomeApplied:
 			lg.Info("reconcile: order moved to the platform's state", "payment_status", payment.Status, "reason", reason)
 			result = ReconcileChanged

@@ -45,7 +45,7 @@ const (
 	RepairUnreachable = "unreachable" // the platform did not answer: try again after the lease
 	RepairGaveUp      = "gave_up"     // unanswered maxAttempts times: an alert; the reconciler keeps asking
 	RepairFenced      = "fenced"      // a live retry took the record over meanwhile
-	RepairFailed      = "failed"      // its own statements failed (the database): left as it was for the next sweep
+	RepairFailed      = "failed"      // a statement of it failed (the database): PROCESSING for a later sweep
 )
 
 // RefundUnanswered is the key under which RunOnce's result counts the refund requests the platform

@@ -180,6 +180,10 @@ func (c Orders) Validate() error {
 	ck.notNegative("RECONCILE_GRACE", c.ReconcileGrace)
 	ck.positive("RECONCILE_RECHECK", c.ReconcileRecheck)
 	ck.positive("RECONCILE_LOOKBACK", c.ReconcileLookback)
+	if c.ReconcileLookback <= c.ReconcileGrace {
+		// An order untouched for the grace is at least that old: none would ever be compared.
+		ck.add(fmt.Errorf("RECONCILE_LOOKBACK (%s) must be longer than RECONCILE_GRACE (%s)", c.ReconcileLookback, c.ReconcileGrace))
+	}
 	ck.atLeastOne("RECONCILE_BATCH", int64(c.ReconcileBatch))
 	ck.notNegative("RECONCILE_REFUND_DRIFT_AFTER", c.ReconcileRefundDriftAfter)
 	ck.positive("PAY_LEASE", c.PayLease)

@@ -46,6 +46,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"negative body limit":           {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
 		"zero refund retry":             {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
 		"retry max under min":           {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},
+		"lookback within the grace":     {"RECONCILE_LOOKBACK", "1m", "RECONCILE_LOOKBACK (1m0s) must be longer than RECONCILE_GRACE (1m0s)"},
 		"secret set but empty":          {"PAYMENT_WEBHOOK_SECRET", "", "PAYMENT_WEBHOOK_SECRET is set but empty"},
 		"listen address without a port": {"HTTP_ADDR", "garbage", `HTTP_ADDR must be host:port or :port with a port number (e.g. :8080 or 127.0.0.1:8080), got "garbage"`},
 		"listen port not a number":      {"HTTP_ADDR", ":80a", "HTTP_ADDR must be host:port"},

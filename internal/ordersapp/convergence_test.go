@@ -357,6 +357,14 @@ func TestSuccessAfterFailedAsksOnlyForWhatIsNotRefunded(t *testing.T) {
 	}
 }
 
+// callbacksLost configures a replica that pays at mock and whose callbacks go nowhere, with no
+// reconcile grace: the reconciler is how the shop hears of a payment.
+func callbacksLost(t *testing.T, mock *mockPlatform, c *config.Orders) {
+	payTo(mock, longLease)(c)
+	c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback"
+	c.ReconcileGrace = 0
+}
+
 // The reconciler: the shop never hears from the platform (every callback is lost), yet the order ends
 // where the platform says, through the same guarded steps: PAID with its effects, then REFUNDED with
 // its compensation; a second run changes nothing.
@@ -365,9 +373,7 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 	env := testenv.New(t)
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		payTo(mock, longLease)(c)
-		c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
-		c.ReconcileGrace = 0
+		callbacksLost(t, mock, c)
 		c.ReconcileRecheck = time.Millisecond
 	}})
 	before := stockOf(t, env.DB, 1)
@@ -411,9 +417,7 @@ func TestReconcilerGoesOnPastAnOrderTheDatabaseRefuses(t *testing.T) {
 	env := testenv.New(t)
 	mock := newMock(t, nil)
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		payTo(mock, longLease)(c)
-		c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
-		c.ReconcileGrace = 0
+		callbacksLost(t, mock, c)
 	}})
 	var ids []int64
 	for i := range 2 {
@@ -456,9 +460,7 @@ func TestReconcilerAlertsARefundTheOrderNeverRecorded(t *testing.T) {
 	logs := &testenv.Output{}
 	replicaWith := func(driftAfter time.Duration) *replica {
 		return newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
-			payTo(mock, longLease)(c)
-			c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
-			c.ReconcileGrace = 0
+			callbacksLost(t, mock, c)
 			c.ReconcileRecheck = time.Millisecond
 			c.ReconcileRefundDriftAfter = driftAfter
 		}})
@@ -528,10 +530,8 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 	logs := &testenv.Output{}
 	reconciler := func(paymentsURL string) *replica {
 		return newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
-			payTo(mock, longLease)(c)
+			callbacksLost(t, mock, c)
 			c.PaymentsURL = paymentsURL
-			c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback" // callbacks go nowhere
-			c.ReconcileGrace = 0
 			c.ReconcileRecheck = time.Millisecond
 			c.ReconcileRefundDriftAfter = 0
 		}})

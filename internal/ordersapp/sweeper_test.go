@@ -48,6 +48,13 @@ func newSilentPlatform(t *testing.T) *silentPlatform {
 	return p
 }
 
+// payTo configures a replica that pays at p, under a lease the platform's timeout fits in.
+func (p *silentPlatform) payTo(c *config.Orders) {
+	c.PaymentsURL = p.srv.URL
+	c.PayLease = 10 * time.Second
+	c.PaymentsTimeout = 2 * time.Second
+}
+
 func (p *silentPlatform) count(call string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -92,9 +99,7 @@ func TestSweeperAsksAtMostMaxAttemptsTimes(t *testing.T) {
 	env := testenv.New(t)
 	platform := newSilentPlatform(t)
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		c.PaymentsURL = platform.srv.URL
-		c.PayLease = 10 * time.Second
-		c.PaymentsTimeout = 2 * time.Second
+		platform.payTo(c)
 		c.SweepMaxAttempts = 2
 	}})
 	id, _ := rp.newOrder(alice, 1, 1)
@@ -234,9 +239,7 @@ func TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase(t *testing.T) {
 	ctx := context.Background()
 	platform := newSilentPlatform(t)
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
-		c.PaymentsURL = platform.srv.URL
-		c.PayLease = 10 * time.Second
-		c.PaymentsTimeout = 2 * time.Second
+		platform.payTo(c)
 		c.ReconcileGrace = 0
 		c.ReconcileLookback = time.Millisecond // the record only: no order is young enough to compare
 	}})

@@ -57,9 +57,13 @@ func run() error {
 	}
 	switch {
 	case cmd == "migrate" && len(os.Args) <= 2:
-		return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
+		return withinOnceTimeout(ctx, cfg.OnceTimeout, "migrate", func(ctx context.Context) error {
+			return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
+		})
 	case (cmd == "sweep" || cmd == "reconcile") && len(os.Args) == 3 && os.Args[2] == "--once":
-		return runOnce(ctx, cmd, cfg, logger)
+		return withinOnceTimeout(ctx, cfg.OnceTimeout, cmd+" --once", func(ctx context.Context) error {
+			return runOnce(ctx, cmd, cfg, logger)
+		})
 	case cmd == "serve" && len(os.Args) <= 2:
 		return serve(ctx, stop, cfg, logger)
 	case cmd == "teardown":
@@ -132,6 +136,20 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 	stop() // the server is down: stop the workers too, then close connections (deferred, in reverse order)
 	workers.Wait()
 	logger.Info("orders stopped")
+	return err
+}
+
+// withinOnceTimeout runs a one-shot command under limit (ONCE_TIMEOUT), and says so when the limit is
+// what ended it: a database that accepted the connection and then stopped answering (paused, or a
+// black hole in between) would hold the command forever, since statement_timeout is the server's to
+// enforce and a scheduled job's context has no deadline of its own.
+func withinOnceTimeout(ctx context.Context, limit time.Duration, name string, run func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	err := run(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("orders %s did not finish within ONCE_TIMEOUT (%s): %w", name, limit, err)
+	}
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -125,5 +126,35 @@ func TestOneShotCommandsDoNotCreateTheDatabase(t *testing.T) {
 		require.Error(t, err, "%v: %s", args, out)
 		assert.Contains(t, string(out), fmt.Sprintf("database %q does not exist", name), "%v", args)
 		assert.False(t, exists(), "%v created the database", args)
+	}
+}
+
+// A one-shot command ends within ONCE_TIMEOUT even when the database accepts its connection and never
+// answers (paused, or a black hole in between): the connection's own bound (connect_timeout, 3 s
+// here) is not what ends it, and the command says which limit did.
+func TestOneShotCommandsEndWithinOnceTimeout(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() }) // held open, never answered
+		}
+	}()
+	for _, args := range [][]string{{"migrate"}, {"sweep", "--once"}, {"reconcile", "--once"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://postgres@"+ln.Addr().String()+"/shop?connect_timeout=3&sslmode=disable",
+			"ONCE_TIMEOUT=500ms")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", args, out)
+		assert.Equal(t, 1, ee.ExitCode(), "%v", args)
+		require.Contains(t, string(out), "did not finish within ONCE_TIMEOUT (500ms)", "%v", args)
 	}
 }

@@ -716,6 +716,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
 	},
 	{
+		ID: "orders-once-timeout", Guard: "--once: ONCE_TIMEOUT",
+		File: "cmd/orders/main.go",
+		// A one-shot command has no deadline: a database that stops answering holds it forever.
+		Original:    "ctx, cancel := context.WithTimeout(ctx, limit)",
+		Replacement: "ctx, cancel := context.WithCancel(ctx)",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestOneShotCommandsEndWithinOnceTimeout$",
+	},
+	{
 		ID: "orders-once-unanswered", Guard: "sweep --once: exit",
 		File: "cmd/orders/main.go",
 		// sweep --once exits 0 when the platform did not answer: a scheduler sees nothing left to do.

@@ -83,6 +83,11 @@ type Orders struct {
 	// statement. A row not yet published is never deleted.
 	OutboxRetention time.Duration `env:"OUTBOX_RETENTION" envDefault:"168h"`
 
+	// OnceTimeout bounds a whole one-shot command (`orders migrate`, `sweep --once`, `reconcile
+	// --once`): a database that stops answering after the connection is made would otherwise hold it
+	// forever (statement_timeout is the server's to enforce).
+	OnceTimeout time.Duration `env:"ONCE_TIMEOUT" envDefault:"10m"`
+
 	SweepInterval time.Duration `env:"SWEEP_INTERVAL" envDefault:"5s"`
 	// PayLease is the pay flow's PROCESSING lease and Redis lock TTL: a retry within it gets 409, after
 	// it a retry or the sweeper takes the record over.
@@ -169,6 +174,7 @@ func (c Orders) Validate() error {
 			c.IdempotencyRetention, c.ReaperInterval, time.Duration(math.MaxInt64)))
 	}
 	ck.positive("OUTBOX_RETENTION", c.OutboxRetention)
+	ck.positive("ONCE_TIMEOUT", c.OnceTimeout)
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
 	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))
 	ck.atLeastOne("SWEEP_BATCH", int64(c.SweepBatch))

@@ -38,6 +38,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"unparsable duration":           {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
 		"zero duration":                 {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
 		"zero outbox retention":         {"OUTBOX_RETENTION", "0s", "OUTBOX_RETENTION"},
+		"zero one-shot timeout":         {"ONCE_TIMEOUT", "0s", "ONCE_TIMEOUT must be > 0, got 0s"},
 		"fence TTL past a Duration":     {"REAPER_INTERVAL", "2562047h", "IDEMPOTENCY_RETENTION (24h0m0s) + REAPER_INTERVAL (2562047h0m0s) + 1h must be at most"},
 		"not a bool":                    {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
 		"relative URL":                  {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},

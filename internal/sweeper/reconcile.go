@@ -51,8 +51,9 @@ const (
 	// payment for it (a platform that lost its records, or an order paid by other means): an operator
 	// alert, nothing applied (orders only). Not no_payment: that one says "still payable".
 	ReconcilePaymentMissing = "payment_missing"
-	// ReconcileFailed: the platform answered, but applying its answer failed here (the database;
-	// logged): the order or record is left for the next run, and the run goes on to the next one.
+	// ReconcileFailed: bringing the order or record to the platform's answer failed here (the
+	// database; logged; a record's takeover may fail before the platform is asked): it is left for
+	// the next run, and the run goes on to the next one.
 	ReconcileFailed = "failed"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -135,21 +134,10 @@ func TestOneShotCommandsDoNotCreateTheDatabase(t *testing.T) {
 func TestOneShotCommandsEndWithinOnceTimeout(t *testing.T) {
 	t.Parallel()
 	bin := testenv.Build(t, "idemshop/cmd/orders")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() }) // held open, never answered
-		}
-	}()
+	addr := testenv.SilentListener(t)
 	for _, args := range [][]string{{"migrate"}, {"sweep", "--once"}, {"reconcile", "--once"}} {
 		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://postgres@"+ln.Addr().String()+"/shop?connect_timeout=3&sslmode=disable",
+		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://postgres@"+addr+"/shop?connect_timeout=3&sslmode=disable",
 			"ONCE_TIMEOUT=500ms")
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError

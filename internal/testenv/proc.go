@@ -49,6 +49,44 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// SilentListener returns the 127.0.0.1 address of a listener that accepts every connection and never
+// answers, as a paused server or a black hole in between would; it closes with the test.
+func SilentListener(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: silent listener: %v", err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn // open, never answered
+	closed := false
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if closed {
+				_ = c.Close()
+			} else {
+				held = append(held, c)
+			}
+			mu.Unlock()
+		}
+	}()
+	return l.Addr().String()
+}
+
 var (
 	buildMu  sync.Mutex
 	built    = map[string]string{}

@@ -171,3 +171,23 @@ func TestFailedStatementsAreLoggedWithoutTheirParameters(t *testing.T) {
 	assert.NotContains(t, lines, "secret-exec")
 	assert.NotContains(t, lines, "secret-scan")
 }
+
+// A server that accepts the connection and never answers (paused, or a black hole in between) fails
+// Open and EnsureDatabase once the connect timeout has passed (the URL's here, so that the test is
+// short), instead of holding them forever: the context has no deadline, as a one-shot command's has
+// none.
+func TestOpenGivesUpOnAServerThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	url := "postgres://postgres@" + testenv.SilentListener(t) + "/shop?connect_timeout=1&sslmode=disable"
+	done := make(chan error, 2)
+	go func() { _, err := postgres.Open(context.Background(), url, postgres.Options{}); done <- err }()
+	go func() { done <- postgres.EnsureDatabase(context.Background(), url) }()
+	for range 2 {
+		select {
+		case err := <-done:
+			require.Error(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a connection to a server that never answers was not given up")
+		}
+	}
+}

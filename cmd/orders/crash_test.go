@@ -138,14 +138,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	// The platform up, the database refusing the sweep's writes: the repair (its takeover) and the
 	// refund step (the refusal it records for a payment the platform does not know) fail. That is
 	// work left too, and the exit status of sweep --once and reconcile --once says so.
-	_, err = conn.Exec(context.Background(), `CREATE FUNCTION test_refuse_update() RETURNS trigger
-		LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`)
-	require.NoError(t, err)
-	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
-		_, err = conn.Exec(context.Background(), `CREATE TRIGGER test_refuse_update BEFORE UPDATE ON `+tb+`
-			FOR EACH ROW EXECUTE FUNCTION test_refuse_update()`)
-		require.NoError(t, err)
-	}
+	restore := testenv.RefuseUpdates(t, testenv.OpenDB(t, dbURL, 0), "idempotency_keys", "refund_requests")
 	failing := exec.Command(bin, "sweep", "--once")
 	failing.Env = env
 	fout, err := failing.CombinedOutput()
@@ -163,10 +156,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	assert.Equal(t, 1, fe.ExitCode())
 	assert.Contains(t, string(fout), "reconcile: bringing 1 unfinished pay record(s) and 0 order(s) to the platform's state failed "+
 		"(logged above); the next run tries again")
-	for _, tb := range []string{"idempotency_keys", "refund_requests"} {
-		_, err = conn.Exec(context.Background(), `DROP TRIGGER test_refuse_update ON `+tb)
-		require.NoError(t, err)
-	}
+	restore()
 	st, _ = state()
 	require.Equal(t, "PROCESSING", st, "the failed repair wrote nothing")
 	leaseOver()

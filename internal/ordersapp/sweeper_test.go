@@ -211,24 +211,6 @@ func paidOutOfStock(t *testing.T, env *testenv.Env, rp *replica, mock *mockPlatf
 	return p.ID
 }
 
-// failUpdatesOf makes every UPDATE of the named tables in env's database fail, as a database that
-// refuses writes would (a trigger raising an error); the returned func drops the triggers.
-func failUpdatesOf(t *testing.T, env *testenv.Env, tables ...string) func() {
-	t.Helper()
-	require.NoError(t, env.DB.Exec(`CREATE FUNCTION test_refuse_update() RETURNS trigger LANGUAGE plpgsql AS
-		$$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`).Error)
-	for _, tb := range tables {
-		require.NoError(t, env.DB.Exec(fmt.Sprintf(`CREATE TRIGGER test_refuse_update BEFORE UPDATE ON %s
-			FOR EACH ROW EXECUTE FUNCTION test_refuse_update()`, tb)).Error)
-	}
-	return func() {
-		for _, tb := range tables {
-			require.NoError(t, env.DB.Exec(fmt.Sprintf(`DROP TRIGGER test_refuse_update ON %s`, tb)).Error)
-		}
-		require.NoError(t, env.DB.Exec(`DROP FUNCTION test_refuse_update()`).Error)
-	}
-}
-
 // A repair or a refund step that fails on the database is logged, and counted in the sweep's result
 // (RepairFailed, RefundsFailed) and the reconciler's (ReconcileFailed): `orders sweep --once` and
 // `orders reconcile --once` exit 1 on it, as they do when the platform did not answer. Nothing is
@@ -250,7 +232,7 @@ func TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase(t *testing.T) {
 		VALUES (?, 'pay_x', 'refund-db-fails', 100, 'test')`, id).Error)
 	expireLease(t, env, "pay-db-fails")
 
-	restore := failUpdatesOf(t, env, "idempotency_keys", "refund_requests")
+	restore := testenv.RefuseUpdates(t, env.DB, "idempotency_keys", "refund_requests")
 	done, err := rp.app.Sweeper.RunOnce(ctx)
 	require.NoError(t, err, "the run's own reads worked")
 	assert.Equal(t, map[string]int{sweeper.RepairFailed: 1, sweeper.RefundsFailed: 1}, done)

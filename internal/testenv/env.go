@@ -296,3 +296,29 @@ func OpenLoggedDB(t testing.TB, url string) (*gorm.DB, *Output) {
 	t.Cleanup(func() { _ = postgres.Close(db) })
 	return db, out
 }
+
+// RefuseUpdates makes every UPDATE of the named tables in db's database fail, as a database refusing
+// writes would (a trigger raising an error), for a test of what a failed write leaves; the returned
+// func drops the triggers again.
+func RefuseUpdates(t testing.TB, db *gorm.DB, tables ...string) (restore func()) {
+	t.Helper()
+	exec := func(sql string) {
+		t.Helper()
+		if err := db.Exec(sql).Error; err != nil {
+			t.Fatalf("testenv: %s: %v", sql, err)
+		}
+	}
+	exec(`CREATE FUNCTION test_refuse_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'test: % refuses updates', TG_TABLE_NAME; END $$`)
+	for _, tb := range tables {
+		exec(fmt.Sprintf(`CREATE TRIGGER test_refuse_update BEFORE UPDATE ON %s
+			FOR EACH ROW EXECUTE FUNCTION test_refuse_update()`, pgx.Identifier{tb}.Sanitize()))
+	}
+	return func() {
+		t.Helper()
+		for _, tb := range tables {
+			exec(fmt.Sprintf(`DROP TRIGGER test_refuse_update ON %s`, pgx.Identifier{tb}.Sanitize()))
+		}
+		exec(`DROP FUNCTION test_refuse_update()`)
+	}
+}

@@ -538,6 +538,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase$",
 	},
 	{
+		ID: "reconcile-give-back", Guard: "reconciler: give back",
+		File: "internal/sweeper/sweeper.go",
+		// An unanswered reconcile leaves a FAILED_RETRYABLE record PROCESSING: the client's retry gets 409.
+		Original:    "\t\t\treturn fenced(s.payer.NoPayment(ctx, rec), RepairUnreachable)",
+		Replacement: "\t\t\treturn RepairUnreachable, nil",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerGivesBackARetryableRecordItCouldNotAsk$",
+	},
+	{
 		ID: "reconcile-order-fail", Guard: "reconciler: go on",
 		File: "internal/sweeper/reconcile.go",
 		// An order the database refuses ends the run, and comes first again in every run after it.

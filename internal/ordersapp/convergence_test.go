@@ -647,6 +647,37 @@ func TestReconcilerSettlesRetryableRecords(t *testing.T) {
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 }
 
+// A reconcile run that cannot reach the platform gives a FAILED_RETRYABLE record back as it found it, so
+// the client's retry runs again at once. The takeover used to leave it PROCESSING under a fresh lease:
+// the retry got 409 idempotency_key_in_use for PAY_LEASE, and the sweeper then treated it as an outcome
+// unknown.
+func TestReconcilerGivesBackARetryableRecordItCouldNotAsk(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		c.PaymentsURL = "http://" + testenv.FreeAddr(t) // nothing listens there: every dial is refused
+		c.PayLease = longLease
+		c.PaymentsTimeout = patience
+		c.ReconcileGrace = 0
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-unasked").Status)
+	require.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-unasked").State)
+
+	rep, err := rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.ReconcileUnreachable: 1}, rep.Records)
+	rec := recordOf(t, env, "pay-unasked")
+	assert.Equal(t, "FAILED_RETRYABLE", rec.State)
+	if assert.NotNil(t, rec.ResponseStatus) {
+		assert.Equal(t, http.StatusServiceUnavailable, *rec.ResponseStatus)
+	}
+	r := rp.pay(alice, id, "pay-unasked")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "the retry runs again: %s", r.Body)
+	assert.Equal(t, "payment_unavailable", r.problem(t).Code)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+}
+
 // Case 6: text PostgreSQL refuses. A signed callback whose event_id holds a NUL, or whose payment_id a
 // broken UTF-8 byte, is applied and audited; one whose event_id is longer than can be stored is refused
 // (400) and audited; a forged one leaves its audit row too.

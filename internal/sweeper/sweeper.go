@@ -164,6 +164,12 @@ func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record, bounded 
 		// The platform is unreachable: leave the record PROCESSING; the claim renewed its lease, so
 		// the next sweep after the lease tries again, up to maxAttempts unanswered questions.
 		lg.Warn("sweeper: payment platform unreachable; will retry", "err", err)
+		if !bounded && stuck.State == idempotency.StateFailedRetryable {
+			// The reconciler took over a record whose last answer was "nothing was sent", and learnt
+			// nothing: give that answer back, so that the client's retry runs again at once. Left
+			// PROCESSING under the takeover's lease, the retry got 409 until the lease ran out.
+			return fenced(s.payer.NoPayment(ctx, rec), RepairUnreachable)
+		}
 		if !bounded {
 			return RepairUnreachable, nil
 		}

@@ -165,17 +165,25 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	require.NoError(t, conn.QueryRow(context.Background(), `SELECT status FROM refund_requests WHERE refund_no = 'refund-unsent'`).
 		Scan(&refundStatus))
 	require.Equal(t, "PENDING", refundStatus, "the refund request is left for the next sweep")
-	_, err = conn.Exec(context.Background(), `DELETE FROM refund_requests WHERE refund_no = 'refund-unsent'`)
-	require.NoError(t, err)
 
+	// Both up: the sweep repairs the record, and the platform refuses the refund of a payment it does
+	// not know. A refusal is an alert a person must look at, and work left: exit 1. The next sweep,
+	// before REFUND_RETRY_MIN, has nothing to do and exits 0.
 	t.Logf("lease over at %s", time.Now().Format(time.RFC3339Nano))
 	sweep := exec.Command(bin, "sweep", "--once")
 	sweep.Env = env
 	out, err := sweep.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	var re *exec.ExitError
+	require.ErrorAs(t, err, &re, "%s", out)
+	assert.Equal(t, 1, re.ExitCode())
+	assert.Contains(t, string(out), "sweep: the payment platform refused 1 refund request(s) (alert=refund_refused above)")
 	t.Logf("sweep done at %s", time.Now().Format(time.RFC3339Nano))
 	st, _ = state()
 	assert.Equal(t, "COMPLETED", st, "one sweep repaired the record")
+	again := exec.Command(bin, "sweep", "--once")
+	again.Env = env
+	out, err = again.CombinedOutput()
+	require.NoError(t, err, "%s", out)
 	var orderStatus, paymentID string
 	require.NoError(t, conn.QueryRow(context.Background(), `SELECT status, payment_id FROM orders WHERE id = $1`, orderID).
 		Scan(&orderStatus, &paymentID))

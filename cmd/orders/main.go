@@ -205,8 +205,9 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 
 // workLeft is the error of a sweep that left work: because the payment platform did not answer
 // (stuck pay records PROCESSING for the next sweep, or left to the reconciler after
-// SWEEP_MAX_ATTEMPTS; refund requests PENDING for the next sweep), or because a repair or the refund
-// step failed on its own (the database; logged). nil when there is none.
+// SWEEP_MAX_ATTEMPTS; refund requests PENDING for the next sweep) or refused a refund (an alert: a
+// person must look), or because a repair or the refund step failed on its own (the database;
+// logged). nil when there is none.
 func workLeft(done map[string]int) error {
 	var left []string
 	if n := done[sweeper.RepairUnreachable]; n > 0 {
@@ -222,6 +223,10 @@ func workLeft(done map[string]int) error {
 	}
 	if n := done[sweeper.RefundUnanswered]; n > 0 {
 		msgs = append(msgs, fmt.Sprintf("the payment platform did not answer %d refund request(s); they stay PENDING for the next sweep", n))
+	}
+	if n := done[sweeper.RefundRefused]; n > 0 {
+		msgs = append(msgs, fmt.Sprintf("the payment platform refused %d refund request(s) (alert=refund_refused above); "+
+			"they stay PENDING, sent again after REFUND_RETRY_MIN or longer, until someone settles them by hand", n))
 	}
 	if n := done[sweeper.RepairFailed]; n > 0 {
 		msgs = append(msgs, fmt.Sprintf("the repair of %d stuck pay record(s) failed (logged above); they stay PROCESSING for a later sweep", n))

@@ -218,7 +218,7 @@ var List = []Mutant{
 		ID: "refund-postpone", Guard: "refund: unanswered",
 		File: "internal/refunds/executor.go",
 		// An unanswered refund keeps its place at the head of the queue.
-		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn unanswered, perr\n\t\t\t} else {",
+		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn sent, perr\n\t\t\t} else {",
 		Replacement: "} else {",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestUnansweredRefundGoesToTheBack$",
 	},
@@ -737,6 +737,14 @@ var List = []Mutant{
 		// sweep --once exits 0 when the platform did not answer: a scheduler sees nothing left to do.
 		Original:    "\t\treturn workLeft(done)\n",
 		Replacement: "\t\treturn nil\n",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
+	},
+	{
+		ID: "orders-once-refused", Guard: "sweep --once: refused",
+		File: "cmd/orders/main.go",
+		// sweep --once exits 0 when the platform refused a refund: only the log line says it is owed.
+		Original:    "if n := done[sweeper.RefundRefused]; n > 0 {",
+		Replacement: "if n := done[sweeper.RefundRefused]; n < 0 {",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
 	},
 	{

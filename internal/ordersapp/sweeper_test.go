@@ -177,10 +177,14 @@ func TestSweeperSendsRefundsQueuedBehindRefusedOnes(t *testing.T) {
 	owed := "order_id = ? AND payment_id = ?"
 	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'PENDING'", id, payID))
 
+	var sweeps []map[string]int
 	for range 2 {
-		_, err := rp.app.Sweeper.RunOnce(ctx)
+		done, err := rp.app.Sweeper.RunOnce(ctx)
 		require.NoError(t, err)
+		sweeps = append(sweeps, done)
 	}
+	assert.Equal(t, []map[string]int{{sweeper.RefundRefused: 2}, {sweeper.RefundRequested: 1}}, sweeps,
+		"each sweep's result counts the refunds it sent by answer (a refusal makes sweep --once exit 1)")
 	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", owed+" AND status = 'REQUESTED'", id, payID),
 		"sent on the second sweep, ahead of the refused ones")
 	got, err := mock.client.GetPayment(ctx, payID)

@@ -56,12 +56,14 @@ func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, r
 // replicas sending the same request, still makes one refund. It stops at the first request the
 // platform leaves unanswered: the rest would wait out the same timeout one by one. That request is
 // postponed: it is sent again after the others (ListPending). A refused one is alerted and not due
-// again before the retry policy's wait. unanswered counts the requests the platform did not answer
-// (each stays PENDING for the next run), so that `orders sweep --once` can say work is left.
-func (e *Executor) RunOnce(ctx context.Context) (unanswered int, err error) {
+// again before the retry policy's wait. sent counts the requests by result (ResultRequested,
+// ResultUnreachable, ResultRefused), also when err is not nil, so that `orders sweep --once` can say
+// what it did and whether work is left.
+func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error) {
+	sent = map[string]int{}
 	reqs, err := ListPending(ctx, e.db, e.batch)
 	if err != nil {
-		return 0, err
+		return sent, err
 	}
 	for _, r := range reqs {
 		_, _, err := e.platform.Refund(ctx, payclient.RefundRequest{PaymentID: r.PaymentID, RefundNo: r.RefundNo,
@@ -75,7 +77,7 @@ func (e *Executor) RunOnce(ctx context.Context) (unanswered int, err error) {
 				wait := e.retry.After(r.Refusals + 1)
 				recorded, rerr := Refused(after, e.db, r.ID, r.RefundNo, r.Refusals, wait)
 				if rerr != nil {
-					return unanswered, rerr
+					return sent, rerr
 				}
 				if recorded {
 					e.logger.Error("ALERT: payment platform refused a refund; check it by hand", "alert", "refund_refused",
@@ -86,24 +88,25 @@ func (e *Executor) RunOnce(ctx context.Context) (unanswered int, err error) {
 						"order_id", r.OrderID, "refund_no", r.RefundNo)
 				}
 			} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
-				return unanswered, perr
+				return sent, perr
 			} else {
-				unanswered++
 				e.logger.Warn("payment platform did not answer a refund; sent again at the next sweep",
 					"order_id", r.OrderID, "refund_no", r.RefundNo, "err", err)
 			}
+			sent[result]++
 			e.results.WithLabelValues(result).Inc()
 			if errors.Is(err, payclient.ErrConnection) || errors.Is(err, payclient.ErrTimeout) {
-				return unanswered, nil
+				return sent, nil
 			}
 			continue
 		}
 		if err := MarkRequested(ctx, e.db, r.ID, r.RefundNo); err != nil {
-			return unanswered, err
+			return sent, err
 		}
+		sent[ResultRequested]++
 		e.results.WithLabelValues(ResultRequested).Inc()
 	}
-	return unanswered, nil
+	return sent, nil
 }
 
 // sendResult names a failed send that did not stop the run: refused when the platform said no to the

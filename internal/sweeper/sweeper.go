@@ -48,9 +48,20 @@ const (
 	RepairFailed      = "failed"      // a statement of it failed (the database): PROCESSING for a later sweep
 )
 
-// RefundUnanswered is the key under which RunOnce's result counts the refund requests the platform
-// did not answer (they stay PENDING for the next sweep). It is not a repair result.
-const RefundUnanswered = "refund_unanswered"
+// The keys under which RunOnce's result counts the refund requests it sent, by the platform's answer.
+// They are not repair results.
+const (
+	RefundRequested  = "refund_requested"  // accepted: REQUESTED, its callback settles it
+	RefundUnanswered = "refund_unanswered" // no answer: PENDING for the next sweep
+	RefundRefused    = "refund_refused"    // refused: an alert; PENDING, sent again after REFUND_RETRY_MIN or more
+)
+
+// refundKeys maps the refund executor's results onto RunOnce's keys.
+var refundKeys = map[string]string{
+	refunds.ResultRequested:   RefundRequested,
+	refunds.ResultUnreachable: RefundUnanswered,
+	refunds.ResultRefused:     RefundRefused,
+}
 
 // RefundsFailed is the key under which RunOnce's result says that the refund step stopped on an error
 // (the database; logged): 1, and the requests it did not reach stay PENDING for the next sweep. It is
@@ -93,9 +104,9 @@ func NewSweeper(payer *pay.Payer, store *idempotency.Store, platform *payclient.
 var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.StateFailedRetryable}
 
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
-// the record gauge. It returns how many records it repaired by result, under RefundUnanswered how
-// many refund requests the platform did not answer, and under RefundsFailed whether the refund step
-// failed. A repair or refund step that fails is logged and counted, and the run goes on: the error
+// the record gauge. It returns how many records it repaired by result, how many refund requests it
+// sent by the platform's answer (RefundRequested, RefundUnanswered, RefundRefused), and under
+// RefundsFailed whether the refund step failed. A repair or refund step that fails is logged and counted, and the run goes on: the error
 // returned is only that of the run's own reads.
 func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	recs, err := s.store.Stuck(ctx, idempotency.KindPay, s.maxAttempts, s.batch)
@@ -114,10 +125,10 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 			s.repairs.WithLabelValues(result).Inc()
 		}
 	}
-	// A refund step that failed partway has counted its unanswered requests before the failure.
-	n, err := s.refunds.RunOnce(ctx)
-	if n > 0 {
-		done[RefundUnanswered] = n
+	// A refund step that failed partway has counted the requests it sent before the failure.
+	sent, err := s.refunds.RunOnce(ctx)
+	for result, n := range sent {
+		done[refundKeys[result]] = n
 	}
 	if err != nil {
 		s.logger.Error("sweeper: refunds failed", "err", err)

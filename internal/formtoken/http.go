@@ -96,6 +96,19 @@ func (h *Handler) IssueFor(c echo.Context, userID int64, form string) (Token, er
 	return tok, nil
 }
 
+// CanIssue answers whether IssueFor would issue a token for form now, without issuing one: the answer a
+// HEAD of the page gets (RFC 9110 §9.3.2: HEAD answers as GET would). ErrUnknownForm, or
+// ErrStoreUnavailable when Redis does not answer a PING.
+func (h *Handler) CanIssue(c echo.Context, form string) error {
+	if !slices.Contains(h.forms, form) {
+		return ErrUnknownForm
+	}
+	if err := h.store.rdb.Ping(c.Request().Context()).Err(); err != nil {
+		return ErrStoreUnavailable.Wrap(err)
+	}
+	return nil
+}
+
 // readBody reads the request body. A body over the limit surfaces as Echo's 413 error, which the
 // problem handler maps (the wrap keeps it in the chain).
 func readBody(c echo.Context) ([]byte, error) {

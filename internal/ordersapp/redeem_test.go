@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"idemshop/internal/auth"
 	"idemshop/internal/formtoken"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/rewards"
@@ -370,6 +371,18 @@ func TestRedeemRedisDown(t *testing.T) {
 	assert.Equal(t, "unavailable", r.problem(t).Code)
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
 	assertRedeemed(t, env.DB, redeemAlice, 0, 50)
+
+	// The page that embeds the form cannot issue its token either, and its HEAD says what its GET says.
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, err := http.NewRequest(method, rp.srv.URL+"/redeem", nil)
+		require.NoError(t, err)
+		req.AddCookie(&http.Cookie{Name: auth.CookieName, Value: "alice-token"})
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, method)
+		assert.NotEmpty(t, resp.Header.Get("Retry-After"), method)
+	}
 }
 
 // browser is an HTTP client with a cookie jar that does not follow redirects, so tests see them.

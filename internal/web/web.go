@@ -218,13 +218,17 @@ type redeemData struct {
 // redeemForm is GET /redeem: the form with a fresh one-time token in its hidden form_token field. Every
 // load issues a new token, so a new visit is a new submission; a reload of the result page is not. A
 // HEAD (a link checker, a monitor) gets the page's status and headers and no token: a token is kept in
-// Redis for FORM_TOKEN_TTL, and no one can submit a form whose body was never sent.
+// Redis for FORM_TOKEN_TTL, and no one can submit a form whose body was never sent. It still asks
+// whether a token could be issued, so that it answers 503 whenever GET would.
 func (p *Pages) redeemForm(c echo.Context) error {
 	u := userOf(c)
 	if u == nil {
 		return c.Redirect(http.StatusSeeOther, LoginPath)
 	}
 	if c.Request().Method == http.MethodHead {
+		if err := p.d.Tokens.CanIssue(c, rewards.FormName); err != nil {
+			return p.failed(c, httpproblem.Resolve(err))
+		}
 		return p.renderForm(c, http.StatusOK, *u, "", "", "")
 	}
 	tok, err := p.d.Tokens.IssueFor(c, u.ID, rewards.FormName)

@@ -5,7 +5,6 @@ package callback
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -144,7 +143,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	// 1. The signature covers the raw bytes, so it is checked before anything is decoded.
 	if err := s.verifier.Verify(signature, raw); err != nil {
 		var claimed Callback
-		_ = json.Unmarshal(raw, &claimed) // best effort, for the audit row only: nothing here is trusted
+		problem.DecodeClaimed(raw, &claimed) // for the audit row only: nothing here is trusted
 		s.reject(ctx, lg, claimed, false, "signature: "+err.Error())
 		return OutcomeRejected, ErrSignature.Wrap(err)
 	}
@@ -158,7 +157,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	var cb Callback
 	if err := problem.DecodeJSONOpen(raw, &cb); err != nil {
 		var claimed Callback
-		_ = json.Unmarshal(raw, &claimed) // best effort, for the audit row only
+		problem.DecodeClaimed(raw, &claimed) // for the audit row only
 		s.reject(ctx, lg, claimed, true, "malformed body: "+err.Error())
 		return OutcomeRejected, err
 	}

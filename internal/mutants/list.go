@@ -285,6 +285,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/problem"}, Run: "^TestDecodeJSONOpen$",
 	},
 	{
+		ID: "callback-claimed-exact", Guard: "audit: exact names",
+		File: "internal/platform/problem/jsonbody.go",
+		// A refused body is audited as encoding/json reads it: "Event_id" after "event_id" names the row.
+		Original:    "\texact, err := json.Marshal(claimed)\n",
+		Replacement: "\texact, err := body, error(nil)\n",
+		Pkgs:        []string{"./internal/platform/problem", "./internal/ordersapp"}, Run: "^(TestDecodeClaimedReadsTheExactNamesOnly|TestBadCallbacksChangeNothing)$",
+	},
+	{
 		ID: "callback-payment-match", Guard: "callback: payment_id",
 		File:        "internal/callback/callback.go",
 		Original:    "return o.PaymentID == nil || *o.PaymentID == cb.PaymentID",

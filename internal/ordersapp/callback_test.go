@@ -350,6 +350,9 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	wrongCase := bytes.Replace(good, []byte(`"status":`), []byte(`"Status":`), 1)
 	require.NotEqual(t, good, wrongCase)
 	twice := bytes.Replace(good, []byte(`{`), []byte(`{"status":"FAILED",`), 1)
+	// The audit row of a refused body records what the refusal read: the exact names, not the last
+	// member encoding/json would have matched.
+	idInAnotherCase := append(bytes.TrimSuffix(good, []byte(`}`)), []byte(`,"Event_id":"evt-not-read"}`)...)
 
 	cases := []struct {
 		name   string
@@ -373,6 +376,7 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 		{"payment_id over 200 bytes", longPaymentID, sign(longPaymentID), 400, "validation_failed"},
 		{"a field in another case", wrongCase, sign(wrongCase), 400, "malformed_body"},
 		{"a field twice", twice, sign(twice), 400, "malformed_body"},
+		{"event_id in another case, after it", idInAnotherCase, sign(idInAnotherCase), 400, "malformed_body"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,6 +392,7 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	assert.Zero(t, count(t, env.DB, "payment_callbacks", "applied OR outcome <> 'rejected'"))
 	assert.EqualValues(t, len(cases), count(t, env.DB, "payment_callbacks"))
 	assert.EqualValues(t, 5, count(t, env.DB, "payment_callbacks", "NOT signature_ok"))
+	assert.Zero(t, count(t, env.DB, "payment_callbacks", "event_id = 'evt-not-read'"), "audited under the member the refusal read")
 	assert.Contains(t, logs.String(), `"alert":"amount_mismatch"`, "an amount mismatch is logged as an alert")
 	assert.Equal(t, float64(len(cases)), callbackCount(t, rp, "rejected"))
 }

@@ -82,13 +82,7 @@ func exactMembers(body []byte, v any, open bool) error {
 	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return nil
 	}
-	allowed := map[string]bool{}
-	for i := 0; i < t.Elem().NumField(); i++ {
-		name, _, _ := strings.Cut(t.Elem().Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			allowed[name] = true
-		}
-	}
+	allowed := fieldNames(t.Elem())
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
@@ -119,6 +113,52 @@ func exactMembers(body []byte, v any, open bool) error {
 		}
 	}
 	return nil
+}
+
+// fieldNames are the JSON member names of struct type t's fields (their tags).
+func fieldNames(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	return names
+}
+
+// DecodeClaimed is for the record of a body that was refused (an audit row): best effort, it fills v,
+// a pointer to a struct, with the members of a JSON object body under v's exact field names, the first
+// of each, and ignores every error. encoding/json alone would also take "Event_id" for "event_id", and
+// the last of two, which is not what the refusal read.
+func DecodeClaimed(body []byte, v any) {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return
+	}
+	allowed := fieldNames(t.Elem())
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return
+	}
+	claimed := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			break
+		}
+		if name, _ := tok.(string); allowed[name] && claimed[name] == nil {
+			claimed[name] = value
+		}
+	}
+	exact, err := json.Marshal(claimed)
+	if err == nil {
+		_ = json.Unmarshal(exact, v) // a member of the wrong type stays zero; the others are kept
+	}
 }
 
 // foldsToField reports whether name is one of the allowed field names in another case, as encoding/json

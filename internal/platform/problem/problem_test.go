@@ -63,6 +63,32 @@ func TestDecodeJSONOpen(t *testing.T) {
 	}
 }
 
+// What a refused body claims, for its audit row: the exact names, the first of each, whatever else is
+// wrong with the body.
+func TestDecodeClaimedReadsTheExactNamesOnly(t *testing.T) {
+	t.Parallel()
+	type body struct {
+		ID     string `json:"id"`
+		Amount int64  `json:"amount"`
+	}
+	for in, want := range map[string]body{
+		`{"id":"a","amount":1}`:                  {"a", 1},
+		`{"id":"a","Id":"b","ID":"c"}`:           {ID: "a"},
+		`{"Id":"b","id":"a"}`:                    {ID: "a"},
+		`{"id":"a","id":"b"}`:                    {ID: "a"},
+		`{"id":"a","amount":"x"}`:                {ID: "a"},
+		`{"amount":2,"x":{"id":"n"},"id":"a"} x`: {"a", 2},
+		`{"id":"a","amount":`:                    {ID: "a"},
+		`{"Id":"b"}`:                             {},
+		`[{"id":"a"}]`:                           {},
+		`null`:                                   {},
+	} {
+		var got body
+		problem.DecodeClaimed([]byte(in), &got)
+		assert.Equal(t, want, got, in)
+	}
+}
+
 // encoding/json reports a time that does not parse with Go's layout and without the member's name.
 func TestDecodeJSONNamesTheBadTimeField(t *testing.T) {
 	t.Parallel()

@@ -61,13 +61,23 @@ func (l *Live) admin(ctx context.Context, method, path string, body []byte) (int
 	return resp.StatusCode, b, nil
 }
 
-// relay answers with payments-mock's own status and body: its problem documents already say what went wrong.
+// relay answers with payments-mock's own status and body: its problem documents already say what went
+// wrong. A problem's instance names the mock's admin path, which the page's user never asked for: it
+// becomes this request's own path (RFC 9457 §3.1.5), as on every other route of orders.
 func relay(c echo.Context, status int, body []byte) error {
-	ct := echo.MIMEApplicationJSON
-	if status >= 400 {
-		ct = httpproblem.ContentType
+	if status < 400 {
+		return c.Blob(status, echo.MIMEApplicationJSON, body)
 	}
-	return c.Blob(status, ct, body)
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return errPlatform.WithDetail(fmt.Sprintf("payments-mock answered %d with a body that is not a problem document", status)).Wrap(err)
+	}
+	doc["instance"] = httpproblem.Instance(c.Request().URL)
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return c.Blob(status, httpproblem.ContentType, b)
 }
 
 func (l *Live) getChaos(c echo.Context) error {

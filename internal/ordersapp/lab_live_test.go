@@ -229,6 +229,11 @@ func TestLabLivePlatformControls(t *testing.T) {
 	assert.Contains(t, string(r.Body), `"duplicates":1`)
 	r = rp.call(http.MethodPut, "/lab/platform/chaos", "", "", []byte(`{"duplicates":99}`))
 	assert.Equal(t, http.StatusBadRequest, r.Status, "payments-mock's own validation answers: %s", r.Body)
+	assert.Equal(t, "/lab/platform/chaos", r.problem(t).Instance, "the request's own path, not the mock's")
+	r = rp.call(http.MethodPost, "/lab/platform/replay", "", "", []byte(`{"times":2,"payment_id":"pay_nope"}`))
+	assert.Equal(t, http.StatusNotFound, r.Status, "%s", r.Body)
+	assert.Equal(t, "payment_not_found", r.problem(t).Code)
+	assert.Equal(t, "/lab/platform/replay", r.problem(t).Instance)
 
 	s := openStream(t, rp.srv.URL+"/lab/events")
 	orderID, _ := rp.newOrder("alice-token", 1, 1)

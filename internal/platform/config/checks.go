@@ -131,7 +131,8 @@ func (r Redis) check(c *checks) {
 // own prefix, shared with every other run that made the same slip.
 //
 // The names are those whose default is never what an empty value could mean (an address, a URL, a
-// prefix, a secret). The variables where empty is a value of its own (AMQP_NAME_PREFIX, ADMIN_TOKEN,
+// prefix, a secret, an id tag; a retry schedule, where empty could mean "no retries" and would get
+// seven). The variables where empty is a value of its own (AMQP_NAME_PREFIX, ADMIN_TOKEN,
 // PAY_FAULT) stay out: scripts set them empty on purpose.
 func setButEmpty(names ...string) error {
 	var errs []error

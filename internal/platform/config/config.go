@@ -142,7 +142,7 @@ func LoadOrders() (Orders, error) {
 		return c, fmt.Errorf("config: %w", nameVariables[Orders](err))
 	}
 	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET", "HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL",
-		"PAYMENTS_URL", "CALLBACK_URL"); err != nil {
+		"PAYMENTS_URL", "CALLBACK_URL", "POINTS_METRICS_URL"); err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
 	return c, c.Validate()

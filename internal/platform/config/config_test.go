@@ -125,9 +125,9 @@ func TestSetButEmptyIsRefusedEverywhere(t *testing.T) {
 		"loadtest":        func() error { _, err := config.LoadLoadtest(); return err },
 	}
 	for name, vars := range map[string][]string{
-		"orders":          {"HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL", "PAYMENTS_URL", "CALLBACK_URL"},
+		"orders":          {"HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL", "PAYMENTS_URL", "CALLBACK_URL", "POINTS_METRICS_URL"},
 		"points-consumer": {"HTTP_ADDR", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL"},
-		"payments-mock":   {"HTTP_ADDR"},
+		"payments-mock":   {"HTTP_ADDR", "CALLBACK_RETRY_SCHEDULE", "ID_TAG"},
 		"loadtest":        {"ORDERS_URL", "PAYMENTS_URL", "DATABASE_URL", "REDIS_URL", "REDIS_KEY_PREFIX", "AMQP_URL"},
 	} {
 		for _, v := range vars {

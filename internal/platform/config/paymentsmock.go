@@ -59,7 +59,7 @@ func LoadPaymentsMock() (PaymentsMock, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[PaymentsMock](err))
 	}
-	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET", "HTTP_ADDR"); err != nil {
+	if err := setButEmpty("PAYMENT_WEBHOOK_SECRET", "HTTP_ADDR", "CALLBACK_RETRY_SCHEDULE", "ID_TAG"); err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
 	return c, c.Validate()

@@ -63,12 +63,15 @@ func KeyFromHeader(h http.Header) (string, error) {
 			`into one line, or a key that must be sent quoted ("a,b")`)
 	}
 	if strings.HasPrefix(key, `"`) {
+		// The generic detail (1 to 255 printable characters) would point at the wrong cause here.
+		notString := ErrKeyInvalid.WithDetail(Header + ` begins with a quote but is not one RFC 8941 string: ` +
+			`end it with a quote, escape a quote or backslash inside it with a backslash (\" \\), add no parameters`)
 		if len(key) < 2 || !strings.HasSuffix(key, `"`) {
-			return "", ErrKeyInvalid
+			return "", notString
 		}
 		var ok bool
 		if key, ok = unquote(key[1 : len(key)-1]); !ok {
-			return "", ErrKeyInvalid
+			return "", notString
 		}
 	}
 	if err := ValidateKey(key); err != nil {

@@ -53,6 +53,10 @@ func TestKeyFromHeader(t *testing.T) {
 		"two keys joined into one line": "holds a comma outside a quoted string",
 		"a bare comma":                  "holds a comma outside a quoted string",
 	}
+	for _, name := range []string{"bare quote inside the quotes", "other escape", "escape at the end", "unterminated quote",
+		"a lone quote", "sf-string with a parameter", "sf-string with a quoted parameter"} {
+		details[name] = "begins with a quote but is not one RFC 8941 string"
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}

@@ -86,7 +86,7 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 		}
 	})
 
-	// A client's X-Request-ID is kept (it ties our logs to theirs) only if it is short and printable;
+	// A client's X-Request-ID is kept (it ties our logs to theirs) only if it is short and visible ASCII;
 	// otherwise a fresh one replaces it.
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -237,7 +237,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) err
 	return nil
 }
 
-// validRequestID accepts 1..128 printable ASCII characters.
+// validRequestID accepts 1..128 visible ASCII characters (0x21–0x7E: no space, no control).
 func validRequestID(id string) bool {
 	if len(id) > 128 {
 		return false

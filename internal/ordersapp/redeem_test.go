@@ -432,6 +432,10 @@ func TestRedeemPagesFormPost(t *testing.T) {
 
 	r = fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"mallory"}})
 	assert.Equal(t, http.StatusUnauthorized, r.Status)
+	r = fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"alice", "bob"}})
+	assert.Equal(t, http.StatusBadRequest, r.Status, "one user, or none")
+	assert.Contains(t, string(r.Body), "user sent 2 times")
+	assert.Empty(t, r.Header.Get("Set-Cookie"))
 	r = fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"alice"}})
 	require.Equal(t, http.StatusSeeOther, r.Status, "body: %s", r.Body)
 	ck := r.Header.Get("Set-Cookie")

@@ -147,20 +147,27 @@ func (p *Pages) loginPage(c echo.Context) error {
 }
 
 // login is POST /login with user=<name>. Each demo user's token is "<name>-token" (migrations/00002);
-// the token is checked against the stored digest like a bearer token before the cookie is set.
+// the token is checked against the stored digest like a bearer token before the cookie is set. A user
+// sent twice is refused (400), as the redeem form refuses a field sent twice: which one would log in
+// depends on the reader.
 func (p *Pages) login(c echo.Context) error {
+	refuse := func(status int, msg string) error {
+		users, err := p.demoUsers(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		return p.render(c, status, "login", loginData{base: base{Title: "Log in"}, Users: users, Error: msg})
+	}
 	name := c.FormValue("user")
+	if n := len(c.Request().Form["user"]); n > 1 {
+		return refuse(http.StatusBadRequest, fmt.Sprintf("user sent %d times: log in as one user", n))
+	}
 	token := name + "-token"
 	if _, err := p.d.Auth.Lookup(c.Request().Context(), token); err != nil || name == "" {
 		if err != nil && !errors.Is(err, problem.ErrUnauthorized) {
 			return err
 		}
-		users, uerr := p.demoUsers(c.Request().Context())
-		if uerr != nil {
-			return uerr
-		}
-		return p.render(c, http.StatusUnauthorized, "login",
-			loginData{base: base{Title: "Log in"}, Users: users, Error: "unknown demo user"})
+		return refuse(http.StatusUnauthorized, "unknown demo user")
 	}
 	c.SetCookie(auth.SessionCookie(token, c.IsTLS()))
 	return c.Redirect(http.StatusSeeOther, "/")

@@ -323,7 +323,7 @@ func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, 
 	case StatusRefunded:
 		// A refund is a fact about money, whatever the order's status: it is recorded once per event
 		// (a resend adds nothing), and the order follows when the refunded total reaches its amount.
-		fresh, over, err := s.orders.RecordRefund(ctx, tx, o.ID, cb.EventID, cb.AmountCents)
+		fresh, over, err := s.orders.RecordRefund(ctx, tx, o.ID, cb.EventID, cb.PaymentID, cb.AmountCents)
 		if err != nil {
 			return "", "", err
 		}
@@ -351,6 +351,19 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	}
 	if !paid {
 		return s.afterLostSuccess(ctx, tx, o, paymentID)
+	}
+	if refundedCents > 0 {
+		// Refunds recorded before the order knew its payment may be another payment's: the platform
+		// can hold two for one order number. They are not this order's money.
+		var other int64
+		if refundedCents, other, err = s.orders.OwnRefunds(ctx, tx, o.ID, paymentID); err != nil {
+			return "", "", err
+		}
+		if other > 0 {
+			logging.From(ctx).Error("ALERT: refunds recorded before this SUCCESS were of another payment; "+
+				"they do not count towards this order's", "alert", "refund_of_another_payment",
+				"order_id", o.ID, "payment_id", paymentID, "other_refunded_cents", other)
+		}
 	}
 	inStock, err := decrement(ctx, tx, o.ProductID, o.Quantity)
 	if err != nil {

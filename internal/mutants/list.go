@@ -159,8 +159,8 @@ var List = []Mutant{
 	{
 		ID: "refund-event-conflict", Guard: "refund event: once",
 		File:        "internal/orders/repository.go",
-		Original:    "VALUES (?, ?, ?) ON CONFLICT (event_id) DO NOTHING`",
-		Replacement: "VALUES (?, ?, ?)`",
+		Original:    "VALUES (?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`",
+		Replacement: "VALUES (?, ?, ?, ?)`",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPartialRefundResentCountsOnce$",
 	},
 	{
@@ -299,6 +299,22 @@ var List = []Mutant{
 		Original:    "\tdoc[\"instance\"] = httpproblem.Instance(c.Request().URL)\n",
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestLabLivePlatformControls$",
+	},
+	{
+		ID: "refund-other-payment", Guard: "refund: own payment",
+		File: "internal/callback/callback.go",
+		// A refund of another payment, recorded before the SUCCESS, refunds the order that paid.
+		Original:    "\tif refundedCents > 0 {\n\t\t// Refunds recorded before the order knew its payment",
+		Replacement: "\tif false {\n\t\t// Refunds recorded before the order knew its payment",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeTheSuccessIsNotTheOrders$",
+	},
+	{
+		ID: "refund-over-own", Guard: "over-refund: own",
+		File: "internal/orders/repository.go",
+		// Another payment's refund counts towards the order's over-refund alert.
+		Original:    "\t\tAND (e.payment_id IS NULL OR o.payment_id IS NULL OR e.payment_id = o.payment_id)) - o.amount_cents)",
+		Replacement: "\t\t) - o.amount_cents)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeTheSuccessIsNotTheOrders$",
 	},
 	{
 		ID: "callback-payment-match", Guard: "callback: payment_id",

@@ -223,9 +223,9 @@ func readRefunded(ctx context.Context, tx *gorm.DB, id int64, lock string) (int6
 // the order's refund events now add up to more than its amount (0 unless a platform refunded more than
 // was paid, an anomaly the caller raises an alert for). An eventID already recorded for another order
 // or another amount is ErrRefundEventReused, wrapped with both: it is not a resend.
-func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, eventID string, amountCents int64) (fresh bool, overCents int64, err error) {
-	res := tx.WithContext(ctx).Exec(`INSERT INTO order_refund_events (event_id, order_id, amount_cents)
-		VALUES (?, ?, ?) ON CONFLICT (event_id) DO NOTHING`, eventID, id, amountCents)
+func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, eventID, paymentID string, amountCents int64) (fresh bool, overCents int64, err error) {
+	res := tx.WithContext(ctx).Exec(`INSERT INTO order_refund_events (event_id, order_id, payment_id, amount_cents)
+		VALUES (?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`, eventID, id, paymentID, amountCents)
 	if res.Error != nil {
 		return false, 0, fmt.Errorf("record refund event %s of order %d: %w", eventID, id, res.Error)
 	}
@@ -238,9 +238,12 @@ func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, ev
 	// The events' own sum, not refunded_cents: the reconciler may have set that to the whole amount
 	// (RecordFullRefund) before the events that make it up arrive, which is no anomaly. Read after the
 	// UPDATE, under its row lock, so a refund of this order that committed meanwhile is counted: of two
-	// concurrent events that go over together, the later one reports it.
-	if err := tx.WithContext(ctx).Raw(`SELECT GREATEST(0, (SELECT COALESCE(SUM(amount_cents), 0)
-		FROM order_refund_events WHERE order_id = o.id) - o.amount_cents) FROM orders o WHERE o.id = ?`, id).
+	// concurrent events that go over together, the later one reports it. Another payment's refunds
+	// (OwnRefunds) are not this order's money.
+	if err := tx.WithContext(ctx).Raw(`SELECT GREATEST(0, (SELECT COALESCE(SUM(e.amount_cents), 0)
+		FROM order_refund_events e WHERE e.order_id = o.id
+		AND (e.payment_id IS NULL OR o.payment_id IS NULL OR e.payment_id = o.payment_id)) - o.amount_cents)
+		FROM orders o WHERE o.id = ?`, id).
 		Scan(&overCents).Error; err != nil {
 		return false, 0, fmt.Errorf("sum refund events of order %d: %w", id, err)
 	}
@@ -275,6 +278,24 @@ func (r *Repository) RecordFullRefund(ctx context.Context, tx *gorm.DB, id int64
 		return fmt.Errorf("record full refund of order %d: %w", id, err)
 	}
 	return nil
+}
+
+// OwnRefunds is for the moment order id learns its payment (paymentID): refund events recorded before
+// it under another payment id gave back money this order never held (a platform with two payments for
+// one order number), so they come out of its refunded total, which is recomputed from its own events.
+// It returns the refunded total and the cents of other payments' refunds (0: nothing changed). The
+// common case, no refund before the payment, never calls it.
+func (r *Repository) OwnRefunds(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (refundedCents, otherCents int64, err error) {
+	err = tx.WithContext(ctx).Raw(`WITH e AS (
+		SELECT COALESCE(SUM(amount_cents) FILTER (WHERE payment_id IS DISTINCT FROM ? AND payment_id IS NOT NULL), 0) AS other,
+		       COALESCE(SUM(amount_cents) FILTER (WHERE payment_id = ? OR payment_id IS NULL), 0) AS own
+		FROM order_refund_events WHERE order_id = ?)
+	UPDATE orders o SET refunded_cents = CASE WHEN e.other > 0 THEN LEAST(o.amount_cents, e.own) ELSE o.refunded_cents END
+	FROM e WHERE o.id = ? RETURNING o.refunded_cents, e.other`, paymentID, paymentID, id, id).Row().Scan(&refundedCents, &otherCents)
+	if err != nil {
+		return 0, 0, fmt.Errorf("refunds of order %d's own payment: %w", id, err)
+	}
+	return refundedCents, otherCents, nil
 }
 
 func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id, amountCents int64) error {

@@ -95,7 +95,7 @@ func TestRecordRefundReportsEventsPastTheAmount(t *testing.T) {
 		return o
 	}
 	record := func(id int64, event string, cents int64) (bool, int64) {
-		fresh, over, err := repo.RecordRefund(ctx, env.DB, id, event, cents)
+		fresh, over, err := repo.RecordRefund(ctx, env.DB, id, event, "pay_1", cents)
 		require.NoError(t, err)
 		return fresh, over
 	}

@@ -255,6 +255,41 @@ func TestRefundBeforeItsSuccessEndsRefunded(t *testing.T) {
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
 }
 
+// Case 4b': a REFUNDED event of another payment for the same order number (a platform that charged the
+// order twice and gave one back) arrives before the order knows its payment. When the order's own
+// SUCCESS comes, that refund is not its money: the order ends PAID with its stock and order.paid, and
+// an alert names the other payment's refund. Counted as the order's, it ended REFUNDED while the
+// platform held its payment as SUCCESS, and the reconciler never compares a REFUNDED order.
+func TestRefundOfAnotherPaymentBeforeTheSuccessIsNotTheOrders(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, queued)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil))})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 1)
+
+	other := callbackFor(id, callback.StatusRefunded, amount, "evt-other-refund")
+	other.PaymentID = "pay_other"
+	early := rp.postCallback(other)
+	require.Equal(t, http.StatusOK, early.Status, "%s", early.Body)
+	require.Equal(t, "PENDING", statusOf(t, env.DB, id))
+
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-own-success"))})
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.Equal(t, before-1, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+	assert.Zero(t, refundedOutboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 0", id))
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_of_another_payment"), logs.String())
+
+	// The order's own refund, later, refunds it: the other payment's does not make it an over-refund.
+	own := callbackFor(id, callback.StatusRefunded, amount, "evt-own-refund")
+	assertAcked(t, []response{rp.postCallback(own)})
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.Equal(t, before, stockOf(t, env.DB, 1))
+	assert.NotContains(t, logs.String(), "over_refund")
+}
+
 // Case 4c: a full refund of a PAID order, its callback delivered three times at once: stock back once,
 // one order.refunded event.
 func TestFullRefundCompensatesOnce(t *testing.T) {

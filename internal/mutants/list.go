@@ -272,9 +272,9 @@ var List = []Mutant{
 	{
 		ID: "callback-exact-names", Guard: "callback: exact names",
 		File: "internal/callback/callback.go",
-		// encoding/json alone: a field in another case, or twice, decides the status.
+		// No refusal of a field in another case or twice: the first "status" of two decides it.
 		Original:    "if err := problem.DecodeJSONOpen(raw, &cb); err != nil {",
-		Replacement: "if err := json.Unmarshal(raw, &cb); err != nil {",
+		Replacement: "if err := func() error { problem.DecodeClaimed(raw, &cb); return nil }(); err != nil {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
 	},
 	{

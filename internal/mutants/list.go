@@ -288,8 +288,8 @@ var List = []Mutant{
 		ID: "callback-claimed-exact", Guard: "audit: exact names",
 		File: "internal/platform/problem/jsonbody.go",
 		// A refused body is audited as encoding/json reads it: "Event_id" after "event_id" names the row.
-		Original:    "\texact, err := json.Marshal(claimed)\n",
-		Replacement: "\texact, err := body, error(nil)\n",
+		Original:    "\tfor name, value := range claimed {\n\t\tif one",
+		Replacement: "\t_ = json.Unmarshal(body, v)\n\tfor name, value := range claimed {\n\t\tbreak\n\t\tif one",
 		Pkgs:        []string{"./internal/platform/problem", "./internal/ordersapp"}, Run: "^(TestDecodeClaimedReadsTheExactNamesOnly|TestBadCallbacksChangeNothing)$",
 	},
 	{

@@ -155,9 +155,12 @@ func DecodeClaimed(body []byte, v any) {
 			claimed[name] = value
 		}
 	}
-	exact, err := json.Marshal(claimed)
-	if err == nil {
-		_ = json.Unmarshal(exact, v) // a member of the wrong type stays zero; the others are kept
+	// One member at a time: a value that does not decode (a time that is not one) stops json.Unmarshal
+	// at that member, and would lose the members after it.
+	for name, value := range claimed {
+		if one, err := json.Marshal(map[string]json.RawMessage{name: value}); err == nil {
+			_ = json.Unmarshal(one, v) // a member that does not decode stays zero; the others are kept
+		}
 	}
 }
 

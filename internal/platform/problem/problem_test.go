@@ -68,16 +68,18 @@ func TestDecodeJSONOpen(t *testing.T) {
 func TestDecodeClaimedReadsTheExactNamesOnly(t *testing.T) {
 	t.Parallel()
 	type body struct {
-		ID     string `json:"id"`
-		Amount int64  `json:"amount"`
+		At     time.Time `json:"at"`
+		ID     string    `json:"id"`
+		Amount int64     `json:"amount"`
 	}
 	for in, want := range map[string]body{
-		`{"id":"a","amount":1}`:                  {"a", 1},
+		`{"id":"a","amount":1}`:                  {ID: "a", Amount: 1},
+		`{"at":"yesterday","id":"a","amount":1}`: {ID: "a", Amount: 1},
 		`{"id":"a","Id":"b","ID":"c"}`:           {ID: "a"},
 		`{"Id":"b","id":"a"}`:                    {ID: "a"},
 		`{"id":"a","id":"b"}`:                    {ID: "a"},
 		`{"id":"a","amount":"x"}`:                {ID: "a"},
-		`{"amount":2,"x":{"id":"n"},"id":"a"} x`: {"a", 2},
+		`{"amount":2,"x":{"id":"n"},"id":"a"} x`: {ID: "a", Amount: 2},
 		`{"id":"a","amount":`:                    {ID: "a"},
 		`{"Id":"b"}`:                             {},
 		`[{"id":"a"}]`:                           {},

@@ -229,6 +229,12 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 			"alert", "payment_mismatch", "order_payment_id", *o.PaymentID)
 		s.reject(ctx, lg, cb, true, "payment mismatch: the order's payment is "+*o.PaymentID)
 		return OutcomeRejected, err
+	case errors.Is(err, orders.ErrOtherPayment):
+		// The order learnt its payment after this callback read it: a SUCCESS committed in between.
+		lg.Error("ALERT: payment callback is for another payment than the order's",
+			"alert", "payment_mismatch", "err", err)
+		s.reject(ctx, lg, cb, true, "payment mismatch: "+err.Error())
+		return OutcomeRejected, ErrPaymentMismatch.Wrap(err)
 	case errors.Is(err, orders.ErrRefundEventReused):
 		// Answered duplicate, this refund would be lost for good: the platform stops resending, and the
 		// reconciler sets only a whole refund from the platform's records.
@@ -340,6 +346,9 @@ func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, 
 	return "", "", fmt.Errorf("unreachable: status %q passed validation", cb.Status)
 }
 
+// reasonPaid is settleSuccess's reason for an order it paid and did not refund.
+const reasonPaid = "paid"
+
 // settleSuccess applies "the payment succeeded" to order o: the callback's SUCCESS, and the reconciler's
 // when the platform's query API says SUCCESS.
 func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string, decrement stockStep) (Outcome, string, error) {
@@ -359,11 +368,7 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 		if refundedCents, other, err = s.orders.OwnRefunds(ctx, tx, o.ID, paymentID); err != nil {
 			return "", "", err
 		}
-		if other > 0 {
-			logging.From(ctx).Error("ALERT: refunds recorded before this SUCCESS were of another payment; "+
-				"they do not count towards this order's", "alert", "refund_of_another_payment",
-				"order_id", o.ID, "payment_id", paymentID, "other_refunded_cents", other)
-		}
+		alertOtherRefunds(ctx, o.ID, paymentID, other)
 	}
 	inStock, err := decrement(ctx, tx, o.ProductID, o.Quantity)
 	if err != nil {
@@ -399,7 +404,7 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	// that refund was recorded then, and is owed now. Pay returned the refunded total, so the common
 	// case (nothing refunded) costs no read.
 	if refundedCents < o.AmountCents {
-		return OutcomeApplied, "paid", nil
+		return OutcomeApplied, reasonPaid, nil
 	}
 	refunded, err := s.settleRefunds(ctx, tx, o)
 	if err != nil {
@@ -408,7 +413,17 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	if refunded {
 		return OutcomeApplied, "paid, and refunded in full (the refund arrived first)", nil
 	}
-	return OutcomeApplied, "paid", nil
+	return OutcomeApplied, reasonPaid, nil
+}
+
+// alertOtherRefunds logs the ALERT for refunds of other payments (other cents) that OwnRefunds took out
+// of order orderID's total when it learnt its payment paymentID. Nothing when other is 0.
+func alertOtherRefunds(ctx context.Context, orderID int64, paymentID string, other int64) {
+	if other != 0 {
+		logging.From(ctx).Error("ALERT: refunds recorded before the order knew its payment were of another payment; "+
+			"they do not count towards this order's", "alert", "refund_of_another_payment",
+			"order_id", orderID, "payment_id", paymentID, "other_refunded_cents", other)
+	}
 }
 
 // settleFailed applies "the payment failed" to order o. PENDING and PAYING may both fail: a decline can
@@ -421,6 +436,12 @@ func (s *Service) settleFailed(ctx context.Context, tx *gorm.DB, o orders.Order,
 	if !failed {
 		return classify(ctx, tx, s.orders, o.ID, orders.StatusFailed)
 	}
+	// The order knows its payment now: another payment's refunds recorded before are not its own.
+	_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)
+	if err != nil {
+		return "", "", err
+	}
+	alertOtherRefunds(ctx, o.ID, paymentID, other)
 	return OutcomeApplied, "payment failed", nil
 }
 
@@ -493,12 +514,14 @@ func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Or
 	case orders.StatusFailed, orders.StatusCancelled:
 		// Only what the platform has not refunded yet is owed: refunds of this payment may have been
 		// recorded before its SUCCESS arrived, and a request past what is left would be refused for ever.
-		// The row lock keeps a refund committing meanwhile from being missed. (Only here: the copies of
-		// a SUCCESS that lost the race to PAID take no lock.)
-		refunded, _, err := s.orders.RefundedLocked(ctx, tx, o.ID)
+		// OwnRefunds' UPDATE takes the row lock, which keeps a refund committing meanwhile from being
+		// missed (only here: the copies of a SUCCESS that lost the race to PAID take no lock), and
+		// counts this payment's refunds only.
+		refunded, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)
 		if err != nil {
 			return "", "", err
 		}
+		alertOtherRefunds(ctx, o.ID, paymentID, other)
 		rest := o.AmountCents - refunded
 		if rest <= 0 {
 			return OutcomeStale, "success for a " + string(current) + " order: already refunded in full", nil

@@ -309,6 +309,38 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeTheSuccessIsNotTheOrders$",
 	},
 	{
+		ID: "refund-other-failed", Guard: "refund: own, FAILED",
+		File: "internal/callback/callback.go",
+		// A FAILED order keeps another payment's refund in its total.
+		Original:    "\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)",
+		Replacement: "\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, \"\")",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeAFailedThenSucceededPayment$",
+	},
+	{
+		ID: "refund-other-lost", Guard: "refund: own, lost",
+		File: "internal/callback/callback.go",
+		// A SUCCESS after FAILED or CANCELLED asks back only what another payment's refund left.
+		Original:    "\t\trefunded, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)",
+		Replacement: "\t\trefunded, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, \"\")",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeAFailedThenSucceededPayment$",
+	},
+	{
+		ID: "refund-other-race", Guard: "refund: own, locked",
+		File: "internal/orders/repository.go",
+		// A refund of another payment that waited on the row lock refunds the order its SUCCESS just paid.
+		Original:    "updated_at = now() WHERE id = ? AND (payment_id IS NULL OR payment_id = ?)`, amountCents, id, paymentID)",
+		Replacement: "updated_at = now() WHERE id = ? AND ? <> ''`, amountCents, id, paymentID)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentRacingTheSuccessNeverRefundsTheOrder$",
+	},
+	{
+		ID: "reconcile-full-redo", Guard: "reconciler: full",
+		File: "internal/callback/platform.go",
+		// The platform's whole refund, wiped by the SUCCESS with another payment's, is not recorded again.
+		Original:    "\t\tif err != nil || outcome == OutcomeApplied && reason != reasonPaid {",
+		Replacement: "\t\tif err != nil || outcome == OutcomeApplied {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerRefundsAnOrderWhoseEarlierRefundWasAnotherPayments$",
+	},
+	{
 		ID: "refund-over-own", Guard: "over-refund: own",
 		File: "internal/orders/repository.go",
 		// Another payment's refund counts towards the order's over-refund alert.

@@ -3,6 +3,7 @@
 package orders
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -75,6 +76,9 @@ var (
 	// is broken or forged.
 	ErrRefundEventReused = problem.New(problem.KindUnprocessable, "event_id_reused",
 		"event_id was already used for another refund")
+	// ErrOtherPayment is a refund of another payment than the order's, found under the order's row
+	// lock: the order learnt its payment after the caller read it (a SUCCESS that committed first).
+	ErrOtherPayment = errors.New("the refund is of another payment than the order's")
 )
 
 // Validate checks the fields that need no database.

@@ -232,7 +232,7 @@ func (r *Repository) RecordRefund(ctx context.Context, tx *gorm.DB, id int64, ev
 	if res.RowsAffected == 0 {
 		return false, 0, sameRefund(ctx, tx, id, eventID, amountCents)
 	}
-	if err := r.addRefunded(ctx, tx, id, amountCents); err != nil {
+	if err := r.addRefunded(ctx, tx, id, paymentID, amountCents); err != nil {
 		return false, 0, err
 	}
 	// The events' own sum, not refunded_cents: the reconciler may have set that to the whole amount
@@ -282,26 +282,38 @@ func (r *Repository) RecordFullRefund(ctx context.Context, tx *gorm.DB, id int64
 
 // OwnRefunds is for the moment order id learns its payment (paymentID): refund events recorded before
 // it under another payment id gave back money this order never held (a platform with two payments for
-// one order number), so they come out of its refunded total, which is recomputed from its own events.
-// It returns the refunded total and the cents of other payments' refunds (0: nothing changed). The
-// common case, no refund before the payment, never calls it.
-func (r *Repository) OwnRefunds(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (refundedCents, otherCents int64, err error) {
+// one order number), so they come out of its refunded total, which is then recomputed from its own
+// events. It returns the refunded total and the cents it took out now (0: nothing changed, also on a
+// second call). It takes the order's row lock. The common case, no refund before the payment, needs
+// no call: settleSuccess makes one only when something was refunded.
+func (r *Repository) OwnRefunds(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (refundedCents, takenOutCents int64, err error) {
+	before, _, err := r.RefundedLocked(ctx, tx, id)
+	if err != nil || paymentID == "" { // no payment to tell the others from: the total as it is
+		return before, 0, err
+	}
 	err = tx.WithContext(ctx).Raw(`WITH e AS (
 		SELECT COALESCE(SUM(amount_cents) FILTER (WHERE payment_id IS DISTINCT FROM ? AND payment_id IS NOT NULL), 0) AS other,
 		       COALESCE(SUM(amount_cents) FILTER (WHERE payment_id = ? OR payment_id IS NULL), 0) AS own
 		FROM order_refund_events WHERE order_id = ?)
 	UPDATE orders o SET refunded_cents = CASE WHEN e.other > 0 THEN LEAST(o.amount_cents, e.own) ELSE o.refunded_cents END
-	FROM e WHERE o.id = ? RETURNING o.refunded_cents, e.other`, paymentID, paymentID, id, id).Row().Scan(&refundedCents, &otherCents)
+	FROM e WHERE o.id = ? RETURNING o.refunded_cents`, paymentID, paymentID, id, id).Row().Scan(&refundedCents)
 	if err != nil {
 		return 0, 0, fmt.Errorf("refunds of order %d's own payment: %w", id, err)
 	}
-	return refundedCents, otherCents, nil
+	return refundedCents, before - refundedCents, nil
 }
 
-func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id, amountCents int64) error {
-	if err := tx.WithContext(ctx).Exec(`UPDATE orders SET refunded_cents = LEAST(amount_cents, refunded_cents + ?),
-		updated_at = now() WHERE id = ?`, amountCents, id).Error; err != nil {
-		return fmt.Errorf("add refund to order %d: %w", id, err)
+// addRefunded adds a refund of payment paymentID to order id's total, unless the order's payment is
+// another (ErrOtherPayment): the caller checked that on a read without the row lock, and a SUCCESS of the
+// order's own payment may have committed since.
+func (r *Repository) addRefunded(ctx context.Context, tx *gorm.DB, id int64, paymentID string, amountCents int64) error {
+	res := tx.WithContext(ctx).Exec(`UPDATE orders SET refunded_cents = LEAST(amount_cents, refunded_cents + ?),
+		updated_at = now() WHERE id = ? AND (payment_id IS NULL OR payment_id = ?)`, amountCents, id, paymentID)
+	if res.Error != nil {
+		return fmt.Errorf("add refund to order %d: %w", id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("order %d, refund of %s: %w", id, paymentID, ErrOtherPayment)
 	}
 	return nil
 }

@@ -290,6 +290,106 @@ func TestRefundOfAnotherPaymentBeforeTheSuccessIsNotTheOrders(t *testing.T) {
 	assert.NotContains(t, logs.String(), "over_refund")
 }
 
+// otherPaymentRefund is a signed REFUNDED callback of amount cents for order id under a payment id the
+// order will never have.
+func otherPaymentRefund(id, amount int64, eventID string) callback.Callback {
+	cb := callbackFor(id, callback.StatusRefunded, amount, eventID)
+	cb.PaymentID = "pay_other_" + strconv.FormatInt(id, 10)
+	return cb
+}
+
+// The same when the order's own payment fails first and then succeeds: the refund the SUCCESS after
+// FAILED asks for is the whole amount, since nothing of the order's own payment was refunded; and
+// the FAILED already takes the other payment's refund out of the order's total.
+func TestRefundOfAnotherPaymentBeforeAFailedThenSucceededPayment(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil))})
+	id, amount := rp.newOrder(alice, 1, 1)
+
+	require.Equal(t, http.StatusOK, rp.postCallback(otherPaymentRefund(id, amount, "evt-other")).Status)
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusFailed, amount, "evt-own-failed"))})
+	assert.Equal(t, "FAILED", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 0", id))
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-own-success"))})
+	assert.Equal(t, "FAILED", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND amount_cents = ? AND status = 'PENDING'", id, amount),
+		"the whole of the order's own payment is owed back")
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_of_another_payment"), logs.String())
+
+	// An order cancelled before it knew its payment (by hand: no route cancels) learns it from the SUCCESS.
+	cancelled, amount := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusOK, rp.postCallback(otherPaymentRefund(cancelled, amount, "evt-other-2")).Status)
+	require.NoError(t, env.DB.Exec(`UPDATE orders SET status = 'CANCELLED' WHERE id = ?`, cancelled).Error)
+	assertAcked(t, []response{rp.postCallback(callbackFor(cancelled, callback.StatusSuccess, amount, "evt-own-success-2"))})
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND amount_cents = ? AND status = 'PENDING'", cancelled, amount))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 0", cancelled))
+}
+
+// Another payment's refund and the order's own SUCCESS at the same time, on many orders: whichever
+// takes the order's row lock first, the order ends PAID with its stock taken and no order.refunded. The
+// refund either came first (recorded, then taken out by the SUCCESS) or second (it waited on the row
+// lock, and the order's payment, stored meanwhile, is not its: 400 payment_mismatch). Before, the
+// second kind refunded the paid order, with no alert.
+func TestRefundOfAnotherPaymentRacingTheSuccessNeverRefundsTheOrder(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, queued)
+	rp := newReplica(t, env, replicaOpts{})
+	const n = 20
+	before := stockOf(t, env.DB, 1)
+	ids, amounts := make([]int64, n), make([]int64, n)
+	for i := range n {
+		ids[i], amounts[i] = rp.newOrder(alice, 1, 1)
+	}
+	rs := parallel(2*n, func(i int) response {
+		id, amount := ids[i/2], amounts[i/2]
+		if i%2 == 0 {
+			return rp.postCallback(otherPaymentRefund(id, amount, "evt-race-other-"+strconv.FormatInt(id, 10)))
+		}
+		return rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-race-own-"+strconv.FormatInt(id, 10)))
+	})
+	for i, r := range rs {
+		if i%2 == 1 || r.Status != http.StatusOK {
+			require.Contains(t, []int{http.StatusOK, http.StatusBadRequest}, r.Status, "%s", r.Body)
+		}
+	}
+	for _, id := range ids {
+		assert.Equal(t, "PAID", statusOf(t, env.DB, id), "order %d", id)
+		assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 0", id), "order %d", id)
+		assert.Zero(t, refundedOutboxRows(t, env.DB, id), "order %d", id)
+	}
+	assert.Equal(t, before-n, stockOf(t, env.DB, 1))
+}
+
+// The reconciler, when the platform says the order's own payment was refunded in full and another
+// payment's refund was recorded before the order knew its payment: the order ends REFUNDED, compensated
+// once. The SUCCESS it applies first took the other refund out of the total, and with it the whole
+// refund the reconciler had recorded; the order stayed PAID until a later run.
+func TestReconcilerRefundsAnOrderWhoseEarlierRefundWasAnotherPayments(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, queued)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { callbacksLost(t, mock, c) }})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusOK, rp.postCallback(otherPaymentRefund(id, amount, "evt-other")).Status)
+	pid := paymentID(t, rp.pay(alice, id, "pay-own"))
+	ctx := context.Background()
+	_, err := mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-own", AmountCents: amount})
+	require.NoError(t, err)
+
+	rep, err := rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	assert.Equal(t, before, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+}
+
 // Case 4c: a full refund of a PAID order, its callback delivered three times at once: stock back once,
 // one order.refunded event.
 func TestFullRefundCompensatesOnce(t *testing.T) {

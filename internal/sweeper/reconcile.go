@@ -13,6 +13,7 @@ import (
 	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
+	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/retry"
 )
 
@@ -197,7 +198,7 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 		result = ReconcilePaymentMissing
 	}
 	if found {
-		outcome, reason, err := r.svc.Reconcile(ctx, o, payment)
+		outcome, reason, err := r.svc.Reconcile(logging.With(ctx, lg), o, payment) // its alerts name the order
 		switch {
 		case errors.Is(err, callback.ErrAmountMismatch):
 			lg.Error("ALERT: the platform's payment does not match the order; nothing applied",

@@ -346,9 +346,6 @@ func (s *Service) applyWithStock(ctx context.Context, tx *gorm.DB, cb Callback, 
 	return "", "", fmt.Errorf("unreachable: status %q passed validation", cb.Status)
 }
 
-// reasonPaid is settleSuccess's reason for an order it paid and did not refund.
-const reasonPaid = "paid"
-
 // settleSuccess applies "the payment succeeded" to order o: the callback's SUCCESS, and the reconciler's
 // when the platform's query API says SUCCESS.
 func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string, decrement stockStep) (Outcome, string, error) {
@@ -404,7 +401,7 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	// that refund was recorded then, and is owed now. Pay returned the refunded total, so the common
 	// case (nothing refunded) costs no read.
 	if refundedCents < o.AmountCents {
-		return OutcomeApplied, reasonPaid, nil
+		return OutcomeApplied, "paid", nil
 	}
 	refunded, err := s.settleRefunds(ctx, tx, o)
 	if err != nil {
@@ -413,7 +410,7 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	if refunded {
 		return OutcomeApplied, "paid, and refunded in full (the refund arrived first)", nil
 	}
-	return OutcomeApplied, reasonPaid, nil
+	return OutcomeApplied, "paid", nil
 }
 
 // alertOtherRefunds logs the ALERT for refunds of other payments (other cents) that OwnRefunds took out

@@ -38,11 +38,11 @@ func (s *Service) ApplyPayment(ctx context.Context, tx *gorm.DB, o orders.Order,
 			return "", "", err
 		}
 		outcome, reason, err := s.settleSuccess(ctx, tx, o, pay.ID, s.orders.DecrementStock)
-		if err != nil || outcome == OutcomeApplied && reason != reasonPaid {
-			return outcome, reason, err
+		if err != nil {
+			return "", "", err
 		}
-		// Paid and not refunded: the SUCCESS took another payment's refunds out of the total
-		// (OwnRefunds), and the whole refund recorded first with them. The platform's word stands.
+		// Again: a SUCCESS that taught the order its payment took other payments' refunds out of the
+		// total (OwnRefunds), and the whole refund recorded above with them. The platform's word stands.
 		if err := s.orders.RecordFullRefund(ctx, tx, o.ID); err != nil {
 			return "", "", err
 		}

@@ -336,8 +336,8 @@ var List = []Mutant{
 		ID: "reconcile-full-redo", Guard: "reconciler: full",
 		File: "internal/callback/platform.go",
 		// The platform's whole refund, wiped by the SUCCESS with another payment's, is not recorded again.
-		Original:    "\t\tif err != nil || outcome == OutcomeApplied && reason != reasonPaid {",
-		Replacement: "\t\tif err != nil || outcome == OutcomeApplied {",
+		Original:    "The platform's word stands.\n\t\tif err := s.orders.RecordFullRefund(ctx, tx, o.ID); err != nil {",
+		Replacement: "The platform's word stands.\n\t\tif err := error(nil); err != nil {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerRefundsAnOrderWhoseEarlierRefundWasAnotherPayments$",
 	},
 	{

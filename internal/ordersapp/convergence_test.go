@@ -381,13 +381,25 @@ func TestReconcilerRefundsAnOrderWhoseEarlierRefundWasAnotherPayments(t *testing
 	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-own", AmountCents: amount})
 	require.NoError(t, err)
 
+	// The same for an order whose stock is gone: no refund is asked for, the platform refunded it.
+	gone, goneAmount := rp.newOrder(bob, 2, 1)
+	require.Equal(t, http.StatusOK, rp.postCallback(otherPaymentRefund(gone, goneAmount, "evt-other-gone")).Status)
+	gonePid := paymentID(t, rp.pay(bob, gone, "pay-own-gone"))
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	_, err = mock.client.Approve(ctx, gonePid)
+	require.NoError(t, err)
+	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: gonePid, RefundNo: "r-own-gone", AmountCents: goneAmount})
+	require.NoError(t, err)
+
 	rep, err := rp.app.Reconciler.RunOnce(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
+	assert.Equal(t, 2, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
 	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
 	assert.Equal(t, before, stockOf(t, env.DB, 1))
 	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id))
+	assert.Equal(t, "REFUNDED", statusOf(t, env.DB, gone))
+	assert.Zero(t, count(t, env.DB, "refund_requests", "order_id = ? AND status <> 'DONE'", gone), "nothing owed")
 }
 
 // Case 4c: a full refund of a PAID order, its callback delivered three times at once: stock back once,

@@ -556,6 +556,35 @@ func TestReconcilerMovesOrdersWhoseCallbacksWereLost(t *testing.T) {
 		"two changes: PAYING → PAID, then PAID → REFUNDED")
 }
 
+// A reconcile run whose context ends while it applies an order (the process stopping) ends there,
+// quietly: no ERROR line, nothing counted failed, and RunOnce returns the context's error. It logged
+// "applying the platform's state failed" at ERROR whenever a shutdown caught a run (a soak's, after it
+// had converged).
+func TestReconcilerStopsQuietlyWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)),
+		cfg: func(c *config.Orders) { callbacksLost(t, mock, c) }})
+	id, _ := rp.newOrder(alice, 1, 1)
+	_, err := mock.client.Approve(context.Background(), paymentID(t, rp.pay(alice, id, "pay-stopping")))
+	require.NoError(t, err)
+	require.NoError(t, env.DB.Exec(`CREATE FUNCTION test_slow_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$`).Error)
+	require.NoError(t, env.DB.Exec(`CREATE TRIGGER test_slow_update BEFORE UPDATE ON orders
+		FOR EACH ROW EXECUTE FUNCTION test_slow_update()`).Error)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	rep, err := rp.app.Reconciler.RunOnce(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Zero(t, rep.Orders[sweeper.ReconcileFailed], "%+v", rep)
+	assert.NotContains(t, logs.String(), "level=ERROR")
+	require.NoError(t, env.DB.Exec(`DROP TRIGGER test_slow_update ON orders`).Error)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id), "nothing applied")
+}
+
 // An order whose change the database refuses (a trigger here; a row locked past DB_LOCK_TIMEOUT in
 // life) is counted failed, and the run goes on to the next order. As unreachable it ended the run, and,
 // never stamped reconciled, it came first again in every run: no order behind it was ever compared.

@@ -122,6 +122,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	}
 	for _, rec := range recs {
 		res, err := r.sweeper.repair(ctx, rec, false)
+		if err != nil && ctx.Err() != nil {
+			return rep, ctx.Err() // the process is stopping: not a failure, and the next run goes on
+		}
 		if err != nil {
 			r.logger.Error("reconcile: repair of pay record failed", "record_id", rec.ID, "err", err)
 			rep.Records[ReconcileFailed]++ // counted, so that `reconcile --once` does not exit 0 over it
@@ -145,6 +148,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	}
 	for _, o := range list {
 		res := r.reconcileOrder(ctx, o)
+		if res == "" {
+			return rep, ctx.Err()
+		}
 		rep.Orders[res]++
 		r.orders.WithLabelValues(res).Inc()
 		if res == ReconcileUnreachable {
@@ -178,7 +184,8 @@ func (r *Reconciler) candidates(ctx context.Context) ([]orders.Order, error) {
 	return list, nil
 }
 
-// reconcileOrder asks the platform about o's payment and applies the answer.
+// reconcileOrder asks the platform about o's payment and applies the answer, and returns its result:
+// "" when ctx ended while it applied it (the process is stopping; nothing to count).
 func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string {
 	lg := r.logger.With("order_id", o.ID, "status", o.Status)
 	payment, found, err := r.sweeper.platform.FindByMerchantOrderNo(ctx, strconv.FormatInt(o.ID, 10))
@@ -204,6 +211,8 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 			lg.Error("ALERT: the platform's payment does not match the order; nothing applied",
 				"alert", "reconcile_mismatch", "payment_id", payment.ID, "err", err)
 			result = ReconcileMismatch
+		case err != nil && ctx.Err() != nil:
+			return "" // the process is stopping: nothing failed, and the order is compared next run
 		case err != nil:
 			// Not unreachable: that ends the run, and this order, never stamped, comes first again in
 			// the next one, so one order the database refuses would keep every other from being compared.

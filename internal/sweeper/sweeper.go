@@ -116,6 +116,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	done := map[string]int{}
 	for _, rec := range recs {
 		result, err := s.repair(ctx, rec, true)
+		if err != nil && ctx.Err() != nil {
+			return done, ctx.Err() // the process is stopping: not a failure, and the next sweep goes on
+		}
 		if err != nil {
 			s.logger.Error("sweeper: repair failed", "record_id", rec.ID, "err", err)
 			result = RepairFailed // counted, so that `sweep --once` does not exit 0 over it
@@ -129,6 +132,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	sent, err := s.refunds.RunOnce(ctx)
 	for result, n := range sent {
 		done[refundKeys[result]] = n
+	}
+	if err != nil && ctx.Err() != nil {
+		return done, ctx.Err()
 	}
 	if err != nil {
 		s.logger.Error("sweeper: refunds failed", "err", err)

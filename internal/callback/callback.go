@@ -426,19 +426,21 @@ func alertOtherRefunds(ctx context.Context, orderID int64, paymentID string, oth
 // settleFailed applies "the payment failed" to order o. PENDING and PAYING may both fail: a decline can
 // overtake the pay flow's own PENDING → PAYING.
 func (s *Service) settleFailed(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string) (Outcome, string, error) {
-	failed, err := s.orders.Transition(ctx, tx, o.ID, orders.StatusFailed, paymentID)
+	failed, refundedCents, err := s.orders.Fail(ctx, tx, o.ID, paymentID)
 	if err != nil {
 		return "", "", err
 	}
 	if !failed {
 		return classify(ctx, tx, s.orders, o.ID, orders.StatusFailed)
 	}
-	// The order knows its payment now: another payment's refunds recorded before are not its own.
-	_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)
-	if err != nil {
-		return "", "", err
+	if refundedCents > 0 {
+		// The order knows its payment now: another payment's refunds recorded before are not its own.
+		_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)
+		if err != nil {
+			return "", "", err
+		}
+		alertOtherRefunds(ctx, o.ID, paymentID, other)
 	}
-	alertOtherRefunds(ctx, o.ID, paymentID, other)
 	return OutcomeApplied, "payment failed", nil
 }
 

@@ -312,8 +312,8 @@ var List = []Mutant{
 		ID: "refund-other-failed", Guard: "refund: own, FAILED",
 		File: "internal/callback/callback.go",
 		// A FAILED order keeps another payment's refund in its total.
-		Original:    "\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)",
-		Replacement: "\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, \"\")",
+		Original:    "\t\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)",
+		Replacement: "\t\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, \"\")",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeAFailedThenSucceededPayment$",
 	},
 	{

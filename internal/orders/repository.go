@@ -150,6 +150,11 @@ func (r *Repository) Transition(ctx context.Context, tx *gorm.DB, id int64, to S
 	return changed, err
 }
 
+// Fail is Transition to FAILED that also returns the order's refunded total (cents), as Pay does.
+func (r *Repository) Fail(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (failed bool, refundedCents int64, err error) {
+	return r.transition(ctx, tx, id, StatusFailed, paymentID)
+}
+
 // Pay is Transition to PAID that also returns the order's refunded total (cents) as the UPDATE left it.
 // The row lock is held from the UPDATE on, so the figure is current: the caller learns without another
 // read whether a refund that arrived before this SUCCESS is owed now. When paid is false the row did

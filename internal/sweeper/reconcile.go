@@ -113,7 +113,8 @@ type Report struct {
 }
 
 // RunOnce makes one pass: first the unfinished pay records (their orders follow), then the orders.
-// It stops early, without error, when the platform stops answering.
+// It stops early, without error, when the platform stops answering, and with ctx's error, quietly,
+// when ctx ends (the process stopping).
 func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	rep := Report{Orders: map[string]int{}, Records: map[string]int{}}
 	recs, err := r.sweeper.store.Unfinished(ctx, idempotency.KindPay, r.cfg.Grace, r.cfg.Batch)

@@ -106,8 +106,9 @@ var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.
 // RunOnce repairs every stuck pay record (up to the batch), executes pending refunds, and refreshes
 // the record gauge. It returns how many records it repaired by result, how many refund requests it
 // sent by the platform's answer (RefundRequested, RefundUnanswered, RefundRefused), and under
-// RefundsFailed whether the refund step failed. A repair or refund step that fails is logged and counted, and the run goes on: the error
-// returned is only that of the run's own reads.
+// RefundsFailed whether the refund step failed. A repair or refund step that fails is logged and
+// counted, and the run goes on: the error returned is that of the run's own reads, or ctx's when it
+// ended (the process stopping: then the run ends quietly).
 func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	recs, err := s.store.Stuck(ctx, idempotency.KindPay, s.maxAttempts, s.batch)
 	if err != nil {

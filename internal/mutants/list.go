@@ -626,6 +626,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerGivesBackARetryableRecordItCouldNotAsk$",
 	},
 	{
+		ID: "sweeper-stop-quiet", Guard: "sweeper: stopping",
+		File: "internal/sweeper/sweeper.go",
+		// A sweep that a shutdown ends is logged at ERROR and counted failed.
+		Original:    "\t\tif err != nil && ctx.Err() != nil {\n\t\t\treturn done, ctx.Err() // the process is stopping",
+		Replacement: "\t\tif false {\n\t\t\treturn done, ctx.Err() // the process is stopping",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperStopsQuietlyWhenItsContextEnds$",
+	},
+	{
 		ID: "reconcile-stop-quiet", Guard: "reconciler: stopping",
 		File: "internal/sweeper/reconcile.go",
 		// A run that a shutdown ends is logged at ERROR and counted failed.

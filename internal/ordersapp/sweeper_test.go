@@ -7,6 +7,7 @@ package ordersapp_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -124,6 +125,32 @@ func TestSweeperAsksAtMostMaxAttemptsTimes(t *testing.T) {
 	assert.Nil(t, rec.ResponseStatus)
 	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "idempotency_key = 'pay-unanswered' AND sweeps = 2"),
 		"two unanswered questions counted")
+}
+
+// A sweep whose context ends while it repairs a record (the process stopping) ends there, quietly: no
+// ERROR line, nothing counted failed, and RunOnce returns the context's error.
+func TestSweeperStopsQuietlyWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	platform := newSilentPlatform(t)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: platform.payTo})
+	id, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-stopping").Status)
+	expireLease(t, env, "pay-stopping")
+	require.NoError(t, env.DB.Exec(`CREATE FUNCTION test_slow_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$`).Error)
+	require.NoError(t, env.DB.Exec(`CREATE TRIGGER test_slow_update BEFORE UPDATE ON idempotency_keys
+		FOR EACH ROW EXECUTE FUNCTION test_slow_update()`).Error)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	done, err := rp.app.Sweeper.RunOnce(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Zero(t, done[sweeper.RepairFailed], "%v", done)
+	assert.NotContains(t, logs.String(), "level=ERROR")
+	require.NoError(t, env.DB.Exec(`DROP TRIGGER test_slow_update ON idempotency_keys`).Error)
+	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-stopping").State, "nothing written")
 }
 
 // A refund is sent to the platform once: the sweep that sends it marks it REQUESTED, and the next

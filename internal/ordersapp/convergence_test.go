@@ -570,10 +570,7 @@ func TestReconcilerStopsQuietlyWhenItsContextEnds(t *testing.T) {
 	id, _ := rp.newOrder(alice, 1, 1)
 	_, err := mock.client.Approve(context.Background(), paymentID(t, rp.pay(alice, id, "pay-stopping")))
 	require.NoError(t, err)
-	require.NoError(t, env.DB.Exec(`CREATE FUNCTION test_slow_update() RETURNS trigger LANGUAGE plpgsql AS
-		$$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$`).Error)
-	require.NoError(t, env.DB.Exec(`CREATE TRIGGER test_slow_update BEFORE UPDATE ON orders
-		FOR EACH ROW EXECUTE FUNCTION test_slow_update()`).Error)
+	restore := testenv.SlowUpdates(t, env.DB, "orders")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -581,7 +578,7 @@ func TestReconcilerStopsQuietlyWhenItsContextEnds(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Zero(t, rep.Orders[sweeper.ReconcileFailed], "%+v", rep)
 	assert.NotContains(t, logs.String(), "level=ERROR")
-	require.NoError(t, env.DB.Exec(`DROP TRIGGER test_slow_update ON orders`).Error)
+	restore()
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id), "nothing applied")
 }
 

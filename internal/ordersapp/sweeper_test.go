@@ -138,10 +138,7 @@ func TestSweeperStopsQuietlyWhenItsContextEnds(t *testing.T) {
 	id, _ := rp.newOrder(alice, 1, 1)
 	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-stopping").Status)
 	expireLease(t, env, "pay-stopping")
-	require.NoError(t, env.DB.Exec(`CREATE FUNCTION test_slow_update() RETURNS trigger LANGUAGE plpgsql AS
-		$$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$`).Error)
-	require.NoError(t, env.DB.Exec(`CREATE TRIGGER test_slow_update BEFORE UPDATE ON idempotency_keys
-		FOR EACH ROW EXECUTE FUNCTION test_slow_update()`).Error)
+	restore := testenv.SlowUpdates(t, env.DB, "idempotency_keys")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -149,7 +146,7 @@ func TestSweeperStopsQuietlyWhenItsContextEnds(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Zero(t, done[sweeper.RepairFailed], "%v", done)
 	assert.NotContains(t, logs.String(), "level=ERROR")
-	require.NoError(t, env.DB.Exec(`DROP TRIGGER test_slow_update ON idempotency_keys`).Error)
+	restore()
 	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-stopping").State, "nothing written")
 }
 

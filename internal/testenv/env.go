@@ -297,6 +297,27 @@ func OpenLoggedDB(t testing.TB, url string) (*gorm.DB, *Output) {
 	return db, out
 }
 
+// SlowUpdates makes every UPDATE of table in db's database take 5 seconds (a trigger that sleeps), so
+// that a caller's context runs out inside the statement: a process stopping mid-write. The trigger
+// stays until the test's database is dropped, or until the returned restore is called.
+func SlowUpdates(t testing.TB, db *gorm.DB, table string) (restore func()) {
+	t.Helper()
+	tb := pgx.Identifier{table}.Sanitize()
+	for _, sql := range []string{`CREATE FUNCTION test_slow_update() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$`,
+		`CREATE TRIGGER test_slow_update BEFORE UPDATE ON ` + tb + ` FOR EACH ROW EXECUTE FUNCTION test_slow_update()`} {
+		if err := db.Exec(sql).Error; err != nil {
+			t.Fatalf("testenv: %s: %v", sql, err)
+		}
+	}
+	return func() {
+		t.Helper()
+		if err := db.Exec(`DROP TRIGGER test_slow_update ON ` + tb).Error; err != nil {
+			t.Fatalf("testenv: drop the slow-update trigger: %v", err)
+		}
+	}
+}
+
 // RefuseUpdates makes every UPDATE of the named tables in db's database fail, as a database refusing
 // writes would (a trigger raising an error), for a test of what a failed write leaves; the returned
 // func drops the triggers again.

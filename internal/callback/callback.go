@@ -361,11 +361,9 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	if refundedCents > 0 {
 		// Refunds recorded before the order knew its payment may be another payment's: the platform
 		// can hold two for one order number. They are not this order's money.
-		var other int64
-		if refundedCents, other, err = s.orders.OwnRefunds(ctx, tx, o.ID, paymentID); err != nil {
+		if refundedCents, err = s.ownRefunds(ctx, tx, o.ID, paymentID); err != nil {
 			return "", "", err
 		}
-		alertOtherRefunds(ctx, o.ID, paymentID, other)
 	}
 	inStock, err := decrement(ctx, tx, o.ProductID, o.Quantity)
 	if err != nil {
@@ -413,14 +411,17 @@ func (s *Service) settleSuccess(ctx context.Context, tx *gorm.DB, o orders.Order
 	return OutcomeApplied, "paid", nil
 }
 
-// alertOtherRefunds logs the ALERT for refunds of other payments (other cents) that OwnRefunds took out
-// of order orderID's total when it learnt its payment paymentID. Nothing when other is 0.
-func alertOtherRefunds(ctx context.Context, orderID int64, paymentID string, other int64) {
-	if other != 0 {
+// ownRefunds is orders.Repository.OwnRefunds for order orderID, which has just learnt its payment
+// paymentID, with the ALERT when it took other payments' refunds out of the order's total. It returns
+// the order's refunded total (cents) and takes the order's row lock.
+func (s *Service) ownRefunds(ctx context.Context, tx *gorm.DB, orderID int64, paymentID string) (int64, error) {
+	refunded, other, err := s.orders.OwnRefunds(ctx, tx, orderID, paymentID)
+	if err == nil && other != 0 {
 		logging.From(ctx).Error("ALERT: refunds recorded before the order knew its payment were of another payment; "+
 			"they do not count towards this order's", "alert", "refund_of_another_payment",
 			"order_id", orderID, "payment_id", paymentID, "other_refunded_cents", other)
 	}
+	return refunded, err
 }
 
 // settleFailed applies "the payment failed" to order o. PENDING and PAYING may both fail: a decline can
@@ -435,11 +436,9 @@ func (s *Service) settleFailed(ctx context.Context, tx *gorm.DB, o orders.Order,
 	}
 	if refundedCents > 0 {
 		// The order knows its payment now: another payment's refunds recorded before are not its own.
-		_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)
-		if err != nil {
+		if _, err := s.ownRefunds(ctx, tx, o.ID, paymentID); err != nil {
 			return "", "", err
 		}
-		alertOtherRefunds(ctx, o.ID, paymentID, other)
 	}
 	return OutcomeApplied, "payment failed", nil
 }
@@ -516,11 +515,10 @@ func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Or
 		// OwnRefunds' UPDATE takes the row lock, which keeps a refund committing meanwhile from being
 		// missed (only here: the copies of a SUCCESS that lost the race to PAID take no lock), and
 		// counts this payment's refunds only.
-		refunded, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)
+		refunded, err := s.ownRefunds(ctx, tx, o.ID, paymentID)
 		if err != nil {
 			return "", "", err
 		}
-		alertOtherRefunds(ctx, o.ID, paymentID, other)
 		rest := o.AmountCents - refunded
 		if rest <= 0 {
 			return OutcomeStale, "success for a " + string(current) + " order: already refunded in full", nil

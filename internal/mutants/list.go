@@ -312,16 +312,16 @@ var List = []Mutant{
 		ID: "refund-other-failed", Guard: "refund: own, FAILED",
 		File: "internal/callback/callback.go",
 		// A FAILED order keeps another payment's refund in its total.
-		Original:    "\t\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)",
-		Replacement: "\t\t_, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, \"\")",
+		Original:    "\t\tif _, err := s.ownRefunds(ctx, tx, o.ID, paymentID); err != nil {",
+		Replacement: "\t\tif _, err := s.ownRefunds(ctx, tx, o.ID, \"\"); err != nil {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeAFailedThenSucceededPayment$",
 	},
 	{
 		ID: "refund-other-lost", Guard: "refund: own, lost",
 		File: "internal/callback/callback.go",
 		// A SUCCESS after FAILED or CANCELLED asks back only what another payment's refund left.
-		Original:    "\t\trefunded, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, paymentID)",
-		Replacement: "\t\trefunded, other, err := s.orders.OwnRefunds(ctx, tx, o.ID, \"\")",
+		Original:    "\t\trefunded, err := s.ownRefunds(ctx, tx, o.ID, paymentID)",
+		Replacement: "\t\trefunded, err := s.ownRefunds(ctx, tx, o.ID, \"\")",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentBeforeAFailedThenSucceededPayment$",
 	},
 	{

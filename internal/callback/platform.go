@@ -33,7 +33,8 @@ func (s *Service) ApplyPayment(ctx context.Context, tx *gorm.DB, o orders.Order,
 	case StatusRefunded:
 		// REFUNDED at the platform means it succeeded first and came back in full: record the whole
 		// refund, then the SUCCESS (which refunds the order at once if it pays it now), then the refund
-		// (for an order that was already PAID).
+		// (for an order that was already PAID). The whole refund goes first so that a SUCCESS on a
+		// FAILED or out-of-stock order asks for no refund the platform has already made.
 		if err := s.orders.RecordFullRefund(ctx, tx, o.ID); err != nil {
 			return "", "", err
 		}

@@ -330,7 +330,7 @@ var List = []Mutant{
 		// A refund of another payment that waited on the row lock refunds the order its SUCCESS just paid.
 		Original:    "updated_at = now() WHERE id = ? AND (payment_id IS NULL OR payment_id = ?)`, amountCents, id, paymentID)",
 		Replacement: "updated_at = now() WHERE id = ? AND ? <> ''`, amountCents, id, paymentID)",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPaymentRacingTheSuccessNeverRefundsTheOrder$",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundOfAnotherPayment(ThatWaitedOnTheRowLockIsRefused|RacingTheSuccessNeverRefundsTheOrder)$",
 	},
 	{
 		ID: "reconcile-full-redo", Guard: "reconciler: full",

@@ -327,6 +327,38 @@ func TestRefundOfAnotherPaymentBeforeAFailedThenSucceededPayment(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 0", cancelled))
 }
 
+// The interleaving itself, made to happen: another payment's refund reads the order while it knows no
+// payment, then waits on the order's row lock, held by a transaction that stores the order's own payment
+// (as its SUCCESS does) and commits once the refund is seen waiting. The refund, resumed, must find
+// the order's payment is not its own: 400 payment_mismatch, nothing recorded. It used to add itself to
+// the paid order's refunded total.
+func TestRefundOfAnotherPaymentThatWaitedOnTheRowLockIsRefused(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	id, amount := rp.newOrder(alice, 1, 1)
+
+	holder := env.DB.Begin()
+	require.NoError(t, holder.Error)
+	defer holder.Rollback()
+	require.NoError(t, holder.Exec(`SELECT 1 FROM orders WHERE id = ? FOR UPDATE`, id).Error)
+	require.NoError(t, holder.Exec(`UPDATE orders SET status = 'PAID', payment_id = ? WHERE id = ?`,
+		fmt.Sprintf("pay_%d", id), id).Error)
+
+	answer := make(chan response, 1)
+	go func() { answer <- rp.postCallback(otherPaymentRefund(id, amount, "evt-waited")) }()
+	eventually(t, patience, "the refund to wait on the order's row lock", func() bool {
+		return count(t, env.DB, "pg_stat_activity", "datname = current_database() AND wait_event_type = 'Lock'") > 0
+	})
+	require.NoError(t, holder.Commit().Error)
+
+	r := <-answer
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	assert.Equal(t, "payment_mismatch", r.problem(t).Code)
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 0", id))
+	assert.Zero(t, count(t, env.DB, "order_refund_events", "order_id = ?", id))
+}
+
 // Another payment's refund and the order's own SUCCESS at the same time, on many orders: whichever
 // takes the order's row lock first, the order ends PAID with its stock taken and no order.refunded. The
 // refund either came first (recorded, then taken out by the SUCCESS) or second (it waited on the row

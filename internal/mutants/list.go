@@ -382,9 +382,25 @@ var List = []Mutant{
 		ID: "login-user-twice", Guard: "login: one user",
 		File: "internal/web/web.go",
 		// POST /login with user twice logs in as the first: which one depends on the reader.
-		Original:    `if n := len(c.Request().Form["user"]); n > 1 {`,
-		Replacement: `if n := len(c.Request().Form["user"]); n > 2 {`,
+		Original:    `if n := len(form["user"]); n > 1 {`,
+		Replacement: `if n := len(form["user"]); n > 2 {`,
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemPagesFormPost$",
+	},
+	{
+		ID: "login-body-only", Guard: "login: body only",
+		File: "internal/web/web.go",
+		// A user in the query string logs in, as c.FormValue let it.
+		Original:    `name := form.Get("user")`,
+		Replacement: "name := form.Get(\"user\")\n\tif name == \"\" {\n\t\tname = c.QueryParam(\"user\")\n\t}",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestLoginReadsTheFormBodyOnly$",
+	},
+	{
+		ID: "login-form-errors", Guard: "login: bad form 400",
+		File: "internal/web/web.go",
+		// The form's read or parse error dropped: a broken body is answered as an unknown user.
+		Original:    "form, err := httpproblem.ReadForm(c.Request())\n\tif err != nil {",
+		Replacement: "form, err := httpproblem.ReadForm(c.Request())\n\tif false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestLoginReadsTheFormBodyOnly$",
 	},
 	{
 		ID: "redeem-head-ready", Guard: "redeem: HEAD as GET",
@@ -396,23 +412,23 @@ var List = []Mutant{
 	},
 	{
 		ID: "redeem-form-limit", Guard: "form post: 413",
-		File: "internal/rewards/http.go",
+		File: "internal/platform/httpproblem/form.go",
 		// The read error dropped, as FormValue did: a body over the limit reads as an invalid token.
-		Original:    "if err != nil {\n\t\treturn \"\", \"\", fmt.Errorf(\"read form body: %w\", err)",
-		Replacement: "if false {\n\t\treturn \"\", \"\", fmt.Errorf(\"read form body: %w\", err)",
+		Original:    "if err != nil {\n\t\treturn nil, fmt.Errorf(\"read form body: %w\", err)",
+		Replacement: "if false {\n\t\treturn nil, fmt.Errorf(\"read form body: %w\", err)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
 	},
 	{
 		ID: "redeem-form-encoding", Guard: "form post: encoding",
-		File: "internal/rewards/http.go",
+		File: "internal/platform/httpproblem/form.go",
 		// The parse error dropped: the fields read before a broken %-escape buy a coupon.
-		Original:    "if err != nil {\n\t\treturn \"\", \"\", problem.ErrMalformedBody.WithDetail(\"the form body is not valid form encoding\")",
-		Replacement: "if false {\n\t\treturn \"\", \"\", problem.ErrMalformedBody.WithDetail(\"the form body is not valid form encoding\")",
+		Original:    "if err != nil {\n\t\treturn nil, problem.ErrMalformedBody.WithDetail(\"the form body is not valid form encoding\")",
+		Replacement: "if false {\n\t\treturn nil, problem.ErrMalformedBody.WithDetail(\"the form body is not valid form encoding\")",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
 	},
 	{
 		ID: "redeem-form-file-part", Guard: "form post: file parts",
-		File: "internal/rewards/http.go",
+		File: "internal/platform/httpproblem/form.go",
 		// A field sent once as a value and once as a file part passes as sent once.
 		Original:    "for name, files := range mf.File {",
 		Replacement: "for name, files := range map[string][]*multipart.FileHeader{} {",

@@ -413,6 +413,49 @@ func fetch(t testing.TB, c *http.Client, method, u string, form url.Values) resp
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }
 
+// POST /login reads user from the form body alone, as the redeem form reads its fields: a user in the
+// query string does not log in, nor outvote the body's; a body that is not valid form encoding is a
+// 400 problem, and logs no one in. (c.FormValue read the query too, and dropped its parse error: the
+// user before a broken %-escape logged in.) A multipart form logs in like an encoded one.
+func TestLoginReadsTheFormBodyOnly(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	post := func(query, contentType, body string) response {
+		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/login"+query, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", contentType)
+		resp, err := browser(t).Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}
+	const form = "application/x-www-form-urlencoded"
+
+	r := post("?user=alice", form, "")
+	assert.Equal(t, http.StatusUnauthorized, r.Status, "a user in the query alone: body %s", r.Body)
+	assert.Empty(t, r.Header.Get("Set-Cookie"))
+
+	r = post("?user=bob", form, "user=alice")
+	require.Equal(t, http.StatusSeeOther, r.Status, "the body's user, the query unread: body %s", r.Body)
+	assert.Contains(t, r.Header.Get("Set-Cookie"), "idemshop_session=alice-token")
+
+	r = post("", form, "user=alice&%zz")
+	assert.Equal(t, http.StatusBadRequest, r.Status, "body %s", r.Body)
+	assert.Equal(t, "malformed_body", r.problem(t).Code)
+	assert.Empty(t, r.Header.Get("Set-Cookie"))
+
+	var mp bytes.Buffer
+	w := multipart.NewWriter(&mp)
+	require.NoError(t, w.WriteField("user", "bob"))
+	require.NoError(t, w.Close())
+	r = post("", w.FormDataContentType(), mp.String())
+	require.Equal(t, http.StatusSeeOther, r.Status, "body %s", r.Body)
+	assert.Contains(t, r.Header.Get("Set-Cookie"), "idemshop_session=bob-token")
+}
+
 var hiddenToken = regexp.MustCompile(`name="form_token" value="([A-Za-z0-9_-]+)"`)
 
 // The pages without a browser: login cookie, storefront, the form's hidden token, the HTML answers.

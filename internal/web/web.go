@@ -146,10 +146,12 @@ func (p *Pages) loginPage(c echo.Context) error {
 	return p.render(c, http.StatusOK, "login", loginData{base: base{Title: "Log in"}, Users: users})
 }
 
-// login is POST /login with user=<name>. Each demo user's token is "<name>-token" (migrations/00002);
-// the token is checked against the stored digest like a bearer token before the cookie is set. A user
-// sent twice is refused (400), as the redeem form refuses a field sent twice: which one would log in
-// depends on the reader.
+// login is POST /login with user=<name> in the form body (the query string is not read, as on the
+// redeem form). Each demo user's token is "<name>-token" (migrations/00002); the token is checked
+// against the stored digest like a bearer token before the cookie is set. A user sent twice is refused
+// (400), as the redeem form refuses a field sent twice: which one would log in depends on the reader.
+// A body that cannot be read or decoded is a problem response (httpproblem.ReadForm), as on the
+// redeem form.
 func (p *Pages) login(c echo.Context) error {
 	refuse := func(status int, msg string) error {
 		users, err := p.demoUsers(c.Request().Context())
@@ -158,10 +160,14 @@ func (p *Pages) login(c echo.Context) error {
 		}
 		return p.render(c, status, "login", loginData{base: base{Title: "Log in"}, Users: users, Error: msg})
 	}
-	name := c.FormValue("user")
-	if n := len(c.Request().Form["user"]); n > 1 {
+	form, err := httpproblem.ReadForm(c.Request())
+	if err != nil {
+		return err
+	}
+	if n := len(form["user"]); n > 1 {
 		return refuse(http.StatusBadRequest, fmt.Sprintf("user sent %d times: log in as one user", n))
 	}
+	name := form.Get("user")
 	token := name + "-token"
 	if _, err := p.d.Auth.Lookup(c.Request().Context(), token); err != nil || name == "" {
 		if err != nil && !errors.Is(err, problem.ErrUnauthorized) {

@@ -90,19 +90,35 @@ func (a *Authenticator) Middleware() echo.MiddlewareFunc {
 }
 
 // credential returns the bearer token, or the session cookie's token when no Authorization header
-// was sent.
+// was sent. A header that is sent is the credential, even empty (401, never the cookie instead). Two
+// Authorization lines, or two session cookies, are refused (401): which one authenticated would depend
+// on the reader (Header.Get and Cookie take the first), as with a key or form token sent twice.
 func (a *Authenticator) credential(r *http.Request) (string, error) {
-	if h := r.Header.Get(echo.HeaderAuthorization); h != "" {
-		scheme, token, ok := strings.Cut(h, " ")
+	if hs, sent := r.Header[echo.HeaderAuthorization]; sent {
+		if len(hs) > 1 {
+			return "", problem.ErrUnauthorized.WithDetail(fmt.Sprintf("%s sent %d times: send one credential", echo.HeaderAuthorization, len(hs)))
+		}
+		scheme, token, ok := strings.Cut(hs[0], " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
 			return "", problem.ErrUnauthorized
 		}
 		return strings.TrimSpace(token), nil
 	}
-	if ck, err := r.Cookie(CookieName); err == nil && ck.Value != "" {
-		return ck.Value, nil
+	return sessionToken(r)
+}
+
+// sessionToken returns the token of the request's one session cookie: problem.ErrUnauthorized when
+// there is none, it is empty, or there are two (a second one under another path or domain, or sent by
+// hand).
+func sessionToken(r *http.Request) (string, error) {
+	cks := r.CookiesNamed(CookieName)
+	if len(cks) > 1 {
+		return "", problem.ErrUnauthorized.WithDetail(fmt.Sprintf("cookie %s sent %d times: log in again", CookieName, len(cks)))
 	}
-	return "", problem.ErrUnauthorized
+	if len(cks) == 0 || cks[0].Value == "" {
+		return "", problem.ErrUnauthorized
+	}
+	return cks[0].Value, nil
 }
 
 func setUser(c echo.Context, u User) {
@@ -133,11 +149,11 @@ func ClearedSessionCookie(secure bool) *http.Cookie {
 func (a *Authenticator) PageMiddleware(loginPath string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			ck, err := c.Request().Cookie(CookieName)
-			if err != nil || ck.Value == "" {
+			token, err := sessionToken(c.Request())
+			if err != nil {
 				return c.Redirect(http.StatusSeeOther, loginPath)
 			}
-			u, err := a.Lookup(c.Request().Context(), ck.Value)
+			u, err := a.Lookup(c.Request().Context(), token)
 			if errors.Is(err, problem.ErrUnauthorized) {
 				c.SetCookie(ClearedSessionCookie(c.IsTLS()))
 				return c.Redirect(http.StatusSeeOther, loginPath)

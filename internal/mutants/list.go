@@ -387,6 +387,29 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemPagesFormPost$",
 	},
 	{
+		ID: "auth-header-twice", Guard: "auth: one header",
+		File: "internal/auth/auth.go",
+		// Two Authorization lines authenticate as the first: bob's order made beside alice's token.
+		Original:    "if len(hs) > 1 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuthTakesOneCredential$",
+	},
+	{
+		ID: "auth-cookie-twice", Guard: "auth: one cookie",
+		File:        "internal/auth/auth.go",
+		Original:    "if len(cks) > 1 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuthTakesOneCredential$",
+	},
+	{
+		ID: "auth-empty-header", Guard: "auth: header judged",
+		File: "internal/auth/auth.go",
+		// An empty Authorization header falls back to the cookie.
+		Original:    "if hs, sent := r.Header[echo.HeaderAuthorization]; sent {",
+		Replacement: "if hs := r.Header.Values(echo.HeaderAuthorization); len(hs) > 0 && hs[0] != \"\" {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuthTakesOneCredential$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

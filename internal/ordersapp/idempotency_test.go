@@ -327,6 +327,48 @@ func TestFailedAuthStoresNothing(t *testing.T) {
 	assert.Empty(t, ok.Header.Get("Idempotent-Replayed"))
 }
 
+// A request has one credential: two Authorization lines, or two session cookies, are refused (401)
+// rather than authenticated as the first (bob's order was created with alice's token beside it); an
+// Authorization header that is sent is the credential even when empty, never the cookie instead.
+func TestAuthTakesOneCredential(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+
+	r := rp.call(http.MethodPost, "/v1/orders", alice, "two-auth-1", []byte(mugOrder), "Authorization", "Bearer "+bob)
+	require.Equal(t, http.StatusUnauthorized, r.Status, "body %s", r.Body)
+	assert.Contains(t, r.problem(t).Detail, "Authorization sent 2 times")
+	assert.Zero(t, count(t, env.DB, "orders"))
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+
+	both := "idemshop_session=" + alice + "; idemshop_session=" + bob
+	r = rp.call(http.MethodGet, "/v1/points", "", "", nil, "Cookie", both)
+	require.Equal(t, http.StatusUnauthorized, r.Status, "body %s", r.Body)
+	assert.Contains(t, r.problem(t).Detail, "sent 2 times")
+	r = rp.call(http.MethodGet, "/v1/points", "", "", nil, "Authorization", "", "Cookie", "idemshop_session="+alice)
+	assert.Equal(t, http.StatusUnauthorized, r.Status, "an empty Authorization is judged alone: body %s", r.Body)
+	r = rp.call(http.MethodGet, "/v1/points", "", "", nil, "Cookie", "idemshop_session="+alice)
+	assert.Equal(t, http.StatusOK, r.Status, "one cookie: body %s", r.Body)
+
+	page := func(cookie string) response {
+		req, err := http.NewRequest(http.MethodGet, rp.srv.URL+"/", nil)
+		require.NoError(t, err)
+		req.Header.Set("Cookie", cookie)
+		resp, err := browser(t).Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		return response{Status: resp.StatusCode, Header: resp.Header}
+	}
+	r = page(both)
+	assert.Equal(t, http.StatusSeeOther, r.Status)
+	assert.Equal(t, "/login", r.Header.Get("Location"))
+	assert.Equal(t, http.StatusOK, page("idemshop_session="+alice).Status)
+
+	ok := rp.createOrder(alice, "two-auth-1", mugOrder)
+	require.Equal(t, http.StatusCreated, ok.Status, "body %s", ok.Body)
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "user_id = ?", 1))
+}
+
 func TestUsersWithTheSameKeyGetIndependentOrders(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)

@@ -410,6 +410,24 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuthTakesOneCredential$",
 	},
 	{
+		ID: "redeem-token-first", Guard: "redeem: token first",
+		File: "internal/rewards/service.go",
+		// The reward checked before the token: a used token resubmitted with a reward that is not (or no
+		// longer) in the catalogue gets 400 instead of its coupon.
+		Original:    "claim, err := s.tokens.Begin(ctx, tokenID, userID, FormName)",
+		Replacement: "if _, err := s.repo.Reward(ctx, rewardID); err != nil {\n\t\treturn Answer{}, OutcomeInvalid, err\n\t}\n\tclaim, err := s.tokens.Begin(ctx, tokenID, userID, FormName)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemReplayAfterSuccess$",
+	},
+	{
+		ID: "redeem-bad-release", Guard: "redeem: bad releases",
+		File: "internal/rewards/service.go",
+		// An unknown reward returned before the token is released: the form stays in flight until the
+		// lease runs out.
+		Original:    "reward, err := s.repo.Reward(wctx, rewardID)\n",
+		Replacement: "reward, err := s.repo.Reward(wctx, rewardID)\n\tif err != nil {\n\t\treturn Answer{}, OutcomeInvalid, err\n\t}\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestRedeemInvalidTokensWriteNothing|TestRedeemRewardTextPostgresRefuses)$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

@@ -118,15 +118,10 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 	if !formtoken.ValidID(tokenID) {
 		return Answer{}, OutcomeInvalid, formtoken.ErrTokenInvalid
 	}
-	// Validate the form before touching the token: a bad request leaves the token as it was.
-	reward, err := s.repo.Reward(ctx, rewardID)
-	if errors.Is(err, ErrUnknownReward) {
-		return Answer{}, OutcomeInvalid, err
-	}
-	if err != nil {
-		return Answer{}, OutcomeError, err
-	}
-
+	// The token first, the reward after it: a token already used answers with its stored result
+	// whatever the resubmit posts, even a reward taken off the catalogue since (a reload of the result
+	// page must show the coupon, not 400). A bad reward on a token that is ours releases it below, so
+	// a bad request leaves the token as it was.
 	claim, err := s.tokens.Begin(ctx, tokenID, userID, FormName)
 	switch {
 	case errors.Is(err, formtoken.ErrInvalid):
@@ -154,15 +149,24 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 	defer cancel()
 	lg := logging.From(ctx)
 
-	res, existed, err := s.repo.Redeem(wctx, userID, tokenID, reward)
+	var (
+		res     Result
+		existed bool
+	)
+	reward, err := s.repo.Reward(wctx, rewardID)
+	if err == nil {
+		res, existed, err = s.repo.Redeem(wctx, userID, tokenID, reward)
+	}
 	if err != nil {
-		// A business failure (too few points) or an unexpected error: nothing was committed, so the token
-		// goes back to ISSUED and the same form can be submitted again. If this fails too, the lease
-		// expiring does the same a little later.
+		// A bad request (an unknown reward), a business failure (too few points) or an unexpected error:
+		// nothing was committed, so the token goes back to ISSUED and the same form can be submitted
+		// again. If this fails too, the lease expiring does the same a little later.
 		if rerr := s.tokens.Release(wctx, tokenID, claim.Attempt); rerr != nil {
 			lg.Warn("form token not released; it is usable again when its lease expires", "err", rerr)
 		}
 		switch {
+		case errors.Is(err, ErrUnknownReward):
+			return Answer{}, OutcomeInvalid, err
 		case errors.Is(err, ErrInsufficientPoints):
 			return Answer{}, OutcomeInsufficient, err
 		case errors.Is(err, postgres.ErrLockTimeout):

@@ -48,9 +48,12 @@ var ErrInvalid = errors.New("formtoken: unknown, expired or foreign token")
 // idBytes is the entropy of a token: 192 bits from crypto/rand, so tokens cannot be guessed.
 const idBytes = 24
 
-// idPattern is what a token id looks like (unpadded base64url of idBytes bytes). Ids are checked before
-// they reach a Redis key: a '}' in an id would move the key's hash tag.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{32}$`)
+// IDLen is the length of a token id: unpadded base64url of idBytes bytes.
+const IDLen = idBytes * 4 / 3
+
+// idPattern is what a token id looks like. Ids are checked before they reach a Redis key: a '}' in an
+// id would move the key's hash tag.
+var idPattern = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9_-]{%d}$`, IDLen))
 
 // Token is an issued token.
 type Token struct {

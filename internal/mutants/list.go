@@ -428,6 +428,13 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestRedeemInvalidTokensWriteNothing|TestRedeemRewardTextPostgresRefuses)$",
 	},
 	{
+		ID: "redeem-head-length", Guard: "redeem: HEAD length",
+		File:        "internal/web/web.go",
+		Original:    `strings.Repeat("-", formtoken.IDLen)`,
+		Replacement: `strings.Repeat("-", 0)`,
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestHeadOfTheRedeemFormIssuesNoToken$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

@@ -10,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -602,11 +603,13 @@ func TestHeadOfTheRedeemFormIssuesNoToken(t *testing.T) {
 	}
 	before := tokens()
 
+	var headLength string
 	for range 3 {
 		r = fetch(t, c, http.MethodHead, base+"/redeem", nil)
 		require.Equal(t, http.StatusOK, r.Status)
 		assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
 		assert.Empty(t, r.Body)
+		headLength = r.Header.Get("Content-Length")
 	}
 	assert.Equal(t, before, tokens(), "HEAD issued no token")
 
@@ -614,6 +617,7 @@ func TestHeadOfTheRedeemFormIssuesNoToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status)
 	require.NotNil(t, hiddenToken.FindSubmatch(r.Body))
 	assert.Equal(t, before+1, tokens(), "GET issued one")
+	assert.Equal(t, strconv.Itoa(len(r.Body)), headLength, "HEAD's Content-Length is GET's (a newcomer's finding: 32 bytes short)")
 }
 
 // A browser form post whose body cannot be read whole, or is not valid form encoding, or sends a field

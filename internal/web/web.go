@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -242,7 +243,9 @@ func (p *Pages) redeemForm(c echo.Context) error {
 		if err := p.d.Tokens.CanIssue(c, rewards.FormName); err != nil {
 			return p.failed(c, httpproblem.Resolve(err))
 		}
-		return p.renderForm(c, http.StatusOK, *u, "", "", "")
+		// A stand-in of a token's length in the hidden field, so that the page HEAD does not send has
+		// the length of the one GET sends: Content-Length as GET would answer (RFC 9110 §9.3.2).
+		return p.renderForm(c, http.StatusOK, *u, strings.Repeat("-", formtoken.IDLen), "", "")
 	}
 	tok, err := p.d.Tokens.IssueFor(c, u.ID, rewards.FormName)
 	if err != nil {

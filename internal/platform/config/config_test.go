@@ -146,6 +146,26 @@ func TestSetButEmptyIsRefusedEverywhere(t *testing.T) {
 	}
 }
 
+// AMQP_NAME_PREFIX ends with a separator wherever it is read: idemshop would name the queue
+// idemshoppoints.order-paid, which `orders teardown` then refuses to clean (a newcomer's finding).
+func TestAMQPNamePrefixEndsWithASeparatorEverywhere(t *testing.T) {
+	loaders := map[string]func() error{
+		"orders":          func() error { _, err := config.LoadOrders(); return err },
+		"points-consumer": func() error { _, err := config.LoadPointsConsumer(); return err },
+		"loadtest":        func() error { _, err := config.LoadLoadtest(); return err },
+	}
+	for name, load := range loaders {
+		for _, bad := range []string{"idemshop", "p", "run1:x"} {
+			t.Setenv("AMQP_NAME_PREFIX", bad)
+			require.ErrorContains(t, load(), `AMQP_NAME_PREFIX must be empty or end with one of ":.-_/" (e.g. "`+bad+`:"), got "`+bad+`"`, name)
+		}
+		for _, ok := range []string{"run1:", "run1.", "run1-", "run1_", "run1/", ":"} {
+			t.Setenv("AMQP_NAME_PREFIX", ok)
+			require.NoError(t, load(), "%s %q", name, ok)
+		}
+	}
+}
+
 // A token sent as a bearer token cannot hold a space: no client would send ' ', and every admin call
 // would get 401.
 func TestBearerTokensHaveNoSpaces(t *testing.T) {

@@ -45,6 +45,7 @@ func LoadLoadtest() (Loadtest, error) {
 	c.Postgres.check(&ck)
 	c.Redis.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
+	c.AMQPNames.check(&ck)
 	ck.positive("LAB_QUIET", c.Quiet)
 	ck.positive("LAB_HTTP_TIMEOUT", c.HTTPTimeout)
 	return c, ck.err()

@@ -36,4 +36,5 @@ func (o OutboxRelay) check(c *checks) {
 	c.positive("OUTBOX_CONFIRM_TIMEOUT", o.OutboxConfirmTimeout)
 	c.notNegative("OUTBOX_BATCH_WAIT", o.OutboxBatchWait)
 	o.Reconnect.check(c)
+	o.AMQPNames.check(c)
 }

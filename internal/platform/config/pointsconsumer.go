@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -27,6 +28,18 @@ func (r Reconnect) check(c *checks) {
 // DLQ names (default: none, the names of docs/design.md, "Events"). The relay and the consumer must agree on it.
 type AMQPNames struct {
 	NamePrefix string `env:"AMQP_NAME_PREFIX"`
+}
+
+// amqpNameSeparators are the characters a non-empty AMQP_NAME_PREFIX must end with.
+const amqpNameSeparators = ":.-_/"
+
+// check refuses a prefix that does not end with a separator: "idemshop" would name the queue
+// idemshoppoints.order-paid, which reads as neither the run's nor the shop's, and which `orders
+// teardown` then refuses to clean because the shop's own idemshop.events is under the same prefix.
+func (a AMQPNames) check(c *checks) {
+	if p := a.NamePrefix; p != "" && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {
+		c.add(fmt.Errorf("AMQP_NAME_PREFIX must be empty or end with one of %q (e.g. %q), got %q", amqpNameSeparators, p+":", p))
+	}
 }
 
 // PointsConsumer is the configuration of cmd/points-consumer. Names and defaults are documented in
@@ -85,6 +98,7 @@ func (c PointsConsumer) Validate() error {
 	c.Startup.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
 	c.Reconnect.check(&ck)
+	c.AMQPNames.check(&ck)
 	ck.redisMillis("POINTS_LEASE_TTL", c.LeaseTTL)
 	ck.notNegative("POINTS_BATCH_WAIT", c.BatchWait)
 	ck.redisMillis("POINTS_DONE_TTL", c.DoneTTL)

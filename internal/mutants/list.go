@@ -435,6 +435,42 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestHeadOfTheRedeemFormIssuesNoToken$",
 	},
 	{
+		ID: "replay-refund-cap", Guard: "replay: refund cap",
+		File: "internal/replay/expect.go",
+		// The prediction adds refunds past the amount: a replay of a correct shop reports a violation.
+		Original:    "e.RefundedCents = min(amount, e.RefundedCents+ev.AmountCents)",
+		Replacement: "e.RefundedCents += ev.AmountCents",
+		Pkgs:        []string{"./internal/replay"}, Run: "^TestExpectFollowsTheRefundAndPaymentRules$",
+	},
+	{
+		ID: "replay-payment", Guard: "replay: one payment",
+		File:        "internal/replay/expect.go",
+		Original:    `if e.payment != "" && ev.PaymentID != e.payment {`,
+		Replacement: `if false {`,
+		Pkgs:        []string{"./internal/replay"}, Run: "^TestExpectFollowsTheRefundAndPaymentRules$",
+	},
+	{
+		ID: "replay-own-refunds", Guard: "replay: own refunds",
+		File:        "internal/replay/expect.go",
+		Original:    "if other > 0 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/replay"}, Run: "^TestExpectFollowsTheRefundAndPaymentRules$",
+	},
+	{
+		ID: "replay-at-ms-given", Guard: "replay: at_ms given",
+		File:        "internal/replay/replay.go",
+		Original:    "if sent.AtMS == nil {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/replay"}, Run: "^TestParseRefusesWhatItCannotReplayFaithfully$",
+	},
+	{
+		ID: "replay-amount-given", Guard: "replay: amount given",
+		File:        "internal/replay/replay.go",
+		Original:    "if given.AmountCents != nil && *given.AmountCents <= 0 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/replay"}, Run: "^TestParseRefusesWhatItCannotReplayFaithfully$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

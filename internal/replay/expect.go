@@ -3,6 +3,7 @@ package replay
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -26,6 +27,62 @@ type End struct {
 	RefundedCents int64  `json:"refunded_cents"` // the refunds recorded as facts
 	Applied       int    `json:"applied"`        // callbacks that changed the order
 	RefundOwed    bool   `json:"refund_owed"`    // a SUCCESS after FAILED: the shop asks the platform to refund it
+
+	// What the shop holds beside the status while the replay goes on, to decide later events; not part
+	// of the end compared with the shop's (Expect leaves them out). payment is the order's payment once a
+	// SUCCESS or FAILED applied told it; refunds are the recorded refund events' sums by payment, sorted
+	// by payment id so that two arrival orders that record the same refunds reach the same state.
+	payment string
+	refunds [maxPayments]paymentRefunds
+}
+
+// paymentRefunds is the sum of one payment's refund events, in cents.
+type paymentRefunds struct {
+	payment string
+	cents   int64
+}
+
+// maxPayments bounds the distinct payment ids of one order's events that Expect follows.
+const maxPayments = 8
+
+// record adds a refund event of payment to e's per-payment sums.
+func (e *End) record(payment string, cents int64) {
+	for i := range e.refunds {
+		switch {
+		case e.refunds[i].payment == payment:
+			e.refunds[i].cents += cents
+			return
+		case e.refunds[i].payment == "" || e.refunds[i].payment > payment:
+			copy(e.refunds[i+1:], e.refunds[i:len(e.refunds)-1])
+			e.refunds[i] = paymentRefunds{payment, cents}
+			return
+		}
+	}
+}
+
+// ownRefunds is orders.Repository.OwnRefunds: once the order knows its payment, refunds of other
+// payments recorded before are not its money, and its total becomes its own payment's refunds, capped
+// at the amount. With no other payment's refund the total stays as it is.
+func (e *End) ownRefunds(amount int64) {
+	var own, other int64
+	for _, r := range e.refunds {
+		switch {
+		case r.payment == "":
+		case r.payment == e.payment:
+			own += r.cents
+		default:
+			other += r.cents
+		}
+	}
+	if other > 0 {
+		e.RefundedCents = min(amount, own)
+	}
+}
+
+// public is e without the state Expect keeps on the way: the end the shop's is compared with.
+func (e End) public() End {
+	e.payment, e.refunds = "", [maxPayments]paymentRefunds{}
+	return e
 }
 
 // StockDelta is what the order's product has lost at the end: its quantity while PAID. A REFUNDED order
@@ -62,6 +119,15 @@ func (r *Recording) Expect(orders []Order, currency string) (map[string][]End, e
 	}
 	out := map[string][]End{}
 	for _, o := range orders {
+		payments := map[string]bool{}
+		for _, ev := range r.Events {
+			if ev.MerchantOrderNo == o.Ref {
+				payments[ev.PaymentID] = true
+			}
+		}
+		if len(payments) > maxPayments {
+			return nil, fmt.Errorf("order %q: events of %d different payments; at most %d can be predicted", o.Ref, len(payments), maxPayments)
+		}
 		ends := []End{{Status: OrderPending}}
 		seen := map[string]bool{}
 		for _, group := range r.Groups() {
@@ -97,17 +163,25 @@ func (r *Recording) Expect(orders []Order, currency string) (map[string][]End, e
 			}
 			slices.SortFunc(ends, compareEnds)
 		}
-		out[o.Ref] = ends
+		public := map[End]bool{}
+		for _, e := range ends {
+			public[e.public()] = true
+		}
+		out[o.Ref] = slices.SortedFunc(maps.Keys(public), compareEnds)
 	}
 	return out, nil
 }
 
 // step applies one new event the way the guarded callback handler does (docs/callbacks.md, "What each
-// callback does"): the money must match the order, then the status table decides, and refunds are facts
-// recorded whatever the status.
+// callback does"): the money must match the order, and once the order knows its payment the event must
+// be about it (400 payment_mismatch); then the status table decides, and refunds are facts recorded
+// whatever the status, the order's total capped at its amount.
 func (e End) step(ev Event, amount int64, currency string) End {
 	if ev.Currency != currency {
 		return e // 400 amount_mismatch: nothing changes
+	}
+	if e.payment != "" && ev.PaymentID != e.payment {
+		return e // 400 payment_mismatch: nothing changes
 	}
 	switch ev.Status {
 	case StatusSuccess:
@@ -116,27 +190,35 @@ func (e End) step(ev Event, amount int64, currency string) End {
 		}
 		switch e.Status {
 		case OrderPending:
-			e.Status, e.PaidEvent = OrderPaid, true
+			e.Status, e.PaidEvent, e.payment = OrderPaid, true, ev.PaymentID
 			e.Applied++
+			e.ownRefunds(amount)
 			if e.RefundedCents >= amount { // the refund came first: the SUCCESS pays and refunds at once
 				e.Status, e.RefundedEvent = OrderRefunded, true
 			}
 		case OrderFailed:
-			e.RefundOwed = true // the platform took money for an order the shop gave up
+			// The platform took money for an order the shop gave up: what it has not refunded yet of
+			// this payment is asked back, if anything.
+			e.ownRefunds(amount)
+			if e.RefundedCents < amount {
+				e.RefundOwed = true
+			}
 		}
 	case StatusFailed:
 		if ev.AmountCents != amount {
 			return e
 		}
 		if e.Status == OrderPending { // a decline may overtake the pay flow: PENDING → FAILED is legal
-			e.Status = OrderFailed
+			e.Status, e.payment = OrderFailed, ev.PaymentID
 			e.Applied++
+			e.ownRefunds(amount)
 		}
 	case StatusRefunded:
-		if ev.AmountCents > amount {
+		if ev.AmountCents <= 0 || ev.AmountCents > amount {
 			return e
 		}
-		e.RefundedCents += ev.AmountCents
+		e.record(ev.PaymentID, ev.AmountCents)
+		e.RefundedCents = min(amount, e.RefundedCents+ev.AmountCents) // past it: alert=over_refund
 		if e.RefundedCents >= amount && e.Status == OrderPaid {
 			e.Status, e.RefundedEvent = OrderRefunded, true
 			e.Applied++

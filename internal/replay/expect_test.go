@@ -98,3 +98,38 @@ func TestExpectBoundsTheRaces(t *testing.T) {
 	_, err = rec.Expect(orders, "EUR")
 	assert.ErrorContains(t, err, "7 different events sent at once")
 }
+
+// The shop's rules on refunds and payments, as docs/callbacks.md gives them (a newcomer's recordings:
+// the prediction broke each of them, and the replay reported violations against a correct shop).
+func TestExpectFollowsTheRefundAndPaymentRules(t *testing.T) {
+	rec := parse(t,
+		// A: refunds past the amount paid: the total stops at the amount (alert=over_refund).
+		line(0, body("sa", "p1", "A", "SUCCESS", 1000)),
+		line(10, body("ra1", "p1", "A", "REFUNDED", 1000)),
+		line(20, body("ra2", "p1", "A", "REFUNDED", 600)),
+		// B: refunded in full, then FAILED, then the SUCCESS: nothing is left to ask back.
+		line(30, body("rb", "p1", "B", "REFUNDED", 1000)),
+		line(35, body("fb", "p1", "B", "FAILED", 1000)),
+		line(40, body("sb", "p1", "B", "SUCCESS", 1000)),
+		// C: another payment's refund before the SUCCESS is not the order's money.
+		line(50, body("rc", "p2", "C", "REFUNDED", 1000)),
+		line(60, body("sc", "p1", "C", "SUCCESS", 1000)),
+		// D: once a FAILED told the order its payment, another payment's SUCCESS is refused.
+		line(70, body("fd", "p2", "D", "FAILED", 1000)),
+		line(75, body("sd", "p1", "D", "SUCCESS", 1000)),
+		// E: another payment's refund, the SUCCESS, then the order's own refund: refunded once.
+		line(80, body("re2", "p2", "E", "REFUNDED", 1000)),
+		line(90, body("se", "p1", "E", "SUCCESS", 1000)),
+		line(100, body("re1", "p1", "E", "REFUNDED", 1000)),
+		// F: part refunded by its own payment before a FAILED, then the SUCCESS: the rest is owed.
+		line(110, body("rf", "p1", "F", "REFUNDED", 400)),
+		line(115, body("ff", "p1", "F", "FAILED", 1000)),
+		line(120, body("sf", "p1", "F", "SUCCESS", 1000)))
+	ends := expect(t, rec)
+	assert.Equal(t, []replay.End{{Status: "REFUNDED", PaidEvent: true, RefundedEvent: true, RefundedCents: 1000, Applied: 2}}, ends["A"])
+	assert.Equal(t, []replay.End{{Status: "FAILED", RefundedCents: 1000, Applied: 1}}, ends["B"], "no refund owed")
+	assert.Equal(t, []replay.End{{Status: "PAID", PaidEvent: true, Applied: 1}}, ends["C"])
+	assert.Equal(t, []replay.End{{Status: "FAILED", Applied: 1}}, ends["D"], "the other payment's SUCCESS changes nothing")
+	assert.Equal(t, []replay.End{{Status: "REFUNDED", PaidEvent: true, RefundedEvent: true, RefundedCents: 1000, Applied: 2}}, ends["E"])
+	assert.Equal(t, []replay.End{{Status: "FAILED", RefundedCents: 400, Applied: 1, RefundOwed: true}}, ends["F"])
+}

@@ -167,6 +167,14 @@ func Parse(r io.Reader) (*Recording, error) {
 				if err := strictDecode(raw, new(OrderSpec)); err != nil {
 					return nil, fmt.Errorf("line %d: header: orders[%q]: %w", n, ref, err)
 				}
+				// Absent means "from its events"; given, it is an amount. (OrderSpec cannot tell 0 from absent.)
+				var given struct {
+					AmountCents *int64 `json:"amount_cents"`
+				}
+				_ = json.Unmarshal(raw, &given) // it decoded above
+				if given.AmountCents != nil && *given.AmountCents <= 0 {
+					return nil, fmt.Errorf("line %d: header: orders[%q].amount_cents must be positive, or absent for the amount of its events", n, ref)
+				}
 			}
 			if err := rec.Header.validate(); err != nil {
 				return nil, fmt.Errorf("line %d: header: %w", n, err)
@@ -176,6 +184,14 @@ func Parse(r io.Reader) (*Recording, error) {
 		var d Delivery
 		if err := strictDecode(line, &d); err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		// at_ms is when the line was sent: a line without it is not read as sent at 0.
+		var sent struct {
+			AtMS *int64 `json:"at_ms"`
+		}
+		_ = json.Unmarshal(line, &sent) // it decoded above
+		if sent.AtMS == nil {
+			return nil, fmt.Errorf("line %d: at_ms is missing (when the line was sent, in ms after the first)", n)
 		}
 		ev, canon, err := parseBody(d.Body)
 		if err != nil {

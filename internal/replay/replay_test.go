@@ -136,6 +136,10 @@ func TestParseRefusesWhatItCannotReplayFaithfully(t *testing.T) {
 		"a line over 1 MiB": {[]string{ok, `{"at_ms":1,"note":"` + strings.Repeat("x", 1<<20) + `"}`}, "line 2 is longer than 1048576 bytes (1 MiB)"},
 		"bad header name":   {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X Bad", "1")}, `line 1: header "X Bad"`},
 		"bad header value":  {[]string{line(0, body("e1", "p", "A", "SUCCESS", 100), "X-Note", "a\nb")}, `line 1: header "X-Note"`},
+		// A newcomer's: these two parsed, as "the amount of its events" and "sent at 0".
+		"amount given as 0": {[]string{`{"format":"idemshop-replay/1","orders":{"A":{"amount_cents":0}}}`, ok},
+			`line 1: header: orders["A"].amount_cents must be positive, or absent`},
+		"no at_ms": {[]string{ok, `{"body":` + body("e2", "p", "A", "SUCCESS", 100) + `}`}, "line 2: at_ms is missing"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			assert.Contains(t, parseErr(t, tc.lines...), tc.want)

@@ -2,8 +2,10 @@ package play_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -186,6 +188,59 @@ func TestShippedReplays(t *testing.T) {
 		assert.EqualValues(t, 997, paid.Stock, "and paid the other order three times")
 		assert.EqualValues(t, 36, balanceOf(t, env, rep.UserID))
 	})
+}
+
+// A hand-written recording of the shop's refund and payment rules (a newcomer's: the prediction broke
+// each of them, so a replay of a correct shop reported violations and exited 1): refunds past the
+// amount, a SUCCESS after FAILED with nothing left to refund, and events of two payments for one order.
+// The guarded shop ends where the prediction says, with no violation.
+func TestReplayPredictsTheRefundAndPaymentRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole shop")
+	}
+	env := labtest.NewEnv(t, nil)
+	ev := func(at int, id, payment, ref, status string, cents int) string {
+		return fmt.Sprintf(`{"at_ms":%d,"body":{"event_id":%q,"payment_id":%q,"merchant_order_no":%q,"status":%q,"amount_cents":%d,"currency":"EUR"}}`,
+			at, id, payment, ref, status, cents)
+	}
+	lines := []string{
+		`{"format":"idemshop-replay/1","orders":{"A":{"amount_cents":1000},"B":{"amount_cents":1000},"C":{"amount_cents":1000},"D":{"amount_cents":1000},"E":{"amount_cents":1000}}}`,
+		ev(0, "sa", "p1", "A", "SUCCESS", 1000), ev(10, "ra1", "p1", "A", "REFUNDED", 1000), ev(20, "ra2", "p1", "A", "REFUNDED", 600),
+		ev(30, "rb", "p1", "B", "REFUNDED", 1000), ev(35, "fb", "p1", "B", "FAILED", 1000), ev(40, "sb", "p1", "B", "SUCCESS", 1000),
+		ev(50, "rc", "p2", "C", "REFUNDED", 1000), ev(60, "sc", "p1", "C", "SUCCESS", 1000),
+		ev(70, "fd", "p2", "D", "FAILED", 1000), ev(75, "sd", "p1", "D", "SUCCESS", 1000),
+		ev(80, "re2", "p2", "E", "REFUNDED", 1000), ev(90, "se", "p1", "E", "SUCCESS", 1000), ev(100, "re1", "p1", "E", "REFUNDED", 1000),
+	}
+	rec, err := replay.Parse(strings.NewReader(strings.Join(lines, "\n") + "\n"))
+	require.NoError(t, err)
+	rep, err := play.Run(context.Background(), env, rec, play.Options{Name: "rules", Keep: true})
+	require.NoError(t, err)
+	assert.Empty(t, rep.Violations)
+	ids := make([]int64, len(rep.Orders))
+	for i, o := range rep.Orders {
+		ids[i] = o.ID
+	}
+	rows := rowsOf(t, env, ids...)
+	byRef := map[string]orderRow{}
+	for _, o := range rep.Orders {
+		byRef[o.Ref] = rows[o.ID]
+	}
+	want := map[string]struct {
+		status   string
+		refunded int64
+		applied  int64
+	}{
+		"A": {"REFUNDED", 1000, 2}, "B": {"FAILED", 1000, 1}, "C": {"PAID", 0, 1}, "D": {"FAILED", 0, 1}, "E": {"REFUNDED", 1000, 2},
+	}
+	for ref, w := range want {
+		r := byRef[ref]
+		assert.Equal(t, w.status, r.Status, ref)
+		assert.Equal(t, w.refunded, r.RefundedCents, ref)
+		assert.Equal(t, w.applied, r.Applied, ref)
+	}
+	var requests int64
+	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM refund_requests WHERE order_id IN ?`, ids).Scan(&requests).Error)
+	assert.Zero(t, requests, "B had nothing left to refund, D's other payment's SUCCESS was refused")
 }
 
 // A replay without the fixture's rows: Keep false removes the user, the orders and what refers to them.

@@ -471,6 +471,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/replay"}, Run: "^TestParseRefusesWhatItCannotReplayFaithfully$",
 	},
 	{
+		ID: "mock-refund-refunded", Guard: "mock: refund SUCCESS",
+		File: "internal/paymock/store.go",
+		// A payment refunded in full answers a new refund 400 refund_exceeds_payment, not the documented 409.
+		Original:    "if e.p.Status != StatusSuccess {",
+		Replacement: "if e.p.Status != StatusSuccess && e.p.Status != StatusRefunded {",
+		Pkgs:        []string{"./internal/paymock"}, Run: "^TestRefunds$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

@@ -141,7 +141,9 @@ func (s *store) refund(req refundRequest) (r Refund, created bool, p Payment, ev
 	if !ok {
 		return Refund{}, false, Payment{}, nil, ErrPaymentNotFound
 	}
-	if e.p.Status != StatusSuccess && e.p.Status != StatusRefunded {
+	// A payment refunded in full is REFUNDED: not refundable any more (409), like a PENDING or FAILED
+	// one. A repeat of one of its refunds was answered above.
+	if e.p.Status != StatusSuccess {
 		return Refund{}, false, Payment{}, nil, ErrNotRefundable
 	}
 	if req.AmountCents > e.p.AmountCents-e.p.RefundedCents {

@@ -479,6 +479,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/paymock"}, Run: "^TestRefunds$",
 	},
 	{
+		ID: "mock-notify-port", Guard: "mock: notify_url port",
+		File: "internal/paymock/http.go",
+		// notify_url http://127.0.0.1:99999/ is accepted, and every callback to it fails.
+		Original:    "n >= 1 && n <= 65535",
+		Replacement: "n >= 0",
+		Pkgs:        []string{"./internal/paymock"}, Run: "^TestBadInputIsA4xxProblemAndChangesNothing$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

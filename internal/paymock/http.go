@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,10 +68,20 @@ func (r createPaymentRequest) validate() error {
 		return nil
 	}
 	u, err := url.Parse(r.NotifyURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(r.NotifyURL) > maxNotifyURLLen {
-		return invalid(fmt.Sprintf("notify_url must be empty or an absolute http(s) URL of at most %d bytes", maxNotifyURLLen))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(r.NotifyURL) > maxNotifyURLLen ||
+		!validPort(u.Port()) {
+		return invalid(fmt.Sprintf("notify_url must be empty or an absolute http(s) URL of at most %d bytes, its port (if any) 1..65535", maxNotifyURLLen))
 	}
 	return nil
+}
+
+// validPort: url.Parse takes any digits as a port (99999), and every callback to it would fail.
+func validPort(port string) bool {
+	if port == "" {
+		return true
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 type refundRequest struct {

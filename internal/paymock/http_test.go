@@ -188,6 +188,8 @@ func TestBadInputIsA4xxProblemAndChangesNothing(t *testing.T) {
 		{"create: long merchant_order_no", "POST", "/v1/payments", strings.Replace(pay(okFields), "o-new", strings.Repeat("o", 65), 1), 400, "validation_failed"},
 		{"create: relative notify_url", "POST", "/v1/payments", strings.Replace(pay(okFields), url, "/callback", 1), 400, "validation_failed"},
 		{"create: ftp notify_url", "POST", "/v1/payments", strings.Replace(pay(okFields), "http://", "ftp://", 1), 400, "validation_failed"},
+		{"create: notify_url port past 65535", "POST", "/v1/payments", strings.Replace(pay(okFields), url, "http://127.0.0.1:99999/cb", 1), 400, "validation_failed"},
+		{"create: notify_url port 0", "POST", "/v1/payments", strings.Replace(pay(okFields), url, "http://127.0.0.1:0/cb", 1), 400, "validation_failed"},
 		{"create: conflicting amount", "POST", "/v1/payments", createBody("order-fixture", 999, url), 409, "merchant_order_no_conflict"},
 		{"create: body over the limit", "POST", "/v1/payments", pay(okFields + `,"x":"` + strings.Repeat("a", testBodyLimit) + `"`), 413, "body_too_large"},
 		{"create: wrong method", "DELETE", "/v1/payments", "", 405, "method_not_allowed"},

@@ -560,11 +560,13 @@ func classify(ctx context.Context, tx *gorm.DB, repo *orders.Repository, id int6
 }
 
 func validate(cb Callback) (int64, error) {
+	// An id of white space alone is as good as none: no platform makes one, and " " and "  " would be
+	// two events.
 	var missing []string
-	if cb.EventID == "" {
+	if strings.TrimSpace(cb.EventID) == "" {
 		missing = append(missing, "event_id")
 	}
-	if cb.PaymentID == "" {
+	if strings.TrimSpace(cb.PaymentID) == "" {
 		missing = append(missing, "payment_id")
 	}
 	if len(missing) > 0 {

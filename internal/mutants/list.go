@@ -487,6 +487,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/paymock"}, Run: "^TestBadInputIsA4xxProblemAndChangesNothing$",
 	},
 	{
+		ID: "callback-blank-id", Guard: "callback: blank id",
+		File: "internal/callback/callback.go",
+		// event_id " " is stored as an event (and "  " as another).
+		Original:    `if strings.TrimSpace(cb.EventID) == "" {`,
+		Replacement: `if cb.EventID == "" {`,
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

@@ -346,6 +346,8 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	badStatus := mutate(func(c *callback.Callback) { c.Status = "MAYBE" })
 	longEventID := mutate(func(c *callback.Callback) { c.EventID = strings.Repeat("E", 201) })
 	longPaymentID := mutate(func(c *callback.Callback) { c.PaymentID = strings.Repeat("P", 201) })
+	blankEventID := mutate(func(c *callback.Callback) { c.EventID = " " })
+	blankPaymentID := mutate(func(c *callback.Callback) { c.PaymentID = "\t" })
 	// encoding/json alone would apply both: it matches names in any case, and the last of two wins.
 	wrongCase := bytes.Replace(good, []byte(`"status":`), []byte(`"Status":`), 1)
 	require.NotEqual(t, good, wrongCase)
@@ -374,6 +376,9 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 		// Refused, not cut to the 200 bytes stored: two ids that differ past the cut are two events.
 		{"event_id over 200 bytes", longEventID, sign(longEventID), 400, "validation_failed"},
 		{"payment_id over 200 bytes", longPaymentID, sign(longPaymentID), 400, "validation_failed"},
+		// A newcomer's: " " was stored as an event.
+		{"event_id of white space", blankEventID, sign(blankEventID), 400, "validation_failed"},
+		{"payment_id of white space", blankPaymentID, sign(blankPaymentID), 400, "validation_failed"},
 		{"a field in another case", wrongCase, sign(wrongCase), 400, "malformed_body"},
 		{"a field twice", twice, sign(twice), 400, "malformed_body"},
 		{"event_id in another case, after it", idInAnotherCase, sign(idInAnotherCase), 400, "malformed_body"},

@@ -306,8 +306,9 @@ func parseBody(raw json.RawMessage) (Event, []byte, error) {
 		}
 	}
 	switch {
-	case ev.EventID == "" || ev.PaymentID == "" || ev.MerchantOrderNo == "":
-		return Event{}, nil, errors.New("event_id, payment_id and merchant_order_no must not be empty")
+	case strings.TrimSpace(ev.EventID) == "" || strings.TrimSpace(ev.PaymentID) == "" || ev.MerchantOrderNo == "":
+		// (White space alone is refused by the shop as a missing id.)
+		return Event{}, nil, errors.New("event_id, payment_id and merchant_order_no must not be empty (nor white space alone)")
 	case ev.Status != StatusSuccess && ev.Status != StatusFailed && ev.Status != StatusRefunded:
 		return Event{}, nil, fmt.Errorf("status %q is not SUCCESS, FAILED or REFUNDED", ev.Status)
 	case ev.AmountCents <= 0:

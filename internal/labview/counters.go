@@ -16,6 +16,7 @@ type counters struct {
 		Applied   int64 `json:"applied"`
 		Duplicate int64 `json:"duplicate"`
 		Stale     int64 `json:"stale"`
+		Recorded  int64 `json:"recorded"` // a refund's fact stored, no status changed (a partial refund, one before its SUCCESS)
 		Rejected  int64 `json:"rejected"`
 	} `json:"callbacks"`
 	Outbox struct {
@@ -45,8 +46,9 @@ func (l *Live) counters(ctx context.Context) (counters, error) {
 	cb := &cs.Callbacks
 	if err := db.Raw(`SELECT count(*),
 			count(*) FILTER (WHERE outcome = 'applied'), count(*) FILTER (WHERE outcome = 'duplicate'),
-			count(*) FILTER (WHERE outcome = 'stale'), count(*) FILTER (WHERE outcome = 'rejected')
-		FROM payment_callbacks`).Row().Scan(&cb.Received, &cb.Applied, &cb.Duplicate, &cb.Stale, &cb.Rejected); err != nil {
+			count(*) FILTER (WHERE outcome = 'stale'), count(*) FILTER (WHERE outcome = 'recorded'),
+			count(*) FILTER (WHERE outcome = 'rejected')
+		FROM payment_callbacks`).Row().Scan(&cb.Received, &cb.Applied, &cb.Duplicate, &cb.Stale, &cb.Recorded, &cb.Rejected); err != nil {
 		return cs, fmt.Errorf("lab counters: callbacks: %w", err)
 	}
 	if err := db.Raw(`SELECT count(*) FILTER (WHERE published_at IS NOT NULL), count(*) FILTER (WHERE published_at IS NULL)

@@ -149,16 +149,27 @@ func TestLabLiveStreamsTheTripleCallback(t *testing.T) {
 	late := openStream(t, rp.srv.URL+"/lab/events?since=0")
 	eventually(t, patience, "the backlog on a late stream", func() bool { return len(late.matching(ofEvent)) == 3 })
 
-	// The counters say the same: 3 received, 1 applied (of this test's own database).
-	r := rp.call(http.MethodGet, "/lab/counters", "", "", nil)
+	// A partial refund is recorded: no status changes.
+	body, err := json.Marshal(callbackFor(orderID, callback.StatusRefunded, 1, eventID+"-refund"))
+	require.NoError(t, err)
+	r := rp.postRaw(body, paysig.Sign(demoSecret, time.Now(), body))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+
+	// The counters say the same: 4 received, 1 applied, 2 duplicates, 1 recorded (of this test's own
+	// database): the outcomes add up to what was received (recorded was left out until a newcomer
+	// counted).
+	r = rp.call(http.MethodGet, "/lab/counters", "", "", nil)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var cs struct {
-		Callbacks struct{ Received, Applied, Duplicate int64 } `json:"callbacks"`
+		Callbacks struct{ Received, Applied, Duplicate, Stale, Recorded, Rejected int64 } `json:"callbacks"`
 	}
 	require.NoError(t, json.Unmarshal(r.Body, &cs))
-	assert.Equal(t, int64(3), cs.Callbacks.Received)
+	assert.Equal(t, int64(4), cs.Callbacks.Received)
 	assert.Equal(t, int64(1), cs.Callbacks.Applied)
 	assert.Equal(t, int64(2), cs.Callbacks.Duplicate)
+	assert.Equal(t, int64(1), cs.Callbacks.Recorded)
+	c := cs.Callbacks
+	assert.Equal(t, c.Received, c.Applied+c.Duplicate+c.Stale+c.Recorded+c.Rejected)
 }
 
 // Earn: 100 points through the ledger, for the redeem block.

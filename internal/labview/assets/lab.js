@@ -97,7 +97,7 @@ async function refreshCounters() {
     const r = await fetch("/lab/counters", {cache: "no-store"});
     if (!r.ok) return;
     const c = await r.json();
-    for (const k of ["received", "applied", "duplicate", "stale", "rejected"]) {
+    for (const k of ["received", "applied", "duplicate", "stale", "recorded", "rejected"]) {
       document.getElementById("cb-" + k).textContent = c.callbacks[k];
     }
     document.getElementById("ob-published").textContent = c.outbox.published;

@@ -432,7 +432,7 @@ func (s *Service) settleFailed(ctx context.Context, tx *gorm.DB, o orders.Order,
 		return "", "", err
 	}
 	if !failed {
-		return classify(ctx, tx, s.orders, o.ID, orders.StatusFailed)
+		return classify(ctx, tx, s.orders, o.ID, paymentID, orders.StatusFailed)
 	}
 	if refundedCents > 0 {
 		// The order knows its payment now: another payment's refunds recorded before are not its own.
@@ -502,8 +502,11 @@ func refundOutcome(ctx context.Context, tx *gorm.DB, repo *orders.Repository, o 
 // stays as it is (the transition table has no way back) and a refund is recorded, idempotent on its
 // refund_no, so the customer is never charged for an order they do not get.
 func (s *Service) afterLostSuccess(ctx context.Context, tx *gorm.DB, o orders.Order, paymentID string) (Outcome, string, error) {
-	current, err := s.orders.Status(ctx, tx, o.ID)
+	current, payment, err := s.orders.StatusAndPayment(ctx, tx, o.ID)
 	if err != nil {
+		return "", "", err
+	}
+	if err := samePayment(o.ID, payment, paymentID); err != nil {
 		return "", "", err
 	}
 	switch current {
@@ -546,11 +549,27 @@ func already(cbStatus string, status orders.Status) bool {
 	return false
 }
 
+// samePayment is paymentMatches again, on the order's payment as it is now (orders.ErrOtherPayment if
+// it is another). A callback passes paymentMatches on the order it read before its transition; when the
+// transition then changes nothing, another payment's SUCCESS or FAILED may have committed in between
+// (the two raced), and this callback is about money that is not the order's: a SUCCESS of it must not
+// pass as a resend, nor ask back a refund of the wrong payment and recount the order's refunds by it.
+func samePayment(id int64, orderPayment, paymentID string) error {
+	if orderPayment != "" && orderPayment != paymentID {
+		return fmt.Errorf("order %d is paid by %s, not %s: %w", id, orderPayment, paymentID, orders.ErrOtherPayment)
+	}
+	return nil
+}
+
 // classify names a callback that changed nothing: a duplicate if the order already has the status the
-// callback asked for, otherwise stale (e.g. a FAILED that arrives after the SUCCESS).
-func classify(ctx context.Context, tx *gorm.DB, repo *orders.Repository, id int64, target orders.Status) (Outcome, string, error) {
-	current, err := repo.Status(ctx, tx, id)
+// callback asked for, otherwise stale (e.g. a FAILED that arrives after the SUCCESS); another payment's
+// is orders.ErrOtherPayment (samePayment).
+func classify(ctx context.Context, tx *gorm.DB, repo *orders.Repository, id int64, paymentID string, target orders.Status) (Outcome, string, error) {
+	current, payment, err := repo.StatusAndPayment(ctx, tx, id)
 	if err != nil {
+		return "", "", err
+	}
+	if err := samePayment(id, payment, paymentID); err != nil {
 		return "", "", err
 	}
 	if current == target {

@@ -495,6 +495,29 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
 	},
 	{
+		ID: "refund-lock-no-key", Guard: "refunds: no deadlock",
+		File: "internal/orders/repository.go",
+		// FOR UPDATE waits for the KEY SHARE of a refund being recorded, which waits for this transaction.
+		Original:    `return readRefunded(ctx, tx, id, " FOR NO KEY UPDATE")`,
+		Replacement: `return readRefunded(ctx, tx, id, " FOR UPDATE")`,
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSuccessBesideARefundBeingRecordedDoesNotDeadlock$",
+	},
+	{
+		ID: "lost-success-payment", Guard: "callback: lost payment",
+		File: "internal/callback/callback.go",
+		// Another payment's SUCCESS that raced the order's FAILED asks a refund of the wrong payment.
+		Original:    "if err := samePayment(o.ID, payment, paymentID); err != nil {",
+		Replacement: "if err := samePayment(o.ID, payment, payment); err != nil {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAnotherPaymentsEventThatWaitedOnTheRowLockIsRefused$",
+	},
+	{
+		ID: "lost-failed-payment", Guard: "callback: lost FAILED",
+		File:        "internal/callback/callback.go",
+		Original:    "if err := samePayment(id, payment, paymentID); err != nil {",
+		Replacement: "if err := samePayment(id, payment, payment); err != nil {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAnotherPaymentsEventThatWaitedOnTheRowLockIsRefused$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

@@ -206,10 +206,14 @@ func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64
 }
 
 // RefundedLocked is Refunded for a caller that has not changed the row in this transaction: it takes
-// the order's row lock first (FOR UPDATE), so that a refund of this order committing meanwhile is
-// counted rather than missed, and no refund can be recorded between this read and the caller's commit.
+// the order's row lock first, so that a refund of this order committing meanwhile is counted rather
+// than missed, and no refund can be recorded between this read and the caller's commit.
+//
+// FOR NO KEY UPDATE, the lock an UPDATE of the row takes, not FOR UPDATE: a refund being recorded holds
+// a KEY SHARE lock on the order (its event row's foreign key) and then waits for this transaction to
+// update the total. FOR UPDATE would wait for that KEY SHARE, and the two would deadlock.
 func (r *Repository) RefundedLocked(ctx context.Context, tx *gorm.DB, id int64) (int64, Status, error) {
-	return readRefunded(ctx, tx, id, " FOR UPDATE")
+	return readRefunded(ctx, tx, id, " FOR NO KEY UPDATE")
 }
 
 func readRefunded(ctx context.Context, tx *gorm.DB, id int64, lock string) (int64, Status, error) {
@@ -353,6 +357,19 @@ func (r *Repository) Status(ctx context.Context, tx *gorm.DB, id int64) (Status,
 		return "", fmt.Errorf("read status of order %d: %w", id, err)
 	}
 	return st, nil
+}
+
+// StatusAndPayment returns order id's current status and payment id ("" while it knows none), read in
+// tx. After a conditional UPDATE that changed nothing (it waited for the transaction that moved the
+// row, if any), this read sees what that transaction committed: the payment a callback read before may
+// have been stored since.
+func (r *Repository) StatusAndPayment(ctx context.Context, tx *gorm.DB, id int64) (Status, string, error) {
+	var st Status
+	var payment sql.NullString
+	if err := tx.WithContext(ctx).Raw(`SELECT status, payment_id FROM orders WHERE id = ?`, id).Row().Scan(&st, &payment); err != nil {
+		return "", "", fmt.Errorf("read status and payment of order %d: %w", id, err)
+	}
+	return st, payment.String, nil
 }
 
 // ReconcileWindow picks the orders the reconciler compares with the platform. Durations are wall-clock

@@ -359,6 +359,93 @@ func TestRefundOfAnotherPaymentThatWaitedOnTheRowLockIsRefused(t *testing.T) {
 	assert.Zero(t, count(t, env.DB, "order_refund_events", "order_id = ?", id))
 }
 
+// Another payment's SUCCESS and FAILED that read the order while it still knew no payment, then waited
+// on its row lock while the order's own FAILED (or SUCCESS) committed: they are refused as if they had
+// come after it (400 payment_mismatch). Before, the SUCCESS went on as a success after FAILED: it asked
+// the platform to refund the other payment, and recounted the order's refunds by that payment (the
+// order's own 300 cents became 0); a newcomer's replay of the race showed it. The holder transaction
+// plays the order's own event, so the interleaving happens every time.
+func TestAnotherPaymentsEventThatWaitedOnTheRowLockIsRefused(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	for _, tc := range []struct {
+		name, ownStatus, otherStatus string
+	}{
+		{"SUCCESS behind the order's FAILED", "FAILED", callback.StatusSuccess},
+		{"SUCCESS behind the order's SUCCESS", "PAID", callback.StatusSuccess},
+		{"FAILED behind the order's SUCCESS", "PAID", callback.StatusFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, amount := rp.newOrder(alice, 1, 1)
+			own := fmt.Sprintf("pay_%d", id)
+			r := rp.postCallback(callbackFor(id, callback.StatusRefunded, 300, "evt-own-refund-"+strconv.FormatInt(id, 10)))
+			require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+
+			holder := env.DB.Begin()
+			require.NoError(t, holder.Error)
+			defer holder.Rollback()
+			require.NoError(t, holder.Exec(`UPDATE orders SET status = ?, payment_id = ? WHERE id = ?`, tc.ownStatus, own, id).Error)
+
+			other := callbackFor(id, tc.otherStatus, amount, "evt-other-"+strconv.FormatInt(id, 10))
+			other.PaymentID = "pay_other_" + strconv.FormatInt(id, 10)
+			answer := make(chan response, 1)
+			go func() { answer <- rp.postCallback(other) }()
+			eventually(t, patience, "the other payment's event to wait on the order's row lock", func() bool {
+				return count(t, env.DB, "pg_stat_activity", "datname = current_database() AND wait_event_type = 'Lock'") > 0
+			})
+			require.NoError(t, holder.Commit().Error)
+
+			r = <-answer
+			require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+			assert.Equal(t, "payment_mismatch", r.problem(t).Code)
+			assert.Equal(t, tc.ownStatus, statusOf(t, env.DB, id))
+			assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 300", id), "the order's own refund stays")
+			assert.Zero(t, count(t, env.DB, "refund_requests", "order_id = ?", id), "no refund of the other payment asked")
+		})
+	}
+}
+
+// A SUCCESS that finds refunds recorded before it (OwnRefunds reads them under the order's row lock)
+// while another refund of the order is being recorded: that refund's event row holds a KEY SHARE lock
+// on the order (its foreign key), and then waits for the SUCCESS's UPDATE to update the total. The
+// SUCCESS's lock must not wait on the KEY SHARE: FOR UPDATE did, and the two deadlocked (a newcomer's
+// replay: SUCCESS and two refunds at once, 503 after deadlock_timeout). FOR NO KEY UPDATE does not.
+func TestSuccessBesideARefundBeingRecordedDoesNotDeadlock(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	id, amount := rp.newOrder(alice, 1, 1)
+	r := rp.postCallback(callbackFor(id, callback.StatusRefunded, 1, "evt-first-refund"))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+
+	// The second refund, halfway: its event row is in, its total not yet.
+	holder := env.DB.Begin()
+	require.NoError(t, holder.Error)
+	defer holder.Rollback()
+	require.NoError(t, holder.Exec(`INSERT INTO order_refund_events (event_id, order_id, payment_id, amount_cents)
+		VALUES ('evt-second-refund', ?, ?, 1)`, id, fmt.Sprintf("pay_%d", id)).Error)
+
+	answer := make(chan response, 1)
+	go func() { answer <- rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-success")) }()
+	var success response
+	eventually(t, patience, "the SUCCESS to be answered while the refund is open", func() bool {
+		select {
+		case success = <-answer:
+			return true
+		default:
+			return false
+		}
+	})
+	require.Equal(t, http.StatusOK, success.Status, "%s", success.Body)
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+
+	// The refund goes on as RecordRefund would, and commits behind the SUCCESS.
+	require.NoError(t, holder.Exec(`UPDATE orders SET refunded_cents = LEAST(amount_cents, refunded_cents + 1) WHERE id = ?`, id).Error)
+	require.NoError(t, holder.Commit().Error)
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'PAID' AND refunded_cents = 2", id))
+}
+
 // Another payment's refund and the order's own SUCCESS at the same time, on many orders: whichever
 // takes the order's row lock first, the order ends PAID with its stock taken and no order.refunded. The
 // refund either came first (recorded, then taken out by the SUCCESS) or second (it waited on the row

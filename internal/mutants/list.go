@@ -518,6 +518,13 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAnotherPaymentsEventThatWaitedOnTheRowLockIsRefused$",
 	},
 	{
+		ID: "config-url-port", Guard: "config: URL port",
+		File:        "internal/platform/config/checks.go",
+		Original:    "if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {",
+		Replacement: "if _, err := strconv.Atoi(p); err != nil {",
+		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

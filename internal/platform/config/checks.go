@@ -56,6 +56,18 @@ func (c *checks) atLeastOne(name string, n int64) {
 func (c *checks) absoluteURL(name, raw string) {
 	if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
 		c.add(fmt.Errorf("%s is not an absolute URL", name))
+	} else {
+		c.urlPort(name, u)
+	}
+}
+
+// urlPort refuses a URL whose port is not 1..65535: url.Parse takes any digits (99999), and every
+// request to it would fail later, far from the setting (CALLBACK_URL's: every payment refused).
+func (c *checks) urlPort(name string, u *url.URL) {
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			c.add(fmt.Errorf("%s has port %s: want 1..65535", name, p))
+		}
 	}
 }
 
@@ -87,7 +99,9 @@ func (c *checks) httpURL(name, raw string) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		c.add(fmt.Errorf("%s is not an absolute http or https URL, got %q", name, raw))
+		return
 	}
+	c.urlPort(name, u)
 }
 
 func (c *checks) err() error {

@@ -35,15 +35,18 @@ func TestDefaultsMatchDesign(t *testing.T) {
 
 func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 	cases := map[string]struct{ name, value, want string }{
-		"unparsable duration":           {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
-		"zero duration":                 {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
-		"zero outbox retention":         {"OUTBOX_RETENTION", "0s", "OUTBOX_RETENTION"},
-		"zero one-shot timeout":         {"ONCE_TIMEOUT", "0s", "ONCE_TIMEOUT must be > 0, got 0s"},
-		"fence TTL past a Duration":     {"REAPER_INTERVAL", "2562047h", "IDEMPOTENCY_RETENTION (24h0m0s) + REAPER_INTERVAL (2562047h0m0s) + 1h must be at most"},
-		"not a bool":                    {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
-		"relative URL":                  {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
-		"not an http URL":               {"PAYMENTS_URL", "ftp://payments", "PAYMENTS_URL is not an absolute http or https URL"},
-		"callback not http":             {"CALLBACK_URL", "tcp://127.0.0.1:8080/cb", "CALLBACK_URL is not an absolute http or https URL"},
+		"unparsable duration":       {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
+		"zero duration":             {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
+		"zero outbox retention":     {"OUTBOX_RETENTION", "0s", "OUTBOX_RETENTION"},
+		"zero one-shot timeout":     {"ONCE_TIMEOUT", "0s", "ONCE_TIMEOUT must be > 0, got 0s"},
+		"fence TTL past a Duration": {"REAPER_INTERVAL", "2562047h", "IDEMPOTENCY_RETENTION (24h0m0s) + REAPER_INTERVAL (2562047h0m0s) + 1h must be at most"},
+		"not a bool":                {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
+		"relative URL":              {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
+		"not an http URL":           {"PAYMENTS_URL", "ftp://payments", "PAYMENTS_URL is not an absolute http or https URL"},
+		"callback not http":         {"CALLBACK_URL", "tcp://127.0.0.1:8080/cb", "CALLBACK_URL is not an absolute http or https URL"},
+		// A newcomer's: orders started, and payments-mock refused every payment's notify_url.
+		"callback port past 65535":      {"CALLBACK_URL", "http://127.0.0.1:99999/v1/payments/callback", "CALLBACK_URL has port 99999: want 1..65535"},
+		"AMQP URL port 0":               {"AMQP_URL", "amqp://guest:guest@127.0.0.1:0/", "AMQP_URL has port 0: want 1..65535"},
 		"negative body limit":           {"BODY_LIMIT_BYTES", "-1", "BODY_LIMIT_BYTES"},
 		"zero refund retry":             {"REFUND_RETRY_MIN", "0s", "REFUND_RETRY_MIN"},
 		"retry max under min":           {"REFUND_RETRY_MAX", "10s", "REFUND_RETRY_MAX (10s) must not be shorter than REFUND_RETRY_MIN (30s)"},

@@ -240,23 +240,18 @@ func workLeft(done map[string]int) error {
 	return errors.New("sweep: " + strings.Join(msgs, "; "))
 }
 
-// prefixesOwnNoDefaultName refuses prefixes under which teardown would find the shop's own names: a
-// Redis prefix that is the default one, a part of it ("idemshop" deletes every idemshop: key) or
-// inside it, and an AMQP prefix that a default exchange or queue name starts with ("p" covers
-// points.order-paid, and the order.paid messages in it).
-func prefixesOwnNoDefaultName(redisPrefix, amqpPrefix string) error {
+// redisPrefixOwnsNoDefaultKey refuses a Redis prefix under which teardown would find the shop's own
+// keys: the default prefix, a part of it ("idemshop" deletes every idemshop: key) or one inside it.
+// (An AMQP prefix that a default exchange or queue name starts with, such as "points.", which covers
+// points.order-paid and its messages, is refused by the configuration itself, for every binary: no
+// run can use it in the first place.)
+func redisPrefixOwnsNoDefaultKey(redisPrefix string) error {
 	def := config.DefaultOrders().Redis.KeyPrefix
 	switch {
 	case redisPrefix == def:
 		return fmt.Errorf("teardown refuses REDIS_KEY_PREFIX %q: it is the shop's default prefix, never a run's", def)
 	case strings.HasPrefix(def, redisPrefix) || strings.HasPrefix(redisPrefix, def):
 		return fmt.Errorf("teardown refuses REDIS_KEY_PREFIX %q: the shop's own keys (under %q) would match it (nothing was deleted)", redisPrefix, def)
-	}
-	top := rabbitmq.OrderPaidTopology()
-	for _, n := range []string{top.Exchange, top.DeadLetterExchange, top.Queue, top.DeadLetterQueue} {
-		if strings.HasPrefix(n, amqpPrefix) {
-			return fmt.Errorf("teardown refuses AMQP_NAME_PREFIX %q: the shop's own %q is under it (nothing was deleted)", amqpPrefix, n)
-		}
 	}
 	return nil
 }
@@ -265,15 +260,16 @@ func prefixesOwnNoDefaultName(redisPrefix, amqpPrefix string) error {
 // demo.sh, bench.sh and soak.sh call it at exit): every key under REDIS_KEY_PREFIX, the shop's topology
 // under AMQP_NAME_PREFIX, and each further queue or exchange named in names (the scripts list them
 // with rabbitmqctl: the lab declares topologies of its own under the prefix). It refuses to run
-// without both prefixes set explicitly, with prefixes that cover a default name
-// (prefixesOwnNoDefaultName), or with a name outside AMQP_NAME_PREFIX or one that looks like a flag:
+// without both prefixes set explicitly, with a Redis prefix that covers the default one
+// (redisPrefixOwnsNoDefaultKey; an AMQP prefix that covers a default name does not load), or with a
+// name outside AMQP_NAME_PREFIX or one that looks like a flag:
 // the defaults are a shop's real names, never a run's.
 func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names []string) error {
 	// The environment, not cfg: an empty REDIS_KEY_PREFIX parses as the shop's default prefix.
 	if os.Getenv("REDIS_KEY_PREFIX") == "" || os.Getenv("AMQP_NAME_PREFIX") == "" {
 		return errors.New("teardown needs REDIS_KEY_PREFIX and AMQP_NAME_PREFIX set to the run's prefixes")
 	}
-	if err := prefixesOwnNoDefaultName(cfg.Redis.KeyPrefix, cfg.NamePrefix); err != nil {
+	if err := redisPrefixOwnsNoDefaultKey(cfg.Redis.KeyPrefix); err != nil {
 		return err
 	}
 	// Every argument is checked before anything is deleted: `teardown --help` once deleted a live

@@ -1041,17 +1041,17 @@ var List = []Mutant{
 		ID: "amqp-prefix-separator", Guard: "AMQP prefix: separator",
 		File: "internal/platform/config/pointsconsumer.go",
 		// AMQP_NAME_PREFIX=idemshop names the queue idemshoppoints.order-paid, which teardown refuses.
-		Original:    `if p := a.NamePrefix; p != "" && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {`,
-		Replacement: `if p := a.NamePrefix; false && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {`,
+		Original:    "if !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {",
+		Replacement: "if false {",
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestAMQPNamePrefixEndsWithASeparatorEverywhere$",
 	},
 	{
 		ID: "teardown-amqp-overlap", Guard: "teardown: AMQP prefix",
-		File: "cmd/orders/main.go",
+		File: "internal/platform/config/pointsconsumer.go",
 		// AMQP_NAME_PREFIX=points. lets `teardown points.order-paid` delete the shop's queue and its messages.
-		Original:    "\t\tif strings.HasPrefix(n, amqpPrefix) {",
+		Original:    "\t\tif strings.HasPrefix(n, p) {",
 		Replacement: "\t\tif false {",
-		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
+		Pkgs:        []string{"./cmd/orders", "./internal/platform/config"}, Run: "^(TestTeardownRemovesOnlyTheRunsNames|TestAMQPNamePrefixEndsWithASeparatorEverywhere)$",
 	},
 	{
 		ID: "redis-prefix-as-text", Guard: "teardown: prefix text",

@@ -150,7 +150,9 @@ func TestSetButEmptyIsRefusedEverywhere(t *testing.T) {
 }
 
 // AMQP_NAME_PREFIX ends with a separator wherever it is read: idemshop would name the queue
-// idemshoppoints.order-paid, which `orders teardown` then refuses to clean (a newcomer's finding).
+// idemshoppoints.order-paid, which `orders teardown` then refuses to clean (a newcomer's finding). And
+// no default name starts with it: under points. a run's names could not be told from the shop's, and
+// teardown refused it too (the next newcomer's).
 func TestAMQPNamePrefixEndsWithASeparatorEverywhere(t *testing.T) {
 	loaders := map[string]func() error{
 		"orders":          func() error { _, err := config.LoadOrders(); return err },
@@ -162,7 +164,11 @@ func TestAMQPNamePrefixEndsWithASeparatorEverywhere(t *testing.T) {
 			t.Setenv("AMQP_NAME_PREFIX", bad)
 			require.ErrorContains(t, load(), `AMQP_NAME_PREFIX must be empty or end with one of ":.-_/" (e.g. "`+bad+`:"), got "`+bad+`"`, name)
 		}
-		for _, ok := range []string{"run1:", "run1.", "run1-", "run1_", "run1/", ":"} {
+		for _, covering := range []string{"points.", "idemshop.", "idemshop.events.", "points.order-paid."} {
+			t.Setenv("AMQP_NAME_PREFIX", covering)
+			require.ErrorContains(t, load(), `AMQP_NAME_PREFIX "`+covering+`": the shop's own`, name)
+		}
+		for _, ok := range []string{"run1:", "run1.", "run1-", "run1_", "run1/", ":", "points:", "idemshop-"} {
 			t.Setenv("AMQP_NAME_PREFIX", ok)
 			require.NoError(t, load(), "%s %q", name, ok)
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"idemshop/internal/events"
 )
 
 // Reconnect is the backoff between broker connection attempts, shared by the outbox relay and
@@ -33,12 +35,24 @@ type AMQPNames struct {
 // amqpNameSeparators are the characters a non-empty AMQP_NAME_PREFIX must end with.
 const amqpNameSeparators = ":.-_/"
 
-// check refuses a prefix that does not end with a separator: "idemshop" would name the queue
-// idemshoppoints.order-paid, which reads as neither the run's nor the shop's, and which `orders
-// teardown` then refuses to clean because the shop's own idemshop.events is under the same prefix.
+// check refuses a prefix under which a run's names could not be told from the shop's own, and which
+// `orders teardown` would refuse to clean: one that does not end with a separator ("idemshop" names the
+// queue idemshoppoints.order-paid), and one that a default name starts with ("points." covers the
+// shop's points.order-paid, and teardown under it would delete it with its messages).
 func (a AMQPNames) check(c *checks) {
-	if p := a.NamePrefix; p != "" && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {
+	p := a.NamePrefix
+	if p == "" {
+		return
+	}
+	if !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {
 		c.add(fmt.Errorf("AMQP_NAME_PREFIX must be empty or end with one of %q (e.g. %q), got %q", amqpNameSeparators, p+":", p))
+		return
+	}
+	for _, n := range []string{events.Exchange, events.DeadLetterExchange, events.QueueOrderPaid, events.QueueOrderPaidDLQ} {
+		if strings.HasPrefix(n, p) {
+			c.add(fmt.Errorf("AMQP_NAME_PREFIX %q: the shop's own %q is under it, so a run's names could not be told from the shop's", p, n))
+			return
+		}
 	}
 }
 

@@ -107,13 +107,17 @@ func (a *Authenticator) credential(r *http.Request) (string, error) {
 	return sessionToken(r)
 }
 
-// sessionToken returns the token of the request's one session cookie: problem.ErrUnauthorized when
-// there is none, it is empty, or there are two (a second one under another path or domain, or sent by
-// hand).
+// sessionToken returns the token of the request's session cookie: problem.ErrUnauthorized when there
+// is none, it is empty, or there are two that differ (a second one under another path or domain, or
+// sent by hand: which one counted would depend on the reader). Copies of one token are that token: a
+// browser left with a copy under another path (which logout, clearing Path=/, cannot remove) would
+// otherwise be sent back to /login for ever.
 func sessionToken(r *http.Request) (string, error) {
 	cks := r.CookiesNamed(CookieName)
-	if len(cks) > 1 {
-		return "", problem.ErrUnauthorized.WithDetail(fmt.Sprintf("cookie %s sent %d times: log in again", CookieName, len(cks)))
+	for _, ck := range cks[min(1, len(cks)):] {
+		if ck.Value != cks[0].Value {
+			return "", problem.ErrUnauthorized.WithDetail(fmt.Sprintf("cookie %s sent %d times with different values: send one", CookieName, len(cks)))
+		}
 	}
 	if len(cks) == 0 || cks[0].Value == "" {
 		return "", problem.ErrUnauthorized

@@ -397,8 +397,8 @@ var List = []Mutant{
 	{
 		ID: "auth-cookie-twice", Guard: "auth: one cookie",
 		File:        "internal/auth/auth.go",
-		Original:    "if len(cks) > 1 {",
-		Replacement: "if false {",
+		Original:    "if ck.Value != cks[0].Value {",
+		Replacement: "if ck.Value != ck.Value {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAuthTakesOneCredential$",
 	},
 	{

@@ -349,6 +349,9 @@ func TestAuthTakesOneCredential(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, r.Status, "an empty Authorization is judged alone: body %s", r.Body)
 	r = rp.call(http.MethodGet, "/v1/points", "", "", nil, "Cookie", "idemshop_session="+alice)
 	assert.Equal(t, http.StatusOK, r.Status, "one cookie: body %s", r.Body)
+	copies := "idemshop_session=" + alice + "; idemshop_session=" + alice
+	r = rp.call(http.MethodGet, "/v1/points", "", "", nil, "Cookie", copies)
+	assert.Equal(t, http.StatusOK, r.Status, "two copies of one token are that token: body %s", r.Body)
 
 	page := func(cookie string) response {
 		req, err := http.NewRequest(http.MethodGet, rp.srv.URL+"/", nil)
@@ -363,6 +366,7 @@ func TestAuthTakesOneCredential(t *testing.T) {
 	assert.Equal(t, http.StatusSeeOther, r.Status)
 	assert.Equal(t, "/login", r.Header.Get("Location"))
 	assert.Equal(t, http.StatusOK, page("idemshop_session="+alice).Status)
+	assert.Equal(t, http.StatusOK, page(copies).Status, "no login loop for a copy left under another path")
 
 	ok := rp.createOrder(alice, "two-auth-1", mugOrder)
 	require.Equal(t, http.StatusCreated, ok.Status, "body %s", ok.Body)

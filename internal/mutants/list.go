@@ -525,6 +525,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
 	},
 	{
+		ID: "redeem-unknown-paid", Guard: "redeem: paid token",
+		File: "internal/rewards/service.go",
+		// A token whose coupon committed (its Complete lost) is refused 400 for an unknown reward.
+		Original:    "if res, found, err = s.repo.ByToken(wctx, tokenID); err == nil && !found {",
+		Replacement: "if res, found, err = s.repo.ByToken(wctx, tokenID); err == nil {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemCrashWhileInFlight$",
+	},
+	{
 		ID: "login-body-only", Guard: "login: body only",
 		File: "internal/web/web.go",
 		// A user in the query string logs in, as c.FormValue let it.

@@ -280,6 +280,29 @@ func TestRedeemCrashWhileInFlight(t *testing.T) {
 		assert.Equal(t, committed, decodeResult(t, r.Body))
 		assertRedeemed(t, env.DB, redeemAlice, 2, 30) // the first subtest's coupon plus this one, debited once
 	})
+
+	// The same, and the resubmit posts a reward that is not in the catalogue (it was taken off since, or
+	// the client sent something else): the coupon the token paid for is still its answer. The reward was
+	// looked up first and refused it with 400 (a newcomer read it in the code).
+	t.Run("crash after the commit, then a resubmit with an unknown reward", func(t *testing.T) {
+		tok := rp.issueFormToken("alice-token")
+		c, err := store.Begin(context.Background(), tok, redeemAlice, rewards.FormName)
+		require.NoError(t, err)
+		require.Equal(t, formtoken.Acquired, c.Outcome)
+		repo, err := rewards.NewRepository(env.DB)
+		require.NoError(t, err)
+		reward, err := repo.Reward(context.Background(), "coupon-10")
+		require.NoError(t, err)
+		committed, _, err := repo.Redeem(context.Background(), redeemAlice, tok, reward)
+		require.NoError(t, err)
+
+		expireFormLease(t, env, store, tok)
+		r := rp.redeem("alice-token", tok, "coupon-9999")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+		assert.Equal(t, committed, decodeResult(t, r.Body))
+		assertRedeemed(t, env.DB, redeemAlice, 3, 20)
+	})
 }
 
 // expireFormLease runs the in-flight lease of form token tok out by hand: its key goes, as when its TTL

@@ -307,7 +307,9 @@ func parseBody(raw json.RawMessage) (Event, []byte, error) {
 	}
 	switch {
 	case strings.TrimSpace(ev.EventID) == "" || strings.TrimSpace(ev.PaymentID) == "" || ev.MerchantOrderNo == "":
-		// (White space alone is refused by the shop as a missing id.)
+		// White space alone: the shop refuses such an id from the platform as a missing one. (A replay
+		// sends it behind the run's prefix, which the shop would take; a recording of a platform never
+		// holds one, so it is refused here as what it stands for.)
 		return Event{}, nil, errors.New("event_id, payment_id and merchant_order_no must not be empty (nor white space alone)")
 	case ev.Status != StatusSuccess && ev.Status != StatusFailed && ev.Status != StatusRefunded:
 		return Event{}, nil, fmt.Errorf("status %q is not SUCCESS, FAILED or REFUNDED", ev.Status)

@@ -154,8 +154,17 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 		existed bool
 	)
 	reward, err := s.repo.Reward(wctx, rewardID)
-	if err == nil {
+	switch {
+	case err == nil:
 		res, existed, err = s.repo.Redeem(wctx, userID, tokenID, reward)
+	case errors.Is(err, ErrUnknownReward):
+		// The token may have paid for a coupon already: an earlier submit committed, then could not mark
+		// the token consumed, and its lease ran out. That coupon is the answer, whatever this one posts.
+		var found bool
+		if res, found, err = s.repo.ByToken(wctx, tokenID); err == nil && !found {
+			err = ErrUnknownReward
+		}
+		existed = found
 	}
 	if err != nil {
 		// A bad request (an unknown reward), a business failure (too few points) or an unexpected error:

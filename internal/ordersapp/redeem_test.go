@@ -255,12 +255,13 @@ func TestRedeemCrashWhileInFlight(t *testing.T) {
 		assertRedeemed(t, env.DB, redeemAlice, 1, 40)
 	})
 
-	t.Run("crash after the commit, before Complete", func(t *testing.T) {
+	// committedThenCrashed is a submit of a fresh token that took it, committed its coupon-10, and
+	// crashed before telling Redis (no Complete): the token stays IN_FLIGHT under its lease.
+	committedThenCrashed := func(t *testing.T) (string, rewards.Result) {
 		tok := rp.issueFormToken("alice-token")
 		c, err := store.Begin(context.Background(), tok, redeemAlice, rewards.FormName)
 		require.NoError(t, err)
 		require.Equal(t, formtoken.Acquired, c.Outcome)
-		// the crashed submit's transaction committed; Redis never heard of it
 		repo, err := rewards.NewRepository(env.DB)
 		require.NoError(t, err)
 		reward, err := repo.Reward(context.Background(), "coupon-10")
@@ -268,6 +269,11 @@ func TestRedeemCrashWhileInFlight(t *testing.T) {
 		committed, existed, err := repo.Redeem(context.Background(), redeemAlice, tok, reward)
 		require.NoError(t, err)
 		require.False(t, existed)
+		return tok, committed
+	}
+
+	t.Run("crash after the commit, before Complete", func(t *testing.T) {
+		tok, committed := committedThenCrashed(t)
 
 		r := rp.redeem("alice-token", tok, "coupon-10")
 		require.Equal(t, http.StatusConflict, r.Status, "inside the lease: body: %s", r.Body)
@@ -285,16 +291,7 @@ func TestRedeemCrashWhileInFlight(t *testing.T) {
 	// the client sent something else): the coupon the token paid for is still its answer. The reward was
 	// looked up first and refused it with 400 (a newcomer read it in the code).
 	t.Run("crash after the commit, then a resubmit with an unknown reward", func(t *testing.T) {
-		tok := rp.issueFormToken("alice-token")
-		c, err := store.Begin(context.Background(), tok, redeemAlice, rewards.FormName)
-		require.NoError(t, err)
-		require.Equal(t, formtoken.Acquired, c.Outcome)
-		repo, err := rewards.NewRepository(env.DB)
-		require.NoError(t, err)
-		reward, err := repo.Reward(context.Background(), "coupon-10")
-		require.NoError(t, err)
-		committed, _, err := repo.Redeem(context.Background(), redeemAlice, tok, reward)
-		require.NoError(t, err)
+		tok, committed := committedThenCrashed(t)
 
 		expireFormLease(t, env, store, tok)
 		r := rp.redeem("alice-token", tok, "coupon-9999")

@@ -230,7 +230,8 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		s.reject(ctx, lg, cb, true, "payment mismatch: the order's payment is "+*o.PaymentID)
 		return OutcomeRejected, err
 	case errors.Is(err, orders.ErrOtherPayment):
-		// The order learnt its payment after this callback read it: a SUCCESS committed in between.
+		// The order learnt its payment after this callback read it: a SUCCESS or FAILED of its own
+		// committed in between (addRefunded, samePayment).
 		lg.Error("ALERT: payment callback is for another payment than the order's",
 			"alert", "payment_mismatch", "err", err)
 		s.reject(ctx, lg, cb, true, "payment mismatch: "+err.Error())
@@ -556,7 +557,7 @@ func already(cbStatus string, status orders.Status) bool {
 // pass as a resend, nor ask back a refund of the wrong payment and recount the order's refunds by it.
 func samePayment(id int64, orderPayment, paymentID string) error {
 	if orderPayment != "" && orderPayment != paymentID {
-		return fmt.Errorf("order %d is paid by %s, not %s: %w", id, orderPayment, paymentID, orders.ErrOtherPayment)
+		return fmt.Errorf("order %d's payment is %s, not %s: %w", id, orderPayment, paymentID, orders.ErrOtherPayment)
 	}
 	return nil
 }

@@ -76,9 +76,10 @@ var (
 	// is broken or forged.
 	ErrRefundEventReused = problem.New(problem.KindUnprocessable, "event_id_reused",
 		"event_id was already used for another refund")
-	// ErrOtherPayment is a refund of another payment than the order's, found under the order's row
-	// lock: the order learnt its payment after the caller read it (a SUCCESS that committed first).
-	ErrOtherPayment = errors.New("the refund is of another payment than the order's")
+	// ErrOtherPayment is an event (a refund, a SUCCESS, a FAILED) of another payment than the order's,
+	// found after the caller read the order: the order learnt its payment in between (a SUCCESS or
+	// FAILED of its own that committed first).
+	ErrOtherPayment = errors.New("the event is of another payment than the order's")
 )
 
 // Validate checks the fields that need no database.

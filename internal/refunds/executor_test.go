@@ -57,8 +57,8 @@ func newPlatform(t *testing.T, answers map[string]int) (*platform, *payclient.Cl
 	return p, c
 }
 
-// runOnce runs e once and requires that it did not fail.
-// runOnce runs e once and returns how many requests the platform left unanswered.
+// runOnce runs e once, requires that it did not fail, and returns how many requests the platform left
+// unanswered.
 func runOnce(t *testing.T, e *refunds.Executor) int {
 	t.Helper()
 	sent, err := e.RunOnce(context.Background())

@@ -52,7 +52,8 @@ func TestRelayPublishesEverythingOnceTheBrokerReturns(t *testing.T) {
 	assert.Equal(t, 20, gathered(relay, "idemshop_outbox_published_total"))
 	waitFor(t, 5*time.Second, func() bool { return gathered(relay, "idemshop_outbox_pending") == 0 }, "gauge")
 	assert.Equal(t, 20, histogramCount(relay, "idemshop_outbox_publish_lag_seconds"), "lag observed per row")
-	assert.Equal(t, 20, counter(consumer, points.OutcomeApplied))
+	// The consumer counts a credit after its commit: the ledger rows can be seen a moment before.
+	waitCount(t, 5*time.Second, 20, func() int { return counter(consumer, points.OutcomeApplied) }, "credits counted applied")
 	assertCreditedOnce(t, env.DB, 20)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -48,7 +49,11 @@ func serveCallback(handle func(ctx context.Context, signature string, raw []byte
 		if err != nil {
 			return fmt.Errorf("read callback body: %w", err)
 		}
-		if _, err := handle(c.Request().Context(), c.Request().Header.Get(paysig.Header), raw); err != nil {
+		// Several signature lines are judged as the one comma-separated value they make (RFC 9110 §5.3),
+		// the value a proxy that joins them would forward: reading the first line alone let a request
+		// through that the same request joined on its way was refused for.
+		sig := strings.Join(c.Request().Header.Values(paysig.Header), ",")
+		if _, err := handle(c.Request().Context(), sig, raw); err != nil {
 			return err
 		}
 		return c.JSON(http.StatusOK, callbackAck)

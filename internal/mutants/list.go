@@ -495,6 +495,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
 	},
 	{
+		ID: "callback-sig-lines", Guard: "callback: sig lines",
+		File: "internal/callback/http.go",
+		// The first signature line alone is read: a good line followed by garbage applies.
+		Original:    `sig := strings.Join(c.Request().Header.Values(paysig.Header), ",")`,
+		Replacement: `sig, _, _ := strings.Cut(strings.Join(c.Request().Header.Values(paysig.Header), "\n"), "\n")`,
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestCallbackSignatureLinesAreJudgedJoined$",
+	},
+	{
 		ID: "refund-lock-no-key", Guard: "refunds: no deadlock",
 		File: "internal/orders/repository.go",
 		// FOR UPDATE waits for the KEY SHARE of a refund being recorded, which waits for this transaction.
@@ -539,6 +547,14 @@ var List = []Mutant{
 		Original:    `name := form.Get("user")`,
 		Replacement: "name := form.Get(\"user\")\n\tif name == \"\" {\n\t\tname = c.QueryParam(\"user\")\n\t}",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestLoginReadsTheFormBodyOnly$",
+	},
+	{
+		ID: "login-401-challenge", Guard: "login: 401 challenge",
+		File: "internal/web/web.go",
+		// An unknown user's 401 comes without WWW-Authenticate.
+		Original:    "\t\tif status == http.StatusUnauthorized {\n",
+		Replacement: "\t\tif status == http.StatusUnauthorized && false {\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemPagesFormPost$",
 	},
 	{
 		ID: "login-form-errors", Guard: "login: bad form 400",

@@ -402,6 +402,40 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	assert.Equal(t, float64(len(cases)), callbackCount(t, rp, "rejected"))
 }
 
+// Two signature lines are judged as the one value they make joined, as a proxy would forward them (a
+// newcomer's: the first line alone was read, so a good line followed by garbage applied, while the
+// same two joined on their way were refused).
+func TestCallbackSignatureLinesAreJudgedJoined(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	id, amount := rp.newOrder(alice, 1, 1)
+	body, err := json.Marshal(callbackFor(id, callback.StatusSuccess, amount, "evt-two-lines"))
+	require.NoError(t, err)
+	good := paysig.Sign(demoSecret, time.Now(), body)
+	ts, v1, ok := strings.Cut(good, ",")
+	require.True(t, ok, "a signature is t=...,v1=...: %s", good)
+
+	for _, lines := range [][]string{
+		{good, "garbage"},
+		{good, "t=1"},
+		{"t=1,v1=" + strings.Repeat("0", 64), good},
+	} {
+		r := rp.call(http.MethodPost, "/v1/payments/callback", "", "", body, paysig.Header, lines[0], paysig.Header, lines[1])
+		assert.Equal(t, http.StatusUnauthorized, r.Status, "%q: %s", lines, r.Body)
+		assert.Equal(t, "signature_invalid", r.problem(t).Code)
+	}
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 100, stockOf(t, env.DB, 1))
+
+	// Its timestamp on one line and its MAC on the next: together, a good signature.
+	r := rp.call(http.MethodPost, "/v1/payments/callback", "", "", body, paysig.Header, ts, paysig.Header, v1)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 99, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+}
+
 // A member the platform adds in a later version (a fee, a nested object, even twice) is ignored: the
 // callback applies as it would without it. Only the fields the shop reads must be exact and single.
 func TestCallbackIgnoresMembersItDoesNotKnow(t *testing.T) {

@@ -499,6 +499,8 @@ func TestRedeemPagesFormPost(t *testing.T) {
 
 	r = fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"mallory"}})
 	assert.Equal(t, http.StatusUnauthorized, r.Status)
+	assert.Equal(t, `Bearer realm="idemshop"`, r.Header.Get("WWW-Authenticate"), "every 401 carries a challenge (design.md)")
+	assert.Contains(t, string(r.Body), "unknown demo user", "the login page again, with the reason")
 	r = fetch(t, c, http.MethodPost, base+"/login", url.Values{"user": {"alice", "bob"}})
 	assert.Equal(t, http.StatusBadRequest, r.Status, "one user, or none")
 	assert.Contains(t, string(r.Body), "user sent 2 times")

@@ -159,6 +159,9 @@ func (p *Pages) login(c echo.Context) error {
 		if err != nil {
 			return err
 		}
+		if status == http.StatusUnauthorized {
+			c.Response().Header().Set("WWW-Authenticate", httpproblem.Challenge)
+		}
 		return p.render(c, status, "login", loginData{base: base{Title: "Log in"}, Users: users, Error: msg})
 	}
 	form, err := httpproblem.ReadForm(c.Request())

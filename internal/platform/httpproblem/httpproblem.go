@@ -125,6 +125,10 @@ func Instance(u *url.URL) string {
 	return p
 }
 
+// Challenge is the WWW-Authenticate value sent with every 401 (RFC 9110 §11.6.1: a 401 must carry
+// one): the shop's credentials are bearer tokens (RFC 6750), the session cookie holding one too.
+const Challenge = `Bearer realm="idemshop"`
+
 // Write renders pe as an RFC 9457 response.
 func Write(c echo.Context, pe *problem.Error) error {
 	status := StatusOf(pe.Kind)
@@ -133,7 +137,7 @@ func Write(c echo.Context, pe *problem.Error) error {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	if pe.Kind == problem.KindUnauthorized {
-		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="idemshop"`)
+		c.Response().Header().Set("WWW-Authenticate", Challenge)
 	}
 	body, err := Document(pe, Instance(c.Request().URL))
 	if err != nil {

@@ -51,6 +51,16 @@ func (rp *replica) postCallback(cb callback.Callback) response {
 	return rp.postRaw(body, paysig.Sign(demoSecret, time.Now(), body))
 }
 
+// orderAndItsSuccess creates alice's order of one unit of product 1 and returns its id and the body
+// of its SUCCESS callback under eventID, unsigned.
+func (rp *replica) orderAndItsSuccess(eventID string) (int64, []byte) {
+	rp.t.Helper()
+	id, amount := rp.newOrder(alice, 1, 1)
+	body, err := json.Marshal(callbackFor(id, callback.StatusSuccess, amount, eventID))
+	require.NoError(rp.t, err)
+	return id, body
+}
+
 // newOrder creates an order through the API and returns its id and amount.
 func (rp *replica) newOrder(token string, productID, qty int) (int64, int64) {
 	rp.t.Helper()
@@ -409,9 +419,7 @@ func TestCallbackSignatureLinesAreJudgedJoined(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{})
-	id, amount := rp.newOrder(alice, 1, 1)
-	body, err := json.Marshal(callbackFor(id, callback.StatusSuccess, amount, "evt-two-lines"))
-	require.NoError(t, err)
+	id, body := rp.orderAndItsSuccess("evt-two-lines")
 	good := paysig.Sign(demoSecret, time.Now(), body)
 	ts, v1, ok := strings.Cut(good, ",")
 	require.True(t, ok, "a signature is t=...,v1=...: %s", good)
@@ -442,9 +450,7 @@ func TestCallbackIgnoresMembersItDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{})
-	id, amount := rp.newOrder(alice, 1, 1)
-	body, err := json.Marshal(callbackFor(id, callback.StatusSuccess, amount, "evt-newer-platform"))
-	require.NoError(t, err)
+	id, body := rp.orderAndItsSuccess("evt-newer-platform")
 	body = bytes.Replace(body, []byte(`{`), []byte(`{"fee_cents":30,"risk":{"Status":"x"},"fee_cents":31,`), 1)
 	r := rp.postRaw(body, paysig.Sign(demoSecret, time.Now(), body))
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)

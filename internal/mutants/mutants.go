@@ -126,6 +126,8 @@ var (
 	timeoutPanic = regexp.MustCompile(`(?m)^panic: test timed out after \S+\n(?:.*\n)*?\s+running tests:\n\s+(\S+)`)
 	buildFailed  = regexp.MustCompile(`(?m)^FAIL\s+\S+\s+\[(?:build|setup) failed\]$`)
 	noTests      = regexp.MustCompile(`(?m)^(?:ok|\?)\s+(\S+)\s.*\[no test(?:s to run| files)\]$`)
+	// A test binary run directly (a schema's: cmd/mutants) says it so.
+	noTestsRun = regexp.MustCompile(`(?m)^testing: warning: no tests to run$`)
 )
 
 // Judge reads the combined output of one `go test` run over a mutated tree (exitErr is its error, nil
@@ -144,6 +146,9 @@ func Judge(out string, exitErr error) (v Verdict, detail string) {
 	}
 	if m := noTests.FindStringSubmatch(out); m != nil {
 		return Invalid, "no test matched in " + m[1]
+	}
+	if noTestsRun.MatchString(out) {
+		return Invalid, "no test matched"
 	}
 	if exitErr != nil {
 		// A failure without a failing test: a package that panicked in init or TestMain, a vet error...

@@ -61,6 +61,7 @@ func TestJudge(t *testing.T) {
 		{"does not compile", "# idemshop/internal/x\ninternal/x/x.go:3:2: undefined: y\nFAIL\tidemshop/internal/x [build failed]\nFAIL\n",
 			exit, mutants.Invalid, "does not compile"},
 		{"no test matched", "ok  \tidemshop/internal/x\t0.01s [no tests to run]\n", nil, mutants.Invalid, "no test matched in idemshop/internal/x"},
+		{"no test matched in a test binary run directly", "testing: warning: no tests to run\nPASS\n", nil, mutants.Invalid, "no test matched"},
 		{"timed out", "panic: test timed out after 1m0s\n\trunning tests:\n\t\tTestHang (1m0s)\n\ngoroutine 1 [running]:\n", exit,
 			mutants.Timeout, "hung in TestHang"},
 		{"failed without a test", "panic: boom in init\nFAIL\tidemshop/internal/x\t0.01s\n", exit, mutants.Invalid,

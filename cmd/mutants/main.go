@@ -145,6 +145,10 @@ func check(o options, list []mutants.Mutant) int {
 func runAll(o options, list []mutants.Mutant) int {
 	start := time.Now()
 	scratch, err := os.MkdirTemp("", "idemshop-mutants-")
+	if err == nil {
+		// Absolute: test binaries run in their package's directory (a relative TMPDIR would move).
+		scratch, err = filepath.Abs(scratch)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		return 2
@@ -221,6 +225,9 @@ func runAll(o options, list []mutants.Mutant) int {
 		}
 	}
 	fmt.Printf("\n%d mutants: %s; wall time %s\n", len(results), strings.Join(summary, ", "), time.Since(start).Round(time.Second))
+	if schema.failed > 0 {
+		fmt.Printf("%d schema test binaries did not build (their output is above): their mutants ran alone, one build each\n", schema.failed)
+	}
 	if counts[want] != len(results) {
 		keep = true
 		fmt.Printf("go test output of every mutant: %s\n", logs)

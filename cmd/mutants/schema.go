@@ -22,25 +22,35 @@ import (
 // whose tests live there (internal/mutants/schema.go), and the overlay they were built with.
 type schemaBuild struct {
 	overlay string
+	goroot  string
 	bins    map[string]string // test package (as in Mutant.Pkgs) → its test binary
 	in      map[string]bool   // mutant id → it is in the binaries of all its packages
+	failed  int               // schema binaries that did not build (their mutants ran alone)
 }
 
 // buildSchemas writes the schema of every file that list mutates, an overlay that puts them (and each
 // package's SchemaFile) in place, and builds the test binary of every package that list's tests live
-// in, two at a time. A mutant left out (not in a function body, a test that reads its source, a binary
+// in, o.jobs at a time. A mutant left out (not in a function body, a test that reads its source, a binary
 // that did not build) is not in b.in: the caller runs it the old way, one build each.
 func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild, error) {
 	b := schemaBuild{bins: map[string]string{}, in: map[string]bool{}}
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return b, fmt.Errorf("go env GOROOT: %w", err)
+	}
+	b.goroot = strings.TrimSpace(string(goroot))
 	dir := filepath.Join(scratch, "schema")
 	replace := map[string]string{}
-	seq := map[string]int{}
 	byFile := map[string][]mutants.Mutant{}
 	var files []string
-	for i, m := range list {
-		seq[m.ID] = i
-		if m.ReadsSource {
+	for _, m := range list {
+		switch {
+		case m.ReadsSource:
 			fmt.Printf("mutants: %s runs alone: its test reads its file from disk\n", m.ID)
+			continue
+		case strings.HasSuffix(m.File, "_test.go"):
+			// An external test package (x_test) would not see the package's SchemaFile.
+			fmt.Printf("mutants: %s runs alone: it mutates a test file\n", m.ID)
 			continue
 		}
 		if byFile[m.File] == nil {
@@ -54,7 +64,7 @@ func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild
 		if err != nil {
 			return b, err
 		}
-		out, skipped, err := mutants.Schema(src, byFile[f], seq)
+		out, skipped, err := mutants.Schema(src, byFile[f])
 		if err != nil {
 			return b, fmt.Errorf("%s: %w", f, err)
 		}
@@ -110,7 +120,7 @@ func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild
 	start := time.Now()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, 2)
+	slots := make(chan struct{}, o.jobs)
 	for i, p := range pkgs {
 		slots <- struct{}{}
 		wg.Go(func() {
@@ -141,6 +151,9 @@ func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild
 	}
 	fmt.Printf("mutants: %d of %d mutants in %d schema test binaries, built in %s\n",
 		countTrue(b.in), len(list), len(b.bins), time.Since(start).Round(time.Second))
+	if len(b.bins) < len(pkgs) {
+		b.failed = len(pkgs) - len(b.bins)
+	}
 	return b, nil
 }
 
@@ -205,14 +218,19 @@ func runBinaries(o options, b schemaBuild, m mutants.Mutant, reached string) (ou
 	var buf bytes.Buffer
 	for _, p := range m.Pkgs {
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout+2*time.Minute)
-		cmd := exec.CommandContext(ctx, b.bins[p], "-test.count=1", "-test.failfast",
+		// As `go test` runs a test binary: -test.paniconexit0 (an os.Exit(0) in a test is a failure, not
+		// a pass), in the package's directory with PWD saying so, and GOROOT/bin first in PATH.
+		cmd := exec.CommandContext(ctx, b.bins[p], "-test.paniconexit0", "-test.count=1", "-test.failfast",
 			"-test.timeout="+o.timeout.String(), "-test.run="+m.Run)
 		cmd.Dir = filepath.Join(o.moduleDir, p)
-		cmd.Env = append(os.Environ(), mutants.SelectEnv+"="+m.ID, mutants.ReachedEnv+"="+reached,
-			mutants.OverlayEnv+"="+b.overlay)
+		cmd.Env = append(os.Environ(), "PWD="+cmd.Dir, "PATH="+b.goroot+"/bin"+string(os.PathListSeparator)+os.Getenv("PATH"),
+			mutants.SelectEnv+"="+m.ID, mutants.ReachedEnv+"="+reached, mutants.OverlayEnv+"="+b.overlay)
 		cmd.Stdout, cmd.Stderr = &buf, &buf
 		cmd.WaitDelay = 10 * time.Second
 		err := cmd.Run()
+		if err != nil && cmd.ProcessState == nil {
+			fmt.Fprintf(&buf, "[mutants] could not start %s: %v\n", b.bins[p], err)
+		}
 		timedOut := ctx.Err() != nil
 		cancel()
 		if timedOut || err != nil {

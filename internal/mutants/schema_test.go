@@ -2,6 +2,9 @@ package mutants_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,11 +17,16 @@ import (
 	"idemshop/internal/mutants"
 )
 
-// toy is a file with one mutant in each kind of function a schema must hand over from: a plain
-// function, a method, a variadic generic function, one without results, and two in one function.
+// toy is a file with mutants in each kind of function a schema must hold: a plain function, a method, a
+// variadic generic function, one without results, two in one function, an unnamed parameter, a deferred
+// function that calls recover(), functions that read their caller's line, a body with a label; and
+// some it must leave out.
 const toy = `package toy
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+)
 
 // Sum adds.
 func Sum(a, b int) int {
@@ -60,6 +68,59 @@ func Clamp(x int) int {
 const limit = 10
 
 func Unnamed(int) int { return limit }
+
+func catch(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("recovered: %v", r)
+	}
+}
+
+// Safe turns a panic of f into an error (recover() works only in the deferred call's own frame).
+func Safe(f func()) (err error) {
+	defer catch(&err)
+	f()
+	return nil
+}
+
+// Here is the line it is called from.
+func Here() int {
+	_, _, line, _ := runtime.Caller(1)
+	return line
+}
+
+func Lines() (int, int) {
+	first := Here()
+	var second int
+outer:
+	for i := 0; ; i++ {
+		if i > 2 {
+			second = Here()
+			break outer
+		}
+	}
+	return first, second
+}
+
+func Reset(n int) (m int) {
+	m, ok := n*2, true
+	_ = ok
+	return m
+}
+
+// Twice's := assigns its parameter n in the function's block, and declares a new n in a copy's.
+func Twice(n int) int {
+	n, ok := n*2, true
+	_ = ok
+	return n
+}
+
+func Kind(n int) string {
+	switch {
+	case n < 0:
+		return "negative"
+	}
+	return "other"
+}
 `
 
 var toyMutants = []mutants.Mutant{
@@ -69,45 +130,44 @@ var toyMutants = []mutants.Mutant{
 	{ID: "note-none", Original: "Log = append(Log, fmt.Sprint(\"note:\", s))", Replacement: "_ = s"},
 	{ID: "clamp-low", Original: "if x < 0 {", Replacement: "if x < -5 {"},
 	{ID: "clamp-high", Original: "if x > 9 {", Replacement: "if false {"},
-	{ID: "limit-const", Original: "const limit = 10", Replacement: "const limit = 11"},
 	{ID: "unnamed-param", Original: "return limit", Replacement: "return 0"},
+	{ID: "catch-says", Original: "\"recovered: %v\"", Replacement: "\"caught: %v\""},
+	{ID: "here-plus", Original: "return line", Replacement: "return line + 1000"},
+	{ID: "lines-later", Original: "if i > 2 {", Replacement: "if i > 3 {"},
+	{ID: "twice-thrice", Original: "n, ok := n*2", Replacement: "n, ok := n*3"},
+	{ID: "kind-zero", Original: "return \"negative\"", Replacement: "return \"negative\"\n\tcase n == 0:\n\t\treturn \"zero\""},
+	// Left out:
+	{ID: "limit-const", Original: "const limit = 10", Replacement: "const limit = 11"},
+	{ID: "break-label", Original: "break outer", Replacement: "break"},
+	{ID: "reset-thrice", Original: "m, ok := n*2", Replacement: "m, ok := n*3"},
+	{ID: "gone", Original: "nowhere", Replacement: "x"},
 }
 
-func toySeq() map[string]int {
-	seq := map[string]int{}
-	for i, m := range toyMutants {
-		seq[m.ID] = i
-	}
-	return seq
-}
-
-func TestSchemaLeavesOutWhatItCannotHandOver(t *testing.T) {
+func TestSchemaLeavesOutWhatItCannotHold(t *testing.T) {
 	t.Parallel()
-	out, skipped, err := mutants.Schema([]byte(toy), toyMutants, toySeq())
+	out, skipped, err := mutants.Schema([]byte(toy), toyMutants)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{
-		"limit-const":   "not inside a function's body",
-		"unnamed-param": "a parameter or receiver of Unnamed has no name",
+		"limit-const":  "not inside a function's body",
+		"break-label":  "a label inside its snippet",
+		"reset-thrice": "Reset declares m again at its body's top level",
+		"gone":         "its original does not occur exactly once",
 	}, skipped)
 	assert.NotContains(t, string(out), "const limit = 11")
-
-	// Every line of the file keeps its number: the hand-overs share the opening brace's line and the
-	// copies come after the last line.
-	orig, got := strings.Split(toy, "\n"), strings.Split(string(out), "\n")
-	for i, line := range orig {
-		assert.True(t, strings.HasPrefix(got[i], line), "line %d: %q became %q", i+1, line, got[i])
-	}
-	assert.Contains(t, got[11], `if idemshopMutantOn("add-twice") { return c.idemshopMutant1_Add(d) };`)
-	assert.Contains(t, got[16], `if idemshopMutantOn("max-is-min") { return idemshopMutant2_Max[T](first, rest...) };`)
-	assert.Contains(t, got[27], `if idemshopMutantOn("note-none") { idemshopMutant3_Note(s); return };`)
-
-	_, _, err = mutants.Schema([]byte(toy), []mutants.Mutant{{ID: "gone", Original: "nowhere", Replacement: "x"}}, map[string]int{"gone": 0})
-	assert.ErrorContains(t, err, "does not occur exactly once")
+	assert.NotContains(t, string(out), "m, ok := n*3")
+	// The copy starts on the opening brace's line, and both bodies are told that line again.
+	assert.Contains(t, string(out), "func (c *Counter) Add(d int) int { if idemshopMutantOn(\"add-twice\") {/*line :15:35*/\n\tidemshopMutantReached(); c.n += 2 * d\n")
+	assert.Contains(t, string(out), "\n}; /*line :15:35*/\n\tc.n += d\n")
+	// The copy's labels are renamed; the original's are not.
+	assert.Contains(t, string(out), "idemshopMutantLabel_outer:\n")
+	assert.Contains(t, string(out), "break idemshopMutantLabel_outer\n")
+	assert.Contains(t, string(out), "\nouter:\n")
 }
 
 // TestSchemaRunsTheChosenMutantOnly builds the toy's schema with the go command and runs it with each
-// mutant chosen, and with none: only the chosen one changes what the program prints, and the reached
-// file appears only when the chosen mutant's function ran.
+// mutant chosen, and with none: only the chosen one changes what the program prints, a reached file
+// appears only when the mutated statement ran, recover() and runtime.Caller see the frames they see in
+// the tree, and every line keeps its number.
 func TestSchemaRunsTheChosenMutantOnly(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -137,10 +197,12 @@ func main() {
 	if len(os.Args) > 1 {
 		toy.Note("x") // only when asked: the reached file must then appear for note-none alone
 	}
-	fmt.Println(toy.Sum(5, 3), c.Add(1), toy.Max(1, 7, 4), len(toy.Log), toy.Clamp(-3), toy.Clamp(12), toy.Unnamed(0))
+	first, second := toy.Lines()
+	fmt.Println(toy.Sum(5, 3), c.Add(1), toy.Max(1, 7, 4), len(toy.Log), toy.Clamp(-3), toy.Clamp(12), toy.Unnamed(0),
+		toy.Safe(func() { panic("boom") }), first, second, toy.Reset(2), toy.Twice(2), toy.Kind(0))
 }
 `)
-	out, _, err := mutants.Schema([]byte(toy), toyMutants, toySeq())
+	out, _, err := mutants.Schema([]byte(toy), toyMutants)
 	require.NoError(t, err)
 	support, err := mutants.SchemaSupport("toy")
 	require.NoError(t, err)
@@ -156,8 +218,18 @@ func main() {
 	b, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", b)
 
+	lineOf := func(text string) int {
+		for i, l := range strings.Split(toy, "\n") {
+			if strings.TrimSpace(l) == text {
+				return i + 1
+			}
+		}
+		t.Fatalf("no line %q", text)
+		return 0
+	}
+	first, second := lineOf("first := Here()"), lineOf("second = Here()")
 	run := func(chosen string, args ...string) (string, bool) {
-		reached := filepath.Join(dir, "reached-"+chosen)
+		reached := filepath.Join(dir, "reached-"+chosen+strings.Join(args, ""))
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), mutants.SelectEnv+"="+chosen, mutants.ReachedEnv+"="+reached)
 		b, err := cmd.Output()
@@ -165,29 +237,65 @@ func main() {
 		_, statErr := os.Stat(reached)
 		return strings.TrimSpace(string(b)), statErr == nil
 	}
+	want := func(format string, more ...any) string {
+		return fmt.Sprintf(format, append(more, first, second)...) + " 4 other"
+	}
 	cases := []struct {
 		chosen, want string
 		args         []string
 		reached      bool
 	}{
-		{"", "8 4 7 0 0 9 10", nil, false},
-		{"sum-minus", "2 4 7 0 0 9 10", nil, true},
-		{"add-twice", "8 8 7 0 0 9 10", nil, true},
-		{"max-is-min", "8 4 1 0 0 9 10", nil, true},
-		{"note-none", "8 4 7 0 0 9 10", nil, false},
-		{"note-none", "8 4 7 0 0 9 10", []string{"note"}, true},
-		{"clamp-low", "8 4 7 0 -3 9 10", nil, true},
-		{"clamp-high", "8 4 7 0 0 12 10", nil, true},
-		{"limit-const", "8 4 7 0 0 9 10", nil, false}, // left out of the schema
+		{"", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, false},
+		{"sum-minus", want("2 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, true},
+		{"add-twice", want("8 8 7 0 0 9 10 recovered: boom %d %d 4"), nil, true},
+		{"max-is-min", want("8 4 1 0 0 9 10 recovered: boom %d %d 4"), nil, true},
+		{"note-none", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, false},
+		{"note-none", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), []string{"note"}, true},
+		{"clamp-low", want("8 4 7 0 -3 9 10 recovered: boom %d %d 4"), nil, true},
+		{"clamp-high", want("8 4 7 0 0 12 10 recovered: boom %d %d 4"), nil, true},
+		{"unnamed-param", want("8 4 7 0 0 9 0 recovered: boom %d %d 4"), nil, true},
+		{"catch-says", want("8 4 7 0 0 9 10 caught: boom %d %d 4"), nil, true},
+		{"here-plus", fmt.Sprintf("8 4 7 0 0 9 10 recovered: boom %d %d 4 4 other", first+1000, second+1000), nil, true},
+		{"twice-thrice", strings.TrimSuffix(want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), " 4 other") + " 6 other", nil, true},
+		// The new clause runs, not the statement it follows: the mark is before the switch.
+		{"kind-zero", strings.TrimSuffix(want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), " 4 other") + " 4 zero", nil, true},
+		{"lines-later", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, true},
+		{"reset-thrice", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, false}, // left out of the schema
 	}
 	for _, tc := range cases {
 		got, reached := run(tc.chosen, tc.args...)
 		assert.Equal(t, tc.want, got, "mutant %q", tc.chosen)
-		assert.Equal(t, tc.reached, reached, "mutant %q: reached", tc.chosen)
+		assert.Equal(t, tc.reached, reached, "mutant %q %v: reached", tc.chosen, tc.args)
 	}
 	// Without the mutant, note-none's call leaves its note.
 	got, _ := run("", "note")
-	assert.Equal(t, "8 4 7 1 0 9 10", got)
+	assert.Equal(t, want("8 4 7 1 0 9 10 recovered: boom %d %d 4"), got)
+}
+
+// TestSchemaMarksTheMutatedStatement: the reached mark goes before the innermost statement holding the
+// snippet, not at the function's entry, so a test that only enters the function does not count.
+func TestSchemaMarksTheMutatedStatement(t *testing.T) {
+	t.Parallel()
+	src := "package p\n\nfunc F(flag bool) int {\n\tn := 1\n\tif flag {\n\t\tn += 2\n\t}\n\treturn n\n}\n"
+	out, skipped, err := mutants.Schema([]byte(src), []mutants.Mutant{{ID: "m", Original: "n += 2", Replacement: "n += 3"}})
+	require.NoError(t, err)
+	assert.Empty(t, skipped)
+	assert.Contains(t, string(out), "\tif flag {\n\t\tidemshopMutantReached(); n += 3\n")
+	// A snippet that starts with the statement's indentation marks before the indentation.
+	out, _, err = mutants.Schema([]byte(src), []mutants.Mutant{{ID: "m", Original: "\t\tn += 2\n", Replacement: "\t\tn += 3\n"}})
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "\tif flag {\nidemshopMutantReached(); \t\tn += 3\n")
+
+	// A snippet that starts at a case or default marks before the switch: a mark before the clause
+	// would end the clause above it, and run only there.
+	src = "package p\n\nfunc G(n int) int {\n\tswitch {\n\tcase n < 0:\n\t\treturn 0\n\tdefault:\n\t\treturn n\n\t}\n}\n"
+	for orig, repl := range map[string]string{"case n < 0:": "case n < 1:", "\tdefault:\n\t\treturn n": "\tdefault:\n\t\treturn -n"} {
+		out, _, err = mutants.Schema([]byte(src), []mutants.Mutant{{ID: "m", Original: orig, Replacement: repl}})
+		require.NoError(t, err)
+		assert.Contains(t, string(out), "/*line :3:20*/\n\tidemshopMutantReached(); switch {\n", orig)
+		_, err = parser.ParseFile(token.NewFileSet(), "", out, 0)
+		assert.NoError(t, err, orig)
+	}
 }
 
 func TestSchemaSupportNeedsAPackageName(t *testing.T) {

@@ -4,13 +4,12 @@
 //
 // Most mutants run from mutant schemata (internal/mutants/schema.go): one test binary per test package
 // holds every mutant whose tests live there, and each run chooses one (IDEMSHOP_MUTANT). The binaries
-// are built once, with `go test -c -overlay`; the 154 mutants of 2026-12-05 took 1m49s instead of
-// 7m50s–10m48s with one build each. A test that fails without the chosen mutant's function having run
+// are built once, with `go test -c -overlay`; the 154 mutants of 2026-12-05 took 2m12s instead of
+// 7m50s–10m48s with one build each. A test that fails without the chosen mutant's statement having run
 // failed for another reason: it runs once more, and a second such failure makes the mutant INVALID, not
-// killed by chance. A mutant a schema cannot hold (its snippet outside a function body, a function with
-// an unnamed parameter, a test that reads the file from disk: ReadsSource) runs the old way, alone: the
-// mutated file written to a scratch directory and `go test -overlay` (or, for ReadsSource, a copy of the
-// tree).
+// killed by chance. A mutant a schema cannot hold (Schema says which and why; a test that reads the file
+// from disk: ReadsSource) runs the old way, alone: the mutated file written to a scratch directory and
+// `go test -overlay` (or, for ReadsSource, a copy of the tree).
 //
 // The tests run without -race and without vet (the suite runs both; a mutant only needs an assertion to
 // fail), so they share the build cache `go vet ./...` filled in `make lint`. The project's own packages

@@ -30,8 +30,8 @@ type schemaBuild struct {
 
 // buildSchemas writes the schema of every file that list mutates, an overlay that puts them (and each
 // package's SchemaFile) in place, and builds the test binary of every package that list's tests live
-// in, o.jobs at a time. A mutant left out (not in a function body, a test that reads its source, a binary
-// that did not build) is not in b.in: the caller runs it the old way, one build each.
+// in, o.jobs at a time. A mutant left out (Schema says why; a test that reads its source; a binary that
+// did not build) is not in b.in: the caller runs it the old way, one build each.
 func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild, error) {
 	b := schemaBuild{bins: map[string]string{}, in: map[string]bool{}}
 	goroot, err := exec.Command("go", "env", "GOROOT").Output()
@@ -179,7 +179,7 @@ func goTestCompile(o options, overlay, bin, pkg string) ([]byte, error) {
 
 // runSchema runs m's tests from the schema binaries with m chosen, as `go test` would run them (in
 // each package's directory, one package after another). A test that fails without the mutated
-// function having run failed for another reason (a flaky test): it is run once more, and if it fails
+// statement having run failed for another reason (a flaky test): it is run once more, and if it fails
 // so again, the mutant is INVALID rather than killed by chance.
 func runSchema(o options, b schemaBuild, m mutants.Mutant, dir string) (mutants.Result, []byte) {
 	start := time.Now()
@@ -187,7 +187,7 @@ func runSchema(o options, b schemaBuild, m mutants.Mutant, dir string) (mutants.
 	var all []byte
 	for attempt := 1; ; attempt++ {
 		reached := filepath.Join(dir, fmt.Sprintf("reached-%d", attempt))
-		out, err, hung := runBinaries(o, b, m, reached)
+		out, hung, err := runBinaries(o, b, m, reached)
 		all = append(all, out...)
 		res.Verdict, res.Detail = mutants.Judge(string(out), err)
 		if hung {
@@ -197,12 +197,12 @@ func runSchema(o options, b schemaBuild, m mutants.Mutant, dir string) (mutants.
 		ran := statErr == nil
 		switch {
 		case res.Verdict == mutants.Killed && !ran && attempt == 1:
-			all = append(all, "\n[mutants] the test failed but the mutated function never ran: once more\n"...)
+			all = append(all, "\n[mutants] the test failed but the mutated statement never ran: once more\n"...)
 			continue
 		case res.Verdict == mutants.Killed && !ran:
 			res.Verdict, res.Detail = mutants.Invalid, "failed, mutant never ran: "+res.Detail
 		case res.Verdict == mutants.Survived && !ran:
-			res.Detail = "every test passed; the mutated function never ran"
+			res.Detail = "every test passed; the mutated statement never ran"
 		}
 		res.Elapsed = time.Since(start)
 		return res, all
@@ -211,9 +211,9 @@ func runSchema(o options, b schemaBuild, m mutants.Mutant, dir string) (mutants.
 
 // runBinaries runs m's test binaries in turn, stopping at the first that fails; hung says one outlived
 // the outer deadline (a binary that ignores -test.timeout).
-func runBinaries(o options, b schemaBuild, m mutants.Mutant, reached string) (out []byte, err error, hung bool) {
+func runBinaries(o options, b schemaBuild, m mutants.Mutant, reached string) (out []byte, hung bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(reached), 0o755); err != nil {
-		return nil, err, false
+		return nil, false, err
 	}
 	var buf bytes.Buffer
 	for _, p := range m.Pkgs {
@@ -234,10 +234,10 @@ func runBinaries(o options, b schemaBuild, m mutants.Mutant, reached string) (ou
 		timedOut := ctx.Err() != nil
 		cancel()
 		if timedOut || err != nil {
-			return buf.Bytes(), err, timedOut
+			return buf.Bytes(), timedOut, err
 		}
 	}
-	return buf.Bytes(), nil, false
+	return buf.Bytes(), false, nil
 }
 
 func countTrue(m map[string]bool) int {

@@ -4,8 +4,8 @@
 //
 // A guard is only proven by a test that fails without it. Each mutant removes or weakens one guard (a
 // WHERE predicate, an ON CONFLICT, a fence comparison, a Lua step, a lease check...) by replacing one
-// exact snippet of one file; the runner applies it to a scratch copy of the tree and runs the tests
-// named for it, which must fail.
+// exact snippet of one file; the runner builds the mutated program (in a schema with the others where it
+// can: schema.go) and runs the tests named for it, which must fail.
 package mutants
 
 import (
@@ -130,7 +130,8 @@ var (
 	noTestsRun = regexp.MustCompile(`(?m)^testing: warning: no tests to run$`)
 )
 
-// Judge reads the combined output of one `go test` run over a mutated tree (exitErr is its error, nil
+// Judge reads the combined output of one `go test` run over a mutated tree, or of a schema's test
+// binaries run with the mutant chosen (exitErr is its error, nil
 // for exit status 0) and says what it proves. detail is the first failing test for Killed, and a short
 // reason otherwise.
 func Judge(out string, exitErr error) (v Verdict, detail string) {

@@ -59,10 +59,11 @@ type edit struct {
 //   - its snippet does not occur exactly once, or is not inside a function's body (a package-level SQL
 //     string or Lua script);
 //   - its snippet holds a label (renaming the copy's labels would change it);
-//   - its function's body declares with :=, at its top level, a name that is also a named result, or a
-//     parameter that a closure or a pointer holds (`v, err := f()` with a named result err): in the
-//     function's own block that assigns it; in the copy's block, one level down, it would declare a new
-//     variable that defers and closures do not see.
+//   - its function's body declares with :=, at its top level, a name that is also a parameter or a
+//     result (`ctx, cancel := context.WithTimeout(ctx, d)`): in the function's own block that assigns
+//     it; in the copy's block, one level down, it would declare a new variable (see redeclared);
+//   - its function has a goto (it could jump past the reached mark, or back over a copy's declaration);
+//   - applied alone, it might not compile where its copy would (see compilesAlone).
 func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err error) {
 	fset := token.NewFileSet()
 	file, err := parser.ParseFile(fset, "", src, parser.SkipObjectResolution)
@@ -72,7 +73,7 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 	offset := func(p token.Pos) int { return fset.Position(p).Offset }
 	var edits []edit
 	skipped = map[string]string{}
-	for _, m := range ms {
+	for k, m := range ms {
 		start := strings.Index(string(src), m.Original)
 		if start < 0 || strings.Count(string(src), m.Original) != 1 {
 			skipped[m.ID] = "its original does not occur exactly once"
@@ -93,6 +94,15 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 			skipped[m.ID] = fn.Name.Name + " declares " + name + " again at its body's top level"
 			continue
 		}
+		if hasGoto(fn.Body) {
+			// A goto could jump past the reached mark, or back over a copy's declaration.
+			skipped[m.ID] = fn.Name.Name + " has a goto"
+			continue
+		}
+		if why := compilesAlone(src, fn, offset, m); why != "" {
+			skipped[m.ID] = why
+			continue
+		}
 		copyEdits := []edit{{at: start, end: end, text: m.Replacement}}
 		labelInSnippet := false
 		ast.Inspect(fn.Body, func(n ast.Node) bool {
@@ -110,7 +120,7 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 			if at+len(label.Name) > start && at < end {
 				labelInSnippet = true
 			}
-			copyEdits = append(copyEdits, edit{at: at, end: at + len(label.Name), text: "idemshopMutantLabel_" + label.Name})
+			copyEdits = append(copyEdits, edit{at: at, end: at + len(label.Name), text: fmt.Sprintf("idemshopMutant%d_%s", k, label.Name)})
 			return true
 		})
 		if labelInSnippet {
@@ -205,53 +215,182 @@ func reachedPoint(body *ast.BlockStmt, offset func(token.Pos) int, start, end in
 	return at
 }
 
-// redeclared is a name that fn's body declares with := at its top level while fn's receiver, parameters
-// or results declare it already, where the copy's new variable could be told apart from the one it
-// hides: a named result (defers and bare returns read it), or a parameter that a closure or a pointer
-// (&name) in the body holds. "" if none: `ctx, cancel := context.WithTimeout(ctx, d)` with a parameter
-// ctx that nothing else holds behaves the same either way.
+// redeclared is a name that fn's body declares with := at its top level (a labeled statement counts)
+// while fn's receiver, parameters or results declare it already ("" if none). In the function's own
+// block that := assigns the parameter; in the copy's block, one level down, it declares a new variable,
+// which may differ in type (an error parameter against a *MyErr result), and which defers, closures,
+// pointers and a pointer receiver's methods do not see.
 func redeclared(fn *ast.FuncDecl) string {
-	kind := map[string]string{}
+	names := map[string]bool{}
 	for _, list := range []*ast.FieldList{fn.Recv, fn.Type.Params, fn.Type.Results} {
 		if list == nil {
 			continue
 		}
 		for _, f := range list.List {
 			for _, n := range f.Names {
-				kind[n.Name] = "parameter"
-				if list == fn.Type.Results {
-					kind[n.Name] = "result"
-				}
+				names[n.Name] = true
 			}
 		}
 	}
-	held := map[string]bool{}
-	ast.Inspect(fn.Body, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.FuncLit:
-			ast.Inspect(n.Body, func(m ast.Node) bool {
-				if id, ok := m.(*ast.Ident); ok {
-					held[id.Name] = true
-				}
-				return true
-			})
-		case *ast.UnaryExpr:
-			if id, ok := n.X.(*ast.Ident); ok && n.Op == token.AND {
-				held[id.Name] = true
-			}
-		}
-		return true
-	})
 	for _, s := range fn.Body.List {
+		for l, ok := s.(*ast.LabeledStmt); ok; l, ok = s.(*ast.LabeledStmt) {
+			s = l.Stmt
+		}
 		if a, ok := s.(*ast.AssignStmt); ok && a.Tok == token.DEFINE {
 			for _, l := range a.Lhs {
-				if id, ok := l.(*ast.Ident); ok && (kind[id.Name] == "result" || kind[id.Name] == "parameter" && held[id.Name]) {
+				if id, ok := l.(*ast.Ident); ok && names[id.Name] {
 					return id.Name
 				}
 			}
 		}
 	}
 	return ""
+}
+
+func hasGoto(body *ast.BlockStmt) bool {
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		if b, ok := n.(*ast.BranchStmt); ok && b.Tok == token.GOTO {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// compilesAlone says why m, applied alone, might not compile where its copy in a schema would ("" if
+// nothing is seen): the copy sits in an if, so a function with results whose mutated body no longer
+// ends in a terminating statement would run on into the original body instead of failing with
+// "missing return"; and the original body keeps using what the mutant stopped using, so an import or a
+// variable left unused would not fail either. Those run alone, where the compiler judges them. The
+// unused check is coarse (a name that no longer appears before a dot at all): a mutant it leaves out
+// only costs a build of its own.
+func compilesAlone(src []byte, fn *ast.FuncDecl, offset func(token.Pos) int, m Mutant) string {
+	mutated, err := Apply(src, m)
+	if err != nil {
+		return err.Error()
+	}
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, "", mutated, parser.SkipObjectResolution)
+	if err != nil {
+		return "the mutated file does not parse"
+	}
+	if fn.Type.Results != nil && len(fn.Type.Results.List) > 0 {
+		at := offset(fn.Pos())
+		for _, d := range file.Decls {
+			if f, ok := d.(*ast.FuncDecl); ok && fset.Position(f.Pos()).Offset == at && f.Body != nil {
+				if n := len(f.Body.List); n == 0 || !terminating(f.Body.List[n-1], "") {
+					return "its mutated " + fn.Name.Name + " may not end in a return"
+				}
+			}
+		}
+	}
+	before, after := selectorBases(src), selectorBases(mutated)
+	for name := range before {
+		if !after[name] {
+			return "it removes the last " + name + ".X (an unused import or variable, alone)"
+		}
+	}
+	return ""
+}
+
+// selectorBases is every name that appears before a dot in src (pkg.Func, v.Field).
+func selectorBases(src []byte) map[string]bool {
+	names := map[string]bool{}
+	file, err := parser.ParseFile(token.NewFileSet(), "", src, parser.SkipObjectResolution)
+	if err != nil {
+		return names
+	}
+	ast.Inspect(file, func(n ast.Node) bool {
+		if s, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := s.X.(*ast.Ident); ok {
+				names[id.Name] = true
+			}
+		}
+		return true
+	})
+	return names
+}
+
+// terminating is the Go spec's "terminating statement" read from the syntax alone, as the compiler
+// reads it for "missing return"; label is s's label, if any.
+func terminating(s ast.Stmt, label string) bool {
+	switch s := s.(type) {
+	case *ast.ReturnStmt:
+		return true
+	case *ast.BranchStmt:
+		return s.Tok == token.GOTO || s.Tok == token.FALLTHROUGH
+	case *ast.ExprStmt:
+		call, ok := s.X.(*ast.CallExpr)
+		if !ok {
+			return false
+		}
+		id, ok := call.Fun.(*ast.Ident)
+		return ok && id.Name == "panic"
+	case *ast.BlockStmt:
+		return len(s.List) > 0 && terminating(s.List[len(s.List)-1], "")
+	case *ast.IfStmt:
+		return s.Else != nil && terminating(s.Body, "") && terminating(s.Else, "")
+	case *ast.LabeledStmt:
+		return terminating(s.Stmt, s.Label.Name)
+	case *ast.ForStmt:
+		return s.Cond == nil && !breaks(s.Body.List, label)
+	case *ast.SwitchStmt:
+		return clausesTerminate(s.Body, label, false)
+	case *ast.TypeSwitchStmt:
+		return clausesTerminate(s.Body, label, false)
+	case *ast.SelectStmt:
+		return clausesTerminate(s.Body, label, true)
+	}
+	return false
+}
+
+// clausesTerminate: every clause ends in a terminating statement and holds no break out of it, and a
+// switch has a default (a select needs none).
+func clausesTerminate(body *ast.BlockStmt, label string, isSelect bool) bool {
+	hasDefault := isSelect
+	for _, c := range body.List {
+		var list []ast.Stmt
+		switch c := c.(type) {
+		case *ast.CaseClause:
+			list, hasDefault = c.Body, hasDefault || c.List == nil
+		case *ast.CommClause:
+			list = c.Body
+		}
+		if len(list) == 0 || !terminating(list[len(list)-1], "") || breaks(list, label) {
+			return false
+		}
+	}
+	return hasDefault
+}
+
+// breaks says whether list holds a break that leaves the statement it belongs to: an unlabeled one
+// outside any nested for, switch or select, or one naming label.
+func breaks(list []ast.Stmt, label string) bool {
+	found := false
+	var walk func(n ast.Node, nested bool)
+	walk = func(n ast.Node, nested bool) {
+		ast.Inspect(n, func(x ast.Node) bool {
+			switch x := x.(type) {
+			case *ast.BranchStmt:
+				if x.Tok == token.BREAK && (x.Label == nil && !nested || x.Label != nil && x.Label.Name == label) {
+					found = true
+				}
+			case *ast.ForStmt, *ast.RangeStmt, *ast.SwitchStmt, *ast.TypeSwitchStmt, *ast.SelectStmt:
+				if x != n {
+					walk(x, true)
+					return false
+				}
+			case *ast.FuncLit:
+				return false
+			}
+			return !found
+		})
+	}
+	for _, s := range list {
+		walk(s, false)
+	}
+	return found
 }
 
 // SchemaSupport is the source of SchemaFile for package pkg: idemshopMutantOn, which says whether id is
@@ -269,12 +408,18 @@ import (
 	"sync"
 )
 
+// Zero values only: a package variable initialized through an interface call may run a mutated
+// function before any initialized variable of this file is set.
 var (
-	idemshopMutantChosen = os.Getenv("` + SelectEnv + `")
+	idemshopMutantRead   sync.Once
+	idemshopMutantChosen string
 	idemshopMutantMarked sync.Once
 )
 
-func idemshopMutantOn(id string) bool { return id == idemshopMutantChosen }
+func idemshopMutantOn(id string) bool {
+	idemshopMutantRead.Do(func() { idemshopMutantChosen = os.Getenv("` + SelectEnv + `") })
+	return id == idemshopMutantChosen
+}
 
 func idemshopMutantReached() {
 	idemshopMutantMarked.Do(func() {

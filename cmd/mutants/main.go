@@ -297,12 +297,27 @@ func writeOverlay(dir, path string, mutated []byte) (string, error) {
 	if err := os.WriteFile(file, mutated, 0o644); err != nil {
 		return "", err
 	}
-	js, err := json.Marshal(map[string]map[string]string{"Replace": {path: file}})
-	if err != nil {
-		return "", err
-	}
 	overlay := filepath.Join(dir, "overlay.json")
-	return overlay, os.WriteFile(overlay, js, 0o644)
+	return overlay, writeOverlayFile(overlay, map[string]string{path: file})
+}
+
+// writeOverlayFile writes a `go build -overlay` file that puts each replace[path] in place of path.
+func writeOverlayFile(overlay string, replace map[string]string) error {
+	js, err := json.Marshal(map[string]map[string]string{"Replace": replace})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(overlay, js, 0o644)
+}
+
+// buildFlags are the build flags of every test binary the runner builds, alone or in a schema (see
+// goTest).
+func buildFlags(o options) []string {
+	flags := []string{"-vet=off", "-ldflags=-s -w", "-gcflags=./...=-N -l"}
+	if o.race {
+		flags = append(flags, "-race")
+	}
+	return flags
 }
 
 // goTest runs `go test -count=1 -failfast -vet=off [-race] [-overlay F] -timeout T -run R pkgs` in dir
@@ -311,11 +326,8 @@ func writeOverlay(dir, path string, mutated []byte) (string, error) {
 // -gcflags=./...=-N -l: see the package comment (the module's packages only; dependencies keep the
 // build cache that go vet filled).
 func goTest(ctx context.Context, o options, dir, overlay, runRE string, pkgs []string) ([]byte, error) {
-	args := []string{"test", "-count=1", "-failfast", "-vet=off", "-ldflags=-s -w", "-gcflags=./...=-N -l",
-		"-timeout", o.timeout.String(), "-run", runRE}
-	if o.race {
-		args = append(args, "-race")
-	}
+	args := append([]string{"test", "-count=1", "-failfast"}, buildFlags(o)...)
+	args = append(args, "-timeout", o.timeout.String(), "-run", runRE)
 	if overlay != "" {
 		args = append(args, "-overlay", overlay)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"go/parser"
 	"go/token"
@@ -98,12 +97,8 @@ func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild
 			return b, err
 		}
 	}
-	js, err := json.Marshal(map[string]map[string]string{"Replace": replace})
-	if err != nil {
-		return b, err
-	}
 	b.overlay = filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(b.overlay, js, 0o644); err != nil {
+	if err := writeOverlayFile(b.overlay, replace); err != nil {
 		return b, err
 	}
 
@@ -151,9 +146,7 @@ func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild
 	}
 	fmt.Printf("mutants: %d of %d mutants in %d schema test binaries, built in %s\n",
 		countTrue(b.in), len(list), len(b.bins), time.Since(start).Round(time.Second))
-	if len(b.bins) < len(pkgs) {
-		b.failed = len(pkgs) - len(b.bins)
-	}
+	b.failed = len(pkgs) - len(b.bins)
 	return b, nil
 }
 
@@ -166,13 +159,10 @@ func writeReplacement(replace map[string]string, dir, path string, content []byt
 	return os.WriteFile(file, content, 0o644)
 }
 
-// goTestCompile builds pkg's test binary to bin with the overlay, with goTest's flags (see there).
+// goTestCompile builds pkg's test binary to bin with the overlay and buildFlags.
 func goTestCompile(o options, overlay, bin, pkg string) ([]byte, error) {
-	args := []string{"test", "-c", "-o", bin, "-vet=off", "-ldflags=-s -w", "-gcflags=./...=-N -l", "-overlay", overlay}
-	if o.race {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, pkg)...)
+	args := append([]string{"test", "-c", "-o", bin}, buildFlags(o)...)
+	cmd := exec.Command("go", append(args, "-overlay", overlay, pkg)...)
 	cmd.Dir = o.moduleDir
 	return cmd.CombinedOutput()
 }

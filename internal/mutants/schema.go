@@ -73,6 +73,7 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 	offset := func(p token.Pos) int { return fset.Position(p).Offset }
 	var edits []edit
 	skipped = map[string]string{}
+	bases := selectorBases(src)
 	for k, m := range ms {
 		start := strings.Index(string(src), m.Original)
 		if start < 0 || strings.Count(string(src), m.Original) != 1 {
@@ -99,7 +100,7 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 			skipped[m.ID] = fn.Name.Name + " has a goto"
 			continue
 		}
-		if why := compilesAlone(src, fn, offset, m); why != "" {
+		if why := compilesAlone(src, bases, fn, offset, m); why != "" {
 			skipped[m.ID] = why
 			continue
 		}
@@ -265,7 +266,8 @@ func hasGoto(body *ast.BlockStmt) bool {
 // variable left unused would not fail either. Those run alone, where the compiler judges them. The
 // unused check is coarse (a name that no longer appears before a dot at all): a mutant it leaves out
 // only costs a build of its own.
-func compilesAlone(src []byte, fn *ast.FuncDecl, offset func(token.Pos) int, m Mutant) string {
+// bases is selectorBases(src).
+func compilesAlone(src []byte, bases map[string]bool, fn *ast.FuncDecl, offset func(token.Pos) int, m Mutant) string {
 	mutated, err := Apply(src, m)
 	if err != nil {
 		return err.Error()
@@ -285,8 +287,8 @@ func compilesAlone(src []byte, fn *ast.FuncDecl, offset func(token.Pos) int, m M
 			}
 		}
 	}
-	before, after := selectorBases(src), selectorBases(mutated)
-	for name := range before {
+	after := selectorBases(mutated)
+	for name := range bases {
 		if !after[name] {
 			return "it removes the last " + name + ".X (an unused import or variable, alone)"
 		}

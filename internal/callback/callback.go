@@ -448,11 +448,16 @@ func (s *Service) settleFailed(ctx context.Context, tx *gorm.DB, o orders.Order,
 // whether it did. Only a PAID order gets its stock and points back (REFUND_REQUIRED never took stock
 // nor earned points); the conditional UPDATE PAID → REFUNDED makes that happen once, however many
 // callbacks, resends and reconciler runs reach this point. Either way the order's refund requests are
-// done: the money is back.
+// done: the money is back. Below the amount, a refund request not sent yet is capped at what is left
+// (refunds.Cap): a refund recorded after the request was (an operator's at the platform, a partial
+// refund whose callback came late) leaves less to refund than it asks for.
 func (s *Service) settleRefunds(ctx context.Context, tx *gorm.DB, o orders.Order) (bool, error) {
 	refunded, _, err := s.orders.Refunded(ctx, tx, o.ID)
-	if err != nil || refunded < o.AmountCents {
+	if err != nil {
 		return false, err
+	}
+	if refunded < o.AmountCents {
+		return false, refunds.Cap(ctx, tx, o.ID, o.AmountCents-refunded)
 	}
 	if err := refunds.CloseAll(ctx, tx, o.ID); err != nil {
 		return false, err

@@ -208,6 +208,30 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSuccessAfterFailedAsksOnlyForWhatIsNotRefunded$",
 	},
 	{
+		ID: "refund-cap", Guard: "refund request: cap",
+		File: "internal/callback/callback.go",
+		// A refund recorded after the request leaves it asking for more than is left: refused for ever.
+		Original:    "return false, refunds.Cap(ctx, tx, o.ID, o.AmountCents-refunded)",
+		Replacement: "return false, nil",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundMadeAfterTheRequestIsNotAskedAgain$",
+	},
+	{
+		ID: "refund-cap-due", Guard: "refund request: cap",
+		File: "internal/refunds/refunds.go",
+		// A capped request waits out the retry wait of a refusal that was about its old amount.
+		Original:    "SET amount_cents = ?, next_attempt_at = now(), updated_at = now()",
+		Replacement: "SET amount_cents = ?, updated_at = now()",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestCappedRefundIsSentAtOnceForWhatIsLeft$",
+	},
+	{
+		ID: "refund-cap-pending", Guard: "refund request: cap",
+		File: "internal/refunds/refunds.go",
+		// A request the platform already has would be rewritten to an amount it was never sent with.
+		Original:    "WHERE order_id = ? AND status = 'PENDING' AND amount_cents > ?`, restCents",
+		Replacement: "WHERE order_id = ? AND amount_cents > ?`, restCents",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestCappedRefundIsSentAtOnceForWhatIsLeft$",
+	},
+	{
 		ID: "refund-request-once", Guard: "refund request: once",
 		File:        "internal/refunds/refunds.go",
 		Original:    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (refund_no) DO NOTHING`",

@@ -416,6 +416,49 @@ func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND status = 'REFUNDED' AND applied", id))
 }
 
+// An out-of-stock order owes its whole payment back, and a refund made at the platform after that was
+// recorded (here an operator's partial refund, whose callback the shop records) leaves less to refund.
+// The request is capped at the rest, so the sweeper asks for what is left and the order ends REFUNDED,
+// with the payment refunded exactly in full. Asked for the whole amount, the platform refused it
+// (refund_exceeds_payment) at every try, and the order stayed REFUND_REQUIRED for ever.
+func TestRefundMadeAfterTheRequestIsNotAskedAgain(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = 20 * time.Millisecond })
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
+	id, amount := rp.newOrder(bob, 2, 1)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	r := rp.pay(bob, id, "pay-then-ops-refund")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	eventually(t, patience, "the order to need a refund", func() bool {
+		return statusOf(t, env.DB, id) == "REFUND_REQUIRED"
+	})
+	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'PENDING' AND amount_cents = ?", id, amount))
+
+	part := amount / 4
+	_, created, err := mock.client.Refund(context.Background(), payclient.RefundRequest{PaymentID: paymentID(t, r),
+		RefundNo: fmt.Sprintf("ops-%d", id), AmountCents: part})
+	require.NoError(t, err)
+	require.True(t, created)
+	eventually(t, patience, "the operator's refund to be recorded", func() bool {
+		return count(t, env.DB, "orders", "id = ? AND refunded_cents = ?", id, part) == 1
+	})
+	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'PENDING' AND amount_cents = ?", id, amount-part),
+		"the request asks for what the platform has not refunded yet")
+
+	done, err := rp.app.Sweeper.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.RefundRequested: 1}, done, "one refund sent, and the platform took it")
+	eventually(t, patience, "the order to be refunded", func() bool {
+		return statusOf(t, env.DB, id) == "REFUNDED"
+	})
+	p, err := mock.client.GetPayment(context.Background(), paymentID(t, r))
+	require.NoError(t, err)
+	assert.Equal(t, amount, p.RefundedCents, "refunded exactly in full: the operator's part and the rest")
+	assert.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'DONE'", id))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = ?", id, amount))
+}
+
 // A FAILED callback that arrives while the order is still PENDING (the pay call timed out, so nobody
 // recorded PAYING yet) closes the order at once: answered "stale", it would never be resent. The
 // sweeper then completes the record, and leaves the order FAILED.

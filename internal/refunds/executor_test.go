@@ -210,3 +210,64 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	runOnce(t, e)
 	assert.Equal(t, 2, p.requests("unanswered"))
 }
+
+// A refund request the platform refused for asking more than is left, then capped at what is left
+// (Cap, in the transaction that recorded a refund made since), is due at once and sent with its new
+// amount. Left to its retry wait (an hour here), the order would wait that long for its money.
+func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	const left = 75 // the platform has refunded 25 of the 100 cents by other means
+	var mu sync.Mutex
+	var asked []int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req payclient.RefundRequest
+		if json.NewDecoder(r.Body).Decode(&req) != nil {
+			http.Error(w, "unexpected request", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		asked = append(asked, req.AmountCents)
+		mu.Unlock()
+		if req.AmountCents > left {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"status":400,"code":"refund_exceeds_payment"}`))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"refund":{"refund_no":"` + req.RefundNo + `"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	client, err := payclient.New(srv.URL, 5*time.Second)
+	require.NoError(t, err)
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 10,
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+	require.NoError(t, err)
+	owe(t, env, "capped")
+	var orderID int64
+	require.NoError(t, env.DB.Raw(`SELECT order_id FROM refund_requests WHERE refund_no = 'capped'`).Row().Scan(&orderID))
+
+	sent, err := e.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{refunds.ResultRefused: 1}, sent, "100 cents asked, 75 left")
+
+	require.NoError(t, refunds.Cap(ctx, env.DB, orderID, left))
+	sent, err = e.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{refunds.ResultRequested: 1}, sent, "due at once, not after the refusal's wait")
+	mu.Lock()
+	assert.Equal(t, []int64{100, left}, asked)
+	mu.Unlock()
+	var status string
+	var amount int64
+	require.NoError(t, env.DB.Raw(`SELECT status, amount_cents FROM refund_requests WHERE refund_no = 'capped'`).Row().Scan(&status, &amount))
+	assert.Equal(t, "REQUESTED", status)
+	assert.EqualValues(t, left, amount, "the row says what was asked")
+
+	require.NoError(t, refunds.Cap(ctx, env.DB, orderID, 10))
+	require.NoError(t, env.DB.Raw(`SELECT amount_cents FROM refund_requests WHERE refund_no = 'capped'`).Row().Scan(&amount))
+	assert.EqualValues(t, left, amount, "a request the platform has is the platform's to finish")
+}

@@ -42,6 +42,21 @@ func CloseAll(ctx context.Context, tx *gorm.DB, orderID int64) error {
 	return nil
 }
 
+// Cap lowers every PENDING refund request of order orderID to restCents, the part of the payment the
+// platform has not refunded yet, inside the caller's transaction tx (the one that recorded a refund).
+// The platform refuses a refund past what is left (refund_exceeds_payment), so a request still asking
+// for what was owed when it was recorded, after a refund that came since (an operator's at the
+// platform, a partial refund whose callback came late), would be refused for ever, and its order would
+// stay REFUND_REQUIRED. A capped request is due at once: the refusals it had were of the larger amount.
+// A request already sent (REQUESTED) is the platform's to finish, and is left as it is.
+func Cap(ctx context.Context, tx *gorm.DB, orderID, restCents int64) error {
+	if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET amount_cents = ?, next_attempt_at = now(), updated_at = now()
+		WHERE order_id = ? AND status = 'PENDING' AND amount_cents > ?`, restCents, orderID, restCents).Error; err != nil {
+		return fmt.Errorf("cap refund requests of order %d at %d cents: %w", orderID, restCents, err)
+	}
+	return nil
+}
+
 // Pending is a refund request not yet sent to the platform. AmountCents is in the order's minor units;
 // Refusals is how many times the platform refused it so far.
 type Pending struct {

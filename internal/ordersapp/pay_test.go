@@ -368,6 +368,22 @@ func TestPayWithRedisDown(t *testing.T) {
 	assert.Len(t, ids, 1, "one payment for the order")
 }
 
+// payOutOfStock pays a new order of bob's at mock, under Idempotency-Key key, after its product's stock
+// is gone, and waits for the order to need a refund (REFUND_REQUIRED, with a refund request). It returns
+// the replica, the order's id and amount, and the pay response.
+func payOutOfStock(t *testing.T, env *testenv.Env, mock *mockPlatform, key string) (*replica, int64, int64, response) {
+	t.Helper()
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
+	id, amount := rp.newOrder(bob, 2, 1)
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
+	r := rp.pay(bob, id, key)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	eventually(t, patience, "the order to need a refund", func() bool {
+		return statusOf(t, env.DB, id) == "REFUND_REQUIRED"
+	})
+	return rp, id, amount, r
+}
+
 // REFUND_REQUIRED ends REFUNDED with one refund at the platform, though every callback comes 3 times.
 func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
 	t.Parallel()
@@ -376,15 +392,7 @@ func TestRefundRequiredEndsRefundedOnce(t *testing.T) {
 		c.AutoApproveDelay = 20 * time.Millisecond
 		c.Chaos.Duplicates = 3
 	})
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
-	id, amount := rp.newOrder(bob, 2, 1)
-	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
-
-	r := rp.pay(bob, id, "pay-refund")
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	eventually(t, patience, "the order to need a refund", func() bool {
-		return statusOf(t, env.DB, id) == "REFUND_REQUIRED"
-	})
+	rp, id, amount, r := payOutOfStock(t, env, mock, "pay-refund")
 	for range 2 { // a second sweep must not refund again
 		_, err := rp.app.Sweeper.RunOnce(context.Background())
 		require.NoError(t, err)
@@ -425,14 +433,7 @@ func TestRefundMadeAfterTheRequestIsNotAskedAgain(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = 20 * time.Millisecond })
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
-	id, amount := rp.newOrder(bob, 2, 1)
-	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 2`).Error)
-	r := rp.pay(bob, id, "pay-then-ops-refund")
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	eventually(t, patience, "the order to need a refund", func() bool {
-		return statusOf(t, env.DB, id) == "REFUND_REQUIRED"
-	})
+	rp, id, amount, r := payOutOfStock(t, env, mock, "pay-then-ops-refund")
 	require.EqualValues(t, 1, count(t, env.DB, "refund_requests", "order_id = ? AND status = 'PENDING' AND amount_cents = ?", id, amount))
 
 	part := amount / 4

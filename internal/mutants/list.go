@@ -219,9 +219,25 @@ var List = []Mutant{
 		ID: "refund-cap-due", Guard: "refund request: cap",
 		File: "internal/refunds/refunds.go",
 		// A capped request waits out the retry wait of a refusal that was about its old amount.
-		Original:    "SET amount_cents = ?, next_attempt_at = now(), updated_at = now()",
-		Replacement: "SET amount_cents = ?, updated_at = now()",
+		Original:    "refusals = 0, next_attempt_at = now(), updated_at = now()",
+		Replacement: "refusals = 0, updated_at = now()",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestCappedRefundIsSentAtOnceForWhatIsLeft$",
+	},
+	{
+		ID: "refund-cap-refusals", Guard: "refund request: cap",
+		File: "internal/refunds/refunds.go",
+		// A capped request refused again waits as if its old amount's refusals were its own.
+		Original:    "SET amount_cents = ?, refusals = 0, next_attempt_at = now()",
+		Replacement: "SET amount_cents = ?, next_attempt_at = now()",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestCappedRefundIsSentAtOnceForWhatIsLeft$",
+	},
+	{
+		ID: "refund-refused-amount", Guard: "refund request: cap",
+		File: "internal/refunds/refunds.go",
+		// The refusal of an amount capped during its send pushes the capped request back by the wait.
+		Original:    "AND refusals = ? AND amount_cents = ?`, wait.Seconds(), id, seen, sentCents)",
+		Replacement: "AND refusals = ? AND amount_cents = amount_cents + 0*?`, wait.Seconds(), id, seen, sentCents)",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestRefundCappedWhileItIsSentStaysDue$",
 	},
 	{
 		ID: "refund-cap-pending", Guard: "refund request: cap",
@@ -250,7 +266,7 @@ var List = []Mutant{
 		ID: "refund-refused-later", Guard: "refund: refused, later",
 		File: "internal/refunds/executor.go",
 		// A refused refund stays due at once, at the head of the queue.
-		Original:    "recorded, rerr := Refused(after, e.db, r.ID, r.RefundNo, r.Refusals, wait)",
+		Original:    "recorded, rerr := Refused(after, e.db, r.ID, r.RefundNo, r.Refusals, r.AmountCents, wait)",
 		Replacement: "recorded, rerr := true, error(nil)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsRefundsQueuedBehindRefusedOnes$",
 	},
@@ -259,8 +275,8 @@ var List = []Mutant{
 		File: "internal/refunds/refunds.go",
 		// Two sweepers send one refused refund in the same round: each counts and alerts the refusal,
 		// and the count runs ahead of the wait it was given.
-		Original:    "WHERE id = ? AND status = 'PENDING' AND refusals = ?`, wait.Seconds(), id, seen)",
-		Replacement: "WHERE id = ? AND status = 'PENDING' AND refusals >= ?`, wait.Seconds(), id, seen)",
+		Original:    "WHERE id = ? AND status = 'PENDING' AND refusals = ? AND amount_cents = ?`, wait.Seconds(), id, seen, sentCents)",
+		Replacement: "WHERE id = ? AND status = 'PENDING' AND refusals >= ? AND amount_cents = ?`, wait.Seconds(), id, seen, sentCents)",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestTwoSweepersCountOneRefusalOnce$",
 	},
 	{

@@ -75,7 +75,7 @@ func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error)
 			result := sendResult(err)
 			if result == ResultRefused {
 				wait := e.retry.After(r.Refusals + 1)
-				recorded, rerr := Refused(after, e.db, r.ID, r.RefundNo, r.Refusals, wait)
+				recorded, rerr := Refused(after, e.db, r.ID, r.RefundNo, r.Refusals, r.AmountCents, wait)
 				if rerr != nil {
 					return sent, rerr
 				}
@@ -84,8 +84,9 @@ func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error)
 						"order_id", r.OrderID, "refund_no", r.RefundNo, "refusals", r.Refusals+1, "next_attempt_in", wait,
 						"err", err)
 				} else {
-					e.logger.Info("payment platform refused a refund another sweeper sent and recorded in the same round",
-						"order_id", r.OrderID, "refund_no", r.RefundNo)
+					e.logger.Info("payment platform refused a refund whose refusal was not counted: another sweeper "+
+						"counted it in the same round, or the request was capped while it was sent",
+						"order_id", r.OrderID, "refund_no", r.RefundNo, "sent_cents", r.AmountCents)
 				}
 			} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
 				return sent, perr

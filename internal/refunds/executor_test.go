@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,14 +73,16 @@ func (p *platform) requests(refundNo string) int {
 	return p.got[refundNo]
 }
 
-// owe records a PENDING refund request of 100 cents numbered refundNo, for a new order of alice's.
-func owe(t *testing.T, env *testenv.Env, refundNo string) {
+// owe records a PENDING refund request of 100 cents numbered refundNo, for a new order of alice's, and
+// returns the order's id.
+func owe(t *testing.T, env *testenv.Env, refundNo string) int64 {
 	t.Helper()
 	var orderID int64
 	require.NoError(t, env.DB.Raw(`INSERT INTO orders (user_id, product_id, quantity, amount_cents, currency)
 		SELECT u.id, 1, 1, 100, 'EUR' FROM users u WHERE u.name = 'alice' RETURNING id`).Scan(&orderID).Error)
 	require.NoError(t, env.DB.Exec(`INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason)
 		VALUES (?, ?, ?, 100, 'test')`, orderID, "pay_"+refundNo, refundNo).Error)
+	return orderID
 }
 
 // A refund the platform refuses stays owed, but it is not asked again at every run: after the n-th
@@ -211,14 +214,11 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	assert.Equal(t, 2, p.requests("unanswered"))
 }
 
-// A refund request the platform refused for asking more than is left, then capped at what is left
-// (Cap, in the transaction that recorded a refund made since), is due at once and sent with its new
-// amount. Left to its retry wait (an hour here), the order would wait that long for its money.
-func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
-	t.Parallel()
-	env := testenv.New(t)
-	ctx := context.Background()
-	const left = 75 // the platform has refunded 25 of the 100 cents by other means
+// amountPlatform is a payment platform's refund route with left cents left to refund on every payment:
+// it refuses a larger refund (400 refund_exceeds_payment) and takes any other. beforeAnswer, when set,
+// runs on each request before it is answered. It returns the client and the amounts asked, in order.
+func amountPlatform(t *testing.T, left int64, beforeAnswer func()) (*payclient.Client, func() []int64) {
+	t.Helper()
 	var mu sync.Mutex
 	var asked []int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -230,6 +230,9 @@ func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
 		mu.Lock()
 		asked = append(asked, req.AmountCents)
 		mu.Unlock()
+		if beforeAnswer != nil {
+			beforeAnswer()
+		}
 		if req.AmountCents > left {
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusBadRequest)
@@ -243,31 +246,90 @@ func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
 	t.Cleanup(srv.Close)
 	client, err := payclient.New(srv.URL, 5*time.Second)
 	require.NoError(t, err)
+	return client, func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
+	}
+}
+
+// request reads refund request refundNo back: its status, amount, refusals, and whether it is due now.
+func request(t *testing.T, env *testenv.Env, refundNo string) (status string, amountCents int64, refusals int, due bool) {
+	t.Helper()
+	require.NoError(t, env.DB.Raw(`SELECT status, amount_cents, refusals, next_attempt_at <= now()
+		FROM refund_requests WHERE refund_no = ?`, refundNo).Row().Scan(&status, &amountCents, &refusals, &due))
+	return status, amountCents, refusals, due
+}
+
+// A refund request the platform refused for asking more than is left, then capped at what is left
+// (Cap, in the transaction that recorded a refund made since), is due at once, its waits start over,
+// and it is sent with its new amount. Left to its retry wait (an hour here), the order would wait
+// that long for its money.
+func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	const left = 75 // the platform has refunded 25 of the 100 cents by other means
+	client, asked := amountPlatform(t, left, nil)
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 10,
 		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
 	require.NoError(t, err)
-	owe(t, env, "capped")
-	var orderID int64
-	require.NoError(t, env.DB.Raw(`SELECT order_id FROM refund_requests WHERE refund_no = 'capped'`).Row().Scan(&orderID))
+	orderID := owe(t, env, "capped")
 
 	sent, err := e.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{refunds.ResultRefused: 1}, sent, "100 cents asked, 75 left")
 
 	require.NoError(t, refunds.Cap(ctx, env.DB, orderID, left))
+	_, amount, refusals, due := request(t, env, "capped")
+	assert.EqualValues(t, left, amount)
+	assert.Zero(t, refusals, "the refusal was of the old amount: the waits start over")
+	assert.True(t, due)
 	sent, err = e.RunOnce(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{refunds.ResultRequested: 1}, sent, "due at once, not after the refusal's wait")
-	mu.Lock()
-	assert.Equal(t, []int64{100, left}, asked)
-	mu.Unlock()
-	var status string
-	var amount int64
-	require.NoError(t, env.DB.Raw(`SELECT status, amount_cents FROM refund_requests WHERE refund_no = 'capped'`).Row().Scan(&status, &amount))
+	assert.Equal(t, []int64{100, left}, asked())
+	status, amount, _, _ := request(t, env, "capped")
 	assert.Equal(t, "REQUESTED", status)
 	assert.EqualValues(t, left, amount, "the row says what was asked")
 
 	require.NoError(t, refunds.Cap(ctx, env.DB, orderID, 10))
-	require.NoError(t, env.DB.Raw(`SELECT amount_cents FROM refund_requests WHERE refund_no = 'capped'`).Row().Scan(&amount))
+	_, amount, _, _ = request(t, env, "capped")
 	assert.EqualValues(t, left, amount, "a request the platform has is the platform's to finish")
+}
+
+// A refund recorded while the sweeper is sending the old amount caps the request in the middle of the
+// send: the platform then refuses the old amount, and that refusal is not the capped request's. It
+// stays due at once and goes out at the next run. Counted against it, the refusal's wait pushed the
+// capped request back by REFUND_RETRY_MIN (an hour here) and alerted a refusal of an amount it no
+// longer had.
+func TestRefundCappedWhileItIsSentStaysDue(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	const left = 75
+	var orderID int64
+	var capOnce sync.Once
+	client, asked := amountPlatform(t, left, func() {
+		capOnce.Do(func() { assert.NoError(t, refunds.Cap(ctx, env.DB, orderID, left)) }) // assert: not the test's goroutine
+	})
+	logs := &testenv.Output{}
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10,
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+	require.NoError(t, err)
+	orderID = owe(t, env, "capped-in-flight")
+
+	sent, err := e.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{refunds.ResultRefused: 1}, sent, "the old amount went out and was refused")
+	_, amount, refusals, due := request(t, env, "capped-in-flight")
+	assert.EqualValues(t, left, amount)
+	assert.Zero(t, refusals, "the refusal of the old amount is not counted")
+	assert.True(t, due, "still due at once")
+	assert.NotContains(t, logs.String(), "alert=refund_refused")
+
+	sent, err = e.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{refunds.ResultRequested: 1}, sent)
+	assert.Equal(t, []int64{100, left}, asked())
 }

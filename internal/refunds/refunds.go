@@ -47,10 +47,11 @@ func CloseAll(ctx context.Context, tx *gorm.DB, orderID int64) error {
 // The platform refuses a refund past what is left (refund_exceeds_payment), so a request still asking
 // for what was owed when it was recorded, after a refund that came since (an operator's at the
 // platform, a partial refund whose callback came late), would be refused for ever, and its order would
-// stay REFUND_REQUIRED. A capped request is due at once: the refusals it had were of the larger amount.
-// A request already sent (REQUESTED) is the platform's to finish, and is left as it is.
+// stay REFUND_REQUIRED. A capped request is due at once and its waits start over: the refusals it had
+// were of the larger amount (and one of that amount still on its way is not counted: Refused). A
+// request already sent (REQUESTED) is the platform's to finish, and is left as it is.
 func Cap(ctx context.Context, tx *gorm.DB, orderID, restCents int64) error {
-	if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET amount_cents = ?, next_attempt_at = now(), updated_at = now()
+	if err := tx.WithContext(ctx).Exec(`UPDATE refund_requests SET amount_cents = ?, refusals = 0, next_attempt_at = now(), updated_at = now()
 		WHERE order_id = ? AND status = 'PENDING' AND amount_cents > ?`, restCents, orderID, restCents).Error; err != nil {
 		return fmt.Errorf("cap refund requests of order %d at %d cents: %w", orderID, restCents, err)
 	}
@@ -94,14 +95,19 @@ func Postpone(ctx context.Context, db *gorm.DB, id int64, refundNo string) error
 }
 
 // Refused records that the platform refused PENDING refund request id once more: it stays owed, and
-// is not due again before wait has passed (RetryPolicy.After), behind the others. seen is the refusal
-// count the caller read with the request (Pending.Refusals): the count moves only from there, so that
-// when two sweepers (replicas, or `sweep --once` beside one) sent the same request in one round, its
-// refusal is counted, and alerted, once. recorded is false for the sweeper that came second.
-func Refused(ctx context.Context, db *gorm.DB, id int64, refundNo string, seen int, wait time.Duration) (recorded bool, err error) {
+// is not due again before wait has passed (RetryPolicy.After), behind the others. seen and sentCents
+// are the refusal count and the amount the caller read with the request (Pending.Refusals,
+// Pending.AmountCents), and the row moves only if it still has both:
+//   - when two sweepers (replicas, or `sweep --once` beside one) sent the same request in one round,
+//     its refusal is counted, and alerted, once;
+//   - when the request was capped while it was being sent (Cap: a refund recorded meanwhile), the
+//     refusal was of the old amount, and the capped request stays due at once.
+//
+// recorded is false for the sweeper that came second, and for a refusal of an amount since capped.
+func Refused(ctx context.Context, db *gorm.DB, id int64, refundNo string, seen int, sentCents int64, wait time.Duration) (recorded bool, err error) {
 	res := db.WithContext(ctx).Exec(`UPDATE refund_requests SET refusals = refusals + 1,
 			updated_at = clock_timestamp(), next_attempt_at = clock_timestamp() + make_interval(secs => ?)
-			WHERE id = ? AND status = 'PENDING' AND refusals = ?`, wait.Seconds(), id, seen)
+			WHERE id = ? AND status = 'PENDING' AND refusals = ? AND amount_cents = ?`, wait.Seconds(), id, seen, sentCents)
 	if res.Error != nil {
 		return false, fmt.Errorf("record refusal of refund %s: %w", refundNo, res.Error)
 	}

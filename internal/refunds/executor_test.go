@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,17 +20,17 @@ import (
 	"idemshop/internal/testenv"
 )
 
-// platform is a payment platform's refund route that answers each refund_no with the status it was
-// given (201 for any other) and counts the requests it got, by refund_no.
+// platform is a payment platform's refund route: answer gives the status of each refund request (201
+// takes it; anything else is a problem response), and beforeAnswer, when set, runs on each request
+// before it is answered. It keeps every request it got, in order.
 type platform struct {
-	mu      sync.Mutex
-	answers map[string]int
-	got     map[string]int
+	mu  sync.Mutex
+	got []payclient.RefundRequest
 }
 
-func newPlatform(t *testing.T, answers map[string]int) (*platform, *payclient.Client) {
+func newPlatform(t *testing.T, answer func(payclient.RefundRequest) int, beforeAnswer func()) (*platform, *payclient.Client) {
 	t.Helper()
-	p := &platform{answers: answers, got: map[string]int{}}
+	p := &platform{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req payclient.RefundRequest
 		if r.URL.Path != "/v1/refunds" || json.NewDecoder(r.Body).Decode(&req) != nil {
@@ -39,12 +38,12 @@ func newPlatform(t *testing.T, answers map[string]int) (*platform, *payclient.Cl
 			return
 		}
 		p.mu.Lock()
-		p.got[req.RefundNo]++
-		status, ok := p.answers[req.RefundNo]
+		p.got = append(p.got, req)
 		p.mu.Unlock()
-		if !ok {
-			status = http.StatusCreated
+		if beforeAnswer != nil {
+			beforeAnswer()
 		}
+		status := answer(req)
 		w.Header().Set("Content-Type", "application/problem+json")
 		if status == http.StatusCreated {
 			w.Header().Set("Content-Type", "application/json")
@@ -56,6 +55,27 @@ func newPlatform(t *testing.T, answers map[string]int) (*platform, *payclient.Cl
 	c, err := payclient.New(srv.URL, 5*time.Second)
 	require.NoError(t, err)
 	return p, c
+}
+
+// byRefundNo answers each refund_no in answers with its status, and takes any other (201).
+func byRefundNo(answers map[string]int) func(payclient.RefundRequest) int {
+	return func(req payclient.RefundRequest) int {
+		if status, ok := answers[req.RefundNo]; ok {
+			return status
+		}
+		return http.StatusCreated
+	}
+}
+
+// leftToRefund is a platform with left cents left to refund on every payment: it refuses a larger
+// refund (400, as refund_exceeds_payment) and takes any other.
+func leftToRefund(left int64) func(payclient.RefundRequest) int {
+	return func(req payclient.RefundRequest) int {
+		if req.AmountCents > left {
+			return http.StatusBadRequest
+		}
+		return http.StatusCreated
+	}
 }
 
 // runOnce runs e once, requires that it did not fail, and returns how many requests the platform left
@@ -70,7 +90,24 @@ func runOnce(t *testing.T, e *refunds.Executor) int {
 func (p *platform) requests(refundNo string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.got[refundNo]
+	n := 0
+	for _, req := range p.got {
+		if req.RefundNo == refundNo {
+			n++
+		}
+	}
+	return n
+}
+
+// amounts returns the amounts of every request the platform got, in order.
+func (p *platform) amounts() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int64, len(p.got))
+	for i, req := range p.got {
+		out[i] = req.AmountCents
+	}
+	return out
 }
 
 // owe records a PENDING refund request of 100 cents numbered refundNo, for a new order of alice's, and
@@ -91,7 +128,7 @@ func owe(t *testing.T, env *testenv.Env, refundNo string) int64 {
 func TestRefusedRefundIsAskedAgainAfterItsWait(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	p, client := newPlatform(t, map[string]int{"refused": http.StatusNotFound})
+	p, client := newPlatform(t, byRefundNo(map[string]int{"refused": http.StatusNotFound}), nil)
 	logs := &testenv.Output{}
 	policy := refunds.RetryPolicy{Min: 300 * time.Millisecond, Max: time.Hour}
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10, policy)
@@ -192,7 +229,7 @@ func TestTwoSweepersCountOneRefusalOnce(t *testing.T) {
 func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	p, client := newPlatform(t, map[string]int{"unanswered": http.StatusServiceUnavailable})
+	p, client := newPlatform(t, byRefundNo(map[string]int{"unanswered": http.StatusServiceUnavailable}), nil)
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 1,
 		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
 	require.NoError(t, err)
@@ -214,45 +251,6 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	assert.Equal(t, 2, p.requests("unanswered"))
 }
 
-// amountPlatform is a payment platform's refund route with left cents left to refund on every payment:
-// it refuses a larger refund (400 refund_exceeds_payment) and takes any other. beforeAnswer, when set,
-// runs on each request before it is answered. It returns the client and the amounts asked, in order.
-func amountPlatform(t *testing.T, left int64, beforeAnswer func()) (*payclient.Client, func() []int64) {
-	t.Helper()
-	var mu sync.Mutex
-	var asked []int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req payclient.RefundRequest
-		if json.NewDecoder(r.Body).Decode(&req) != nil {
-			http.Error(w, "unexpected request", http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		asked = append(asked, req.AmountCents)
-		mu.Unlock()
-		if beforeAnswer != nil {
-			beforeAnswer()
-		}
-		if req.AmountCents > left {
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = w.Write([]byte(`{"status":400,"code":"refund_exceeds_payment"}`))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{"refund":{"refund_no":"` + req.RefundNo + `"}}`))
-	}))
-	t.Cleanup(srv.Close)
-	client, err := payclient.New(srv.URL, 5*time.Second)
-	require.NoError(t, err)
-	return client, func() []int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(asked)
-	}
-}
-
 // request reads refund request refundNo back: its status, amount, refusals, and whether it is due now.
 func request(t *testing.T, env *testenv.Env, refundNo string) (status string, amountCents int64, refusals int, due bool) {
 	t.Helper()
@@ -270,7 +268,7 @@ func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
 	env := testenv.New(t)
 	ctx := context.Background()
 	const left = 75 // the platform has refunded 25 of the 100 cents by other means
-	client, asked := amountPlatform(t, left, nil)
+	p, client := newPlatform(t, leftToRefund(left), nil)
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 10,
 		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
 	require.NoError(t, err)
@@ -288,7 +286,7 @@ func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
 	sent, err = e.RunOnce(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{refunds.ResultRequested: 1}, sent, "due at once, not after the refusal's wait")
-	assert.Equal(t, []int64{100, left}, asked())
+	assert.Equal(t, []int64{100, left}, p.amounts())
 	status, amount, _, _ := request(t, env, "capped")
 	assert.Equal(t, "REQUESTED", status)
 	assert.EqualValues(t, left, amount, "the row says what was asked")
@@ -310,7 +308,7 @@ func TestRefundCappedWhileItIsSentStaysDue(t *testing.T) {
 	const left = 75
 	var orderID int64
 	var capOnce sync.Once
-	client, asked := amountPlatform(t, left, func() {
+	p, client := newPlatform(t, leftToRefund(left), func() {
 		capOnce.Do(func() { assert.NoError(t, refunds.Cap(ctx, env.DB, orderID, left)) }) // assert: not the test's goroutine
 	})
 	logs := &testenv.Output{}
@@ -331,5 +329,5 @@ func TestRefundCappedWhileItIsSentStaysDue(t *testing.T) {
 	sent, err = e.RunOnce(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{refunds.ResultRequested: 1}, sent)
-	assert.Equal(t, []int64{100, left}, asked())
+	assert.Equal(t, []int64{100, left}, p.amounts())
 }

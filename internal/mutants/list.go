@@ -325,6 +325,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/problem"}, Run: "^TestDecodeJSONOpen$",
 	},
 	{
+		ID: "json-null", Guard: "body: no null",
+		File: "internal/platform/problem/jsonbody.go",
+		// null for a field that cannot hold it decodes as nothing: a callback whose occurred_at is null
+		// is applied, and a create whose product_id is null is judged as one without it.
+		Original:    `if string(value) == "null" && !nullable[name] {`,
+		Replacement: `if _ = nullable; false {`,
+		Pkgs:        []string{"./internal/platform/problem", "./internal/ordersapp"}, Run: "^(TestDecodeJSONRefusesNullForAFieldThatCannotHoldIt|TestBadCallbacksChangeNothing|TestBadInputWritesNothing)$",
+	},
+	{
 		ID: "callback-claimed-exact", Guard: "audit: exact names",
 		File: "internal/platform/problem/jsonbody.go",
 		// A refused body is audited as encoding/json reads it: "Event_id" after "event_id" names the row.
@@ -486,7 +495,7 @@ var List = []Mutant{
 		ID: "replay-payment", Guard: "replay: one payment",
 		File:        "internal/replay/expect.go",
 		Original:    `if e.payment != "" && ev.PaymentID != e.payment {`,
-		Replacement: `if false {`,
+		Replacement: `if _ = nullable; false {`,
 		Pkgs:        []string{"./internal/replay"}, Run: "^TestExpectFollowsTheRefundAndPaymentRules$",
 	},
 	{

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -365,6 +366,9 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	// The audit row of a refused body records what the refusal read: the exact names, not the last
 	// member encoding/json would have matched.
 	idInAnotherCase := append(bytes.TrimSuffix(good, []byte(`}`)), []byte(`,"Event_id":"evt-not-read"}`)...)
+	// A newcomer's: encoding/json decodes null into a time as nothing, and the event was applied.
+	nullTime := regexp.MustCompile(`"occurred_at":"[^"]*"`).ReplaceAll(good, []byte(`"occurred_at":null`))
+	require.NotEqual(t, good, nullTime)
 
 	cases := []struct {
 		name   string
@@ -392,6 +396,7 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 		{"a field in another case", wrongCase, sign(wrongCase), 400, "malformed_body"},
 		{"a field twice", twice, sign(twice), 400, "malformed_body"},
 		{"event_id in another case, after it", idInAnotherCase, sign(idInAnotherCase), 400, "malformed_body"},
+		{"occurred_at null", nullTime, sign(nullTime), 400, "malformed_body"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

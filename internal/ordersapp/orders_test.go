@@ -108,6 +108,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"quantity 11", alice, []byte(`{"product_id":1,"quantity":11}`), 400, "validation_failed"},
 		{"quantity -1", alice, []byte(`{"product_id":1,"quantity":-1}`), 400, "validation_failed"},
 		{"missing product", alice, []byte(`{"quantity":1}`), 400, "validation_failed"},
+		{"product null", alice, []byte(`{"product_id":null,"quantity":1}`), 400, "malformed_body"},
 		{"unknown product", alice, []byte(`{"product_id":424242,"quantity":1}`), 400, "unknown_product"},
 		{"2 MiB body", alice, huge, 413, "body_too_large"},
 		{"no token", "", []byte(mugOrder), 401, "unauthorized"},

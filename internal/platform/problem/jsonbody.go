@@ -13,8 +13,8 @@ import (
 
 // DecodeJSON decodes body strictly into v (a pointer to a struct): the body must be one JSON object
 // whose member names match the struct's json tags exactly, each at most once. Unknown or wrongly-cased
-// names, duplicates, trailing data, wrong types and syntax errors are all ErrMalformedBody with a
-// detail that names the problem.
+// names, duplicates, null for a field that cannot hold it, trailing data, wrong types and syntax
+// errors are all ErrMalformedBody with a detail that names the problem.
 //
 // Why exact names: encoding/json alone matches names case-insensitively and lets a later duplicate win,
 // so {"product_id":3,"PRODUCT_ID":4} would decode as product 4 while the request fingerprint (canonical
@@ -82,7 +82,10 @@ func exactMembers(body []byte, v any, open bool) error {
 	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return nil
 	}
-	allowed := fieldNames(t.Elem())
+	// encoding/json decodes null into a string, a number, a bool or a time as nothing at all, without
+	// an error: {"occurred_at":null} would pass as a body without the member, and a field that must be
+	// of a type would be left at its zero value. A field that can hold null (a pointer) takes it.
+	allowed, nullable := fieldNames(t.Elem())
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
@@ -107,24 +110,34 @@ func exactMembers(body []byte, v any, open bool) error {
 			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q appears more than once", name))
 		}
 		seen[name] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
 			return nil
+		}
+		if string(value) == "null" && !nullable[name] {
+			return ErrMalformedBody.WithDetail(fmt.Sprintf("field %q must not be null", name))
 		}
 	}
 	return nil
 }
 
-// fieldNames are the JSON member names of struct type t's fields (their tags).
-func fieldNames(t reflect.Type) map[string]bool {
-	names := map[string]bool{}
+// fieldNames are the JSON member names of struct type t's fields (their tags), and which of them can
+// hold null (a pointer, slice, map or interface field).
+func fieldNames(t reflect.Type) (names, nullable map[string]bool) {
+	names, nullable = map[string]bool{}, map[string]bool{}
 	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			names[name] = true
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		names[name] = true
+		switch f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+			nullable[name] = true
 		}
 	}
-	return names
+	return names, nullable
 }
 
 // DecodeClaimed is for the record of a body that was refused (an audit row): best effort, it fills v,
@@ -136,7 +149,7 @@ func DecodeClaimed(body []byte, v any) {
 	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return
 	}
-	allowed := fieldNames(t.Elem())
+	allowed, _ := fieldNames(t.Elem())
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return

@@ -117,3 +117,39 @@ func TestDecodeJSONNamesTheBadTimeField(t *testing.T) {
 	var v body
 	assert.NoError(t, problem.DecodeJSON([]byte(`{"id":"a","occurred_at":"2026-12-05T10:00:00+01:00","seen_at":null}`), &v))
 }
+
+// encoding/json decodes null into a string, a number or a time as nothing at all: {"occurred_at":null}
+// would pass as a body without the member. A member whose field cannot hold null is refused, in both
+// variants; a pointer field takes null, and a null inside a member's value is the value's business.
+func TestDecodeJSONRefusesNullForAFieldThatCannotHoldIt(t *testing.T) {
+	t.Parallel()
+	type body struct {
+		ID    string         `json:"id"`
+		N     int64          `json:"n"`
+		At    time.Time      `json:"occurred_at"`
+		Seen  *time.Time     `json:"seen_at"`
+		Extra map[string]any `json:"extra"`
+	}
+	decoders := map[string]func([]byte, any) error{"DecodeJSON": problem.DecodeJSON, "DecodeJSONOpen": problem.DecodeJSONOpen}
+	for name, decode := range decoders {
+		for in, field := range map[string]string{
+			`{"id":null}`: "id", `{"id":"a","n":null}`: "n", `{"id":"a","occurred_at": null }`: "occurred_at",
+		} {
+			var v body
+			err := decode([]byte(in), &v)
+			assert.ErrorIs(t, err, problem.ErrMalformedBody, name+" "+in)
+			var pe *problem.Error
+			if assert.ErrorAs(t, err, &pe, name+" "+in) {
+				assert.Equal(t, `field "`+field+`" must not be null`, pe.Detail, name+" "+in)
+			}
+		}
+		var v body
+		if assert.NoError(t, decode([]byte(`{"id":"a","seen_at":null,"extra":{"k":null}}`), &v), name) {
+			assert.Equal(t, "a", v.ID, name)
+			assert.Nil(t, v.Seen, name)
+			assert.Equal(t, map[string]any{"k": nil}, v.Extra, name)
+		}
+	}
+	var v body
+	assert.NoError(t, problem.DecodeJSONOpen([]byte(`{"id":"a","fee":null}`), &v), "a member the open variant skips may be null")
+}

@@ -671,9 +671,18 @@ var List = []Mutant{
 		ID: "reconcile-paid-missing", Guard: "reconciler: paid, none",
 		File: "internal/sweeper/reconcile.go",
 		// A PAID order the platform has no payment for counts as no_payment ("still payable"), unsaid.
-		Original:    "if !found && (o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) {",
-		Replacement: "if false {",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAPaidOrderThePlatformDoesNotKnow$",
+		Original:    "if !found && (o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired ||",
+		Replacement: "if !found && false && (false ||",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAnOrderWhosePaymentThePlatformDoesNotKnow$",
+	},
+	{
+		ID: "reconcile-paying-gone", Guard: "reconciler: paying",
+		File: "internal/sweeper/reconcile.go",
+		// A PAYING order whose payment the platform no longer has counts as no_payment, unsaid, and
+		// waits for good: no callback comes, and pay refuses it (a newcomer's, 2026-12-06).
+		Original:    "\t\to.Status == orders.StatusPaying) {",
+		Replacement: "\t\tfalse) {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAnOrderWhosePaymentThePlatformDoesNotKnow$",
 	},
 	{
 		ID: "reconcile-drift-wait", Guard: "reconciler: drift wait",

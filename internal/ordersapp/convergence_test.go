@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -871,9 +872,12 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id), "the refund applied once")
 }
 
-// A PAID order the platform has no payment for (a platform that lost its records) is an alert, not
-// "still payable": the shop holds money the platform says it never took.
-func TestReconcilerAlertsAPaidOrderThePlatformDoesNotKnow(t *testing.T) {
+// An order that has a payment here and none at the platform (a platform that lost its records) is an
+// alert, not "still payable": a PAID order holds money the platform says it never took, and a PAYING
+// one would wait for good (no callback comes for a payment the platform no longer has, and pay refuses
+// an order that is not PENDING; a newcomer's, 2026-12-06: it counted as no_payment, in silence). A
+// FAILED order holds no money: the platform not knowing its payment is no_payment.
+func TestReconcilerAlertsAnOrderWhosePaymentThePlatformDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	mock := newMock(t, nil)
@@ -889,26 +893,35 @@ func TestReconcilerAlertsAPaidOrderThePlatformDoesNotKnow(t *testing.T) {
 	ctx := context.Background()
 	paid, _ := rp.newOrder(alice, 1, 1)
 	paying, _ := rp.newOrder(alice, 1, 1)
-	paymentID(t, rp.pay(alice, paying, "pay-in-flight")) // PAYING: the platform has it PENDING
+	failed, _ := rp.newOrder(alice, 1, 1)
+	payingID := paymentID(t, rp.pay(alice, paying, "pay-in-flight")) // PAYING: the platform has it PENDING
 	pid := paymentID(t, rp.pay(alice, paid, "pay-forgotten"))
 	_, err := mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	_, err = mock.client.Decline(ctx, paymentID(t, rp.pay(alice, failed, "pay-declined")))
 	require.NoError(t, err)
 	_, err = rp.app.Reconciler.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "PAID", statusOf(t, env.DB, paid))
+	require.Equal(t, "PAYING", statusOf(t, env.DB, paying))
+	require.Equal(t, "FAILED", statusOf(t, env.DB, failed))
+	require.NotContains(t, logs.String(), "alert=reconcile_payment_missing", "the platform knows all three")
 
 	amnesiac := reconciling(newMock(t, nil)) // a platform with none of the first one's records
 	time.Sleep(2 * time.Millisecond)         // past RECONCILE_RECHECK
 	rep, err := amnesiac.app.Reconciler.RunOnce(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 1, rep.Orders[sweeper.ReconcilePaymentMissing], "%+v", rep)
-	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileNoPayment], "the PAYING order is still payable: %+v", rep)
-	assert.Equal(t, 1, strings.Count(logs.String(), "alert=reconcile_payment_missing"), logs.String())
-	assert.Contains(t, logs.String(), "order_id="+strconv.FormatInt(paid, 10))
-	assert.Contains(t, logs.String(), "payment_id="+pid, "the order's payment, named")
+	assert.Equal(t, 2, rep.Orders[sweeper.ReconcilePaymentMissing], "%+v", rep)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileNoPayment], "the FAILED order holds no money: %+v", rep)
+	assert.Equal(t, 2, strings.Count(logs.String(), "alert=reconcile_payment_missing"), logs.String())
+	for order, payment := range map[int64]string{paid: pid, paying: payingID} {
+		named := regexp.MustCompile(`order_id=` + strconv.FormatInt(order, 10) + ` .*alert=reconcile_payment_missing payment_id=` + payment + `\b`)
+		assert.Regexp(t, named, logs.String(), "the alert names the order and its payment")
+	}
 	assert.Equal(t, "PAID", statusOf(t, env.DB, paid), "nothing applied")
-	assert.Equal(t, "PAYING", statusOf(t, env.DB, paying))
-	assert.Equal(t, 1.0, metricValue(t, amnesiac.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentMissing}))
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, paying), "nothing applied")
+	assert.Equal(t, "FAILED", statusOf(t, env.DB, failed))
+	assert.Equal(t, 2.0, metricValue(t, amnesiac.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentMissing}))
 }
 
 // The reconciler also settles FAILED_RETRYABLE records: a 503 from the platform does not prove that

@@ -41,16 +41,17 @@ type ReconcileConfig struct {
 const (
 	ReconcileChanged     = "changed"     // the order (or record) was behind the platform and was moved
 	ReconcileUnchanged   = "unchanged"   // it already agreed with the platform
-	ReconcileNoPayment   = "no_payment"  // the platform has no payment for it: still payable
+	ReconcileNoPayment   = "no_payment"  // the platform has no payment for it, and none is held here (FAILED)
 	ReconcileUnreachable = "unreachable" // the platform did not answer; the next run asks again
 	ReconcileMismatch    = "mismatch"    // amount or currency differ: an operator alert, nothing applied
 	// ReconcileRefundDrift: the order agrees with the platform's status, but its refunded total does
 	// not, and the platform has not touched the payment for RefundDriftAfter: an operator alert,
 	// nothing applied (orders only).
 	ReconcileRefundDrift = "refund_drift"
-	// ReconcilePaymentMissing: the order is PAID or REFUND_REQUIRED here, and the platform has no
-	// payment for it (a platform that lost its records, or an order paid by other means): an operator
-	// alert, nothing applied (orders only). Not no_payment: that one says "still payable".
+	// ReconcilePaymentMissing: the order is PAID, REFUND_REQUIRED or PAYING here (it has a payment),
+	// and the platform has no payment for it (a platform that lost its records, or an order paid by
+	// other means): an operator alert, nothing applied (orders only). Not no_payment: that one is an
+	// order that holds no money.
 	ReconcilePaymentMissing = "payment_missing"
 	// ReconcileFailed: bringing the order or record to the platform's answer failed here (the
 	// database; logged; a record's takeover may fail before the platform is asked): it is left for
@@ -195,13 +196,17 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 		return ReconcileUnreachable
 	}
 	result := ReconcileNoPayment
-	if !found && (o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) {
-		// The shop holds money the platform says it never took: nothing here can tell which is right.
-		var paymentID string // the order's, as recorded (a paid order has one)
+	if !found && (o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired ||
+		o.Status == orders.StatusPaying) {
+		// The shop holds money the platform says it never took (PAID, REFUND_REQUIRED), or waits on a
+		// payment the platform answered pay with and no longer has (PAYING: no callback will come for
+		// it, and pay refuses an order that is not PENDING, so the order would wait for good, unsaid).
+		// Nothing here can tell which side is right.
+		var paymentID string // the order's, as recorded (PAYING and paid orders have one)
 		if o.PaymentID != nil {
 			paymentID = *o.PaymentID
 		}
-		lg.Error("ALERT: the order is paid here and the platform has no payment for it; nothing applied",
+		lg.Error("ALERT: the order has a payment here and the platform has none for it; nothing applied",
 			"alert", "reconcile_payment_missing", "payment_id", paymentID)
 		result = ReconcilePaymentMissing
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/cookiejar"
@@ -192,6 +193,47 @@ func TestRedeemReplayAfterSuccess(t *testing.T) {
 		assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 		assert.Equal(t, string(first.Body), string(again.Body), "byte for byte the first answer")
 	}
+	assertRedeemed(t, env.DB, redeemAlice, 1, 10)
+}
+
+// A used token is kept in Redis, and Redis can outlive the database: restored from a backup taken
+// before the redeem, or created again. Its stored answer then names a coupon and a balance that are not
+// there; the database decides, and the token is refused like a used-up one. A new form redeems against
+// the database as it is (a newcomer's, 2026-12-06: the old answer was replayed, 201, after the coupon
+// was gone).
+func TestRedeemReplayIsRefusedWhenTheDatabaseHasNoCoupon(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil))})
+	credit(t, env.DB, redeemAlice, 60)
+	tok := rp.issueFormToken("alice-token")
+	first := rp.redeem("alice-token", tok, "coupon-50")
+	require.Equal(t, http.StatusCreated, first.Status, "body: %s", first.Body)
+	assertRedeemed(t, env.DB, redeemAlice, 1, 10)
+
+	// The database as it was before the redeem; Redis keeps the token, used.
+	require.NoError(t, env.DB.Transaction(func(tx *gorm.DB) error {
+		for _, stmt := range []string{`DELETE FROM coupons WHERE user_id = ?`,
+			`DELETE FROM points_ledger WHERE user_id = ? AND biz_id LIKE 'redeem:%'`,
+			`UPDATE points_accounts SET balance = 60 WHERE user_id = ?`} {
+			if err := tx.Exec(stmt, redeemAlice).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+
+	again := rp.redeem("alice-token", tok, "coupon-50")
+	require.Equal(t, http.StatusBadRequest, again.Status, "body: %s", again.Body)
+	assert.Equal(t, "form_token_invalid", again.problem(t).Code)
+	assert.Empty(t, again.Header.Get("Idempotent-Replayed"))
+	assertRedeemed(t, env.DB, redeemAlice, 0, 60)
+	assert.Contains(t, logs.String(), "the database has no coupon for it")
+
+	fresh := rp.redeem("alice-token", rp.issueFormToken("alice-token"), "coupon-50")
+	require.Equal(t, http.StatusCreated, fresh.Status, "body: %s", fresh.Body)
+	assert.Equal(t, int64(10), decodeResult(t, fresh.Body).Balance)
 	assertRedeemed(t, env.DB, redeemAlice, 1, 10)
 }
 

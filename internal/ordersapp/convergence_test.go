@@ -924,6 +924,63 @@ func TestReconcilerAlertsAnOrderWhosePaymentThePlatformDoesNotKnow(t *testing.T)
 	assert.Equal(t, 2.0, metricValue(t, amnesiac.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentMissing}))
 }
 
+// A SUCCESS the platform never sent (a leaked secret, a broken sender) can pay an order; the reconciler
+// says so instead of counting it unchanged or failed (a second newcomer's, 2026-12-06):
+//   - the platform's payment for the order FAILED: the paid order stays paid (a FAILED after PAID is
+//     stale), so it is alerted, reconcile_payment_failed, once the order is read again unmoved;
+//   - the platform's payment is another than the one the order recorded: no run changes that, so it is
+//     alerted as a mismatch and stamped, not logged as a database failure at every run (and `orders
+//     reconcile --once` no longer exits 1 for it for ever).
+func TestReconcilerAlertsAPaymentTheForgedSuccessContradicts(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
+		payTo(mock, longLease)(c)
+		c.ReconcileGrace = 0
+		c.ReconcileRecheck = time.Millisecond
+	}})
+	ctx := context.Background()
+
+	declined, amount := rp.newOrder(alice, 1, 1)
+	pid := paymentID(t, rp.pay(alice, declined, "pay-declined"))
+	forged := callbackFor(declined, callback.StatusSuccess, amount, "evt-forged-1")
+	forged.PaymentID = pid
+	require.Equal(t, http.StatusOK, rp.postCallback(forged).Status)
+	require.Equal(t, "PAID", statusOf(t, env.DB, declined))
+	_, err := mock.client.Decline(ctx, pid) // its FAILED callback, if it comes, is stale
+	require.NoError(t, err)
+
+	other, amount2 := rp.newOrder(alice, 1, 1)
+	fake := callbackFor(other, callback.StatusSuccess, amount2, "evt-forged-2")
+	fake.PaymentID = "pay-fake"
+	require.Equal(t, http.StatusOK, rp.postCallback(fake).Status)
+	real, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
+		MerchantOrderNo: strconv.FormatInt(other, 10), AmountCents: amount2, Currency: "EUR",
+		NotifyURL: "http://" + testenv.FreeAddr(t) + "/nowhere"})
+	require.NoError(t, err)
+	_, err = mock.client.Approve(ctx, real.ID)
+	require.NoError(t, err)
+
+	for run := 1; run <= 2; run++ {
+		time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK
+		rep, err := rp.app.Reconciler.RunOnce(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, rep.Orders[sweeper.ReconcilePaymentFailed], "run %d: %+v", run, rep)
+		assert.Equal(t, 1, rep.Orders[sweeper.ReconcileMismatch], "run %d: %+v", run, rep)
+		assert.Zero(t, rep.Orders[sweeper.ReconcileFailed], "run %d: %+v", run, rep)
+		assert.Zero(t, rep.Orders[sweeper.ReconcileUnchanged], "run %d: %+v", run, rep)
+	}
+	assert.Regexp(t, `order_id=`+strconv.FormatInt(declined, 10)+` .*alert=reconcile_payment_failed payment_id=`+pid+`\b`, logs.String())
+	assert.Regexp(t, `order_id=`+strconv.FormatInt(other, 10)+` .*alert=reconcile_mismatch payment_id=`+real.ID+`\b`, logs.String())
+	assert.NotContains(t, logs.String(), "applying the platform's state failed")
+	assert.Equal(t, "PAID", statusOf(t, env.DB, declined), "nothing applied")
+	assert.Equal(t, "PAID", statusOf(t, env.DB, other), "nothing applied")
+	assert.EqualValues(t, 2, count(t, env.DB, "orders", "id IN (?, ?) AND reconciled_at IS NOT NULL", declined, other), "both stamped")
+	assert.Equal(t, 2.0, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentFailed}))
+}
+
 // The reconciler also settles FAILED_RETRYABLE records: a 503 from the platform does not prove that
 // nothing was created, so the record is completed once the query API shows the payment.
 func TestReconcilerSettlesRetryableRecords(t *testing.T) {

@@ -43,7 +43,7 @@ const (
 	ReconcileUnchanged   = "unchanged"   // it already agreed with the platform
 	ReconcileNoPayment   = "no_payment"  // the platform has no payment for it, and none is held here (FAILED)
 	ReconcileUnreachable = "unreachable" // the platform did not answer; the next run asks again
-	ReconcileMismatch    = "mismatch"    // amount or currency differ: an operator alert, nothing applied
+	ReconcileMismatch    = "mismatch"    // amount, currency or payment differ: an operator alert, nothing applied
 	// ReconcileRefundDrift: the order agrees with the platform's status, but its refunded total does
 	// not, and the platform has not touched the payment for RefundDriftAfter: an operator alert,
 	// nothing applied (orders only).
@@ -53,6 +53,10 @@ const (
 	// other means): an operator alert, nothing applied (orders only). Not no_payment: that one is an
 	// order that holds no money.
 	ReconcilePaymentMissing = "payment_missing"
+	// ReconcilePaymentFailed: the order is PAID or REFUND_REQUIRED here, and the platform says its
+	// payment FAILED (only a SUCCESS it never sent can have paid the order): an operator alert,
+	// nothing applied (orders only).
+	ReconcilePaymentFailed = "payment_failed"
 	// ReconcileFailed: bringing the order or record to the platform's answer failed here (the
 	// database; logged; a record's takeover may fail before the platform is asked): it is left for
 	// the next run, and the run goes on to the next one.
@@ -92,7 +96,7 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 		}, []string{"result"}),
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileMismatch,
-		ReconcileRefundDrift, ReconcilePaymentMissing, ReconcileFailed} {
+		ReconcileRefundDrift, ReconcilePaymentMissing, ReconcilePaymentFailed, ReconcileFailed} {
 		r.orders.WithLabelValues(res) // every series exists from the start, at 0
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileFailed} {
@@ -213,7 +217,10 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 	if found {
 		outcome, reason, err := r.svc.Reconcile(logging.With(ctx, lg), o, payment) // its alerts name the order
 		switch {
-		case errors.Is(err, callback.ErrAmountMismatch):
+		case errors.Is(err, callback.ErrAmountMismatch), errors.Is(err, orders.ErrOtherPayment):
+			// Another amount, or another payment than the one the order recorded (a SUCCESS the platform
+			// never sent, applied first): no run will change that, so it is said, not retried as if
+			// the database had failed.
 			lg.Error("ALERT: the platform's payment does not match the order; nothing applied",
 				"alert", "reconcile_mismatch", "payment_id", payment.ID, "err", err)
 			result = ReconcileMismatch
@@ -230,6 +237,16 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 		default:
 			result = ReconcileUnchanged
 		}
+	}
+	// An order that holds money here (PAID, REFUND_REQUIRED) whose payment the platform says FAILED:
+	// the state machine keeps a paid order paid (a FAILED after PAID is stale), so the run changes
+	// nothing, and only a SUCCESS the platform never sent can have paid it. Said, like a payment the
+	// platform does not have, once the order is read again unmoved.
+	if result == ReconcileUnchanged && payment.Status == callback.StatusFailed &&
+		(o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) && !r.movedSince(ctx, lg, o) {
+		lg.Error("ALERT: the order is paid here and the platform says its payment failed; nothing applied",
+			"alert", "reconcile_payment_failed", "payment_id", payment.ID)
+		result = ReconcilePaymentFailed
 	}
 	// A partial refund is never copied from the platform (its events would count it again when they
 	// come), so one whose event was lost, or refused as event_id_reused, would stay missing unsaid.

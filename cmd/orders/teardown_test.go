@@ -76,7 +76,8 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 		// fails on connecting instead of deleting the shared servers' default names.
 		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop": the shop's own keys`},
 		{nil, append(nowhere, "REDIS_KEY_PREFIX=i", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "i": the shop's own keys`},
-		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop:points:", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop:points:": the shop's own keys`},
+		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop:points:", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop:points:": it lies inside the shop's own prefix "idemshop:"`},
+		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop:ana:", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop:ana:": it lies inside the shop's own prefix "idemshop:"`},
 		// AMQP prefixes that cover the shop's names do not load (the configuration refuses them for
 		// every binary: config's own test), so teardown never starts under them.
 		{nil, append(nowhere, "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX=p"), `AMQP_NAME_PREFIX must be empty or end with one of`},

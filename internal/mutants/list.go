@@ -1141,7 +1141,16 @@ var List = []Mutant{
 		ID: "teardown-redis-overlap", Guard: "teardown: Redis prefix",
 		File: "cmd/orders/main.go",
 		// REDIS_KEY_PREFIX=idemshop deletes every key of a shop running with the default prefix.
-		Original:    "\tcase strings.HasPrefix(def, redisPrefix) || strings.HasPrefix(redisPrefix, def):",
+		Original:    "\tcase strings.HasPrefix(def, redisPrefix):",
+		Replacement: "\tcase false:",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
+	},
+	{
+		ID: "teardown-redis-inside", Guard: "teardown: inside Redis",
+		File: "cmd/orders/main.go",
+		// REDIS_KEY_PREFIX=idemshop:points: deletes the points consumer's leases of a shop running
+		// with the default prefix.
+		Original:    "\tcase strings.HasPrefix(redisPrefix, def):",
 		Replacement: "\tcase false:",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
 	},

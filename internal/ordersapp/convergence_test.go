@@ -956,11 +956,11 @@ func TestReconcilerAlertsAPaymentTheForgedSuccessContradicts(t *testing.T) {
 	fake := callbackFor(other, callback.StatusSuccess, amount2, "evt-forged-2")
 	fake.PaymentID = "pay-fake"
 	require.Equal(t, http.StatusOK, rp.postCallback(fake).Status)
-	real, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
+	platformPay, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
 		MerchantOrderNo: strconv.FormatInt(other, 10), AmountCents: amount2, Currency: "EUR",
 		NotifyURL: "http://" + testenv.FreeAddr(t) + "/nowhere"})
 	require.NoError(t, err)
-	_, err = mock.client.Approve(ctx, real.ID)
+	_, err = mock.client.Approve(ctx, platformPay.ID)
 	require.NoError(t, err)
 
 	for run := 1; run <= 2; run++ {
@@ -973,7 +973,7 @@ func TestReconcilerAlertsAPaymentTheForgedSuccessContradicts(t *testing.T) {
 		assert.Zero(t, rep.Orders[sweeper.ReconcileUnchanged], "run %d: %+v", run, rep)
 	}
 	assert.Regexp(t, `order_id=`+strconv.FormatInt(declined, 10)+` .*alert=reconcile_payment_failed payment_id=`+pid+`\b`, logs.String())
-	assert.Regexp(t, `order_id=`+strconv.FormatInt(other, 10)+` .*alert=reconcile_mismatch payment_id=`+real.ID+`\b`, logs.String())
+	assert.Regexp(t, `order_id=`+strconv.FormatInt(other, 10)+` .*alert=reconcile_mismatch payment_id=`+platformPay.ID+`\b`, logs.String())
 	assert.NotContains(t, logs.String(), "applying the platform's state failed")
 	assert.Equal(t, "PAID", statusOf(t, env.DB, declined), "nothing applied")
 	assert.Equal(t, "PAID", statusOf(t, env.DB, other), "nothing applied")

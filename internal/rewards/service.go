@@ -139,9 +139,11 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 		// outlives a database restored from a backup or created again, and its stored answer would
 		// name a coupon and a balance that do not exist. Such a token is refused like a used-up one:
 		// the user reloads the form, and a new token redeems against the database as it is.
-		if _, found, err := s.repo.ByToken(ctx, tokenID); err != nil {
+		_, found, err := s.repo.ByToken(ctx, tokenID)
+		if err != nil {
 			return Answer{}, OutcomeError, err
-		} else if !found {
+		}
+		if !found {
 			logging.From(ctx).Warn("form token used, but the database has no coupon for it (restored or created again?); refused",
 				"form", FormName)
 			return Answer{}, OutcomeInvalid, formtoken.ErrTokenInvalid

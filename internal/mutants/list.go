@@ -703,11 +703,20 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAPaymentTheForgedSuccessContradicts$",
 	},
 	{
-		ID: "reconcile-pay-failed", Guard: "reconciler: failed",
+		ID: "reconcile-not-taken", Guard: "reconciler: not taken",
 		File: "internal/sweeper/reconcile.go",
-		// A paid order whose payment FAILED at the platform counts as unchanged, unsaid.
-		Original:    "if result == ReconcileUnchanged && payment.Status == callback.StatusFailed &&",
-		Replacement: "if false &&",
+		// A paid order whose payment the platform has not taken counts as unchanged, unsaid.
+		Original:    "if result == ReconcileUnchanged && (payment.Status == callback.StatusFailed || payment.Status == payclient.StatusPending) &&",
+		Replacement: "if _ = payclient.StatusPending; false &&",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAPaymentTheForgedSuccessContradicts$",
+	},
+	{
+		ID: "reconcile-pend-untaken", Guard: "reconciler: pending",
+		File: "internal/sweeper/reconcile.go",
+		// A paid order whose payment is still PENDING at the platform (the payer never paid; a forged
+		// SUCCESS paid the order) counts as unchanged, unsaid (a third newcomer's, 2026-12-06).
+		Original:    "(payment.Status == callback.StatusFailed || payment.Status == payclient.StatusPending) &&",
+		Replacement: "(payment.Status == callback.StatusFailed || payclient.StatusPending == \"\") &&",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAPaymentTheForgedSuccessContradicts$",
 	},
 	{

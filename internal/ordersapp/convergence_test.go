@@ -925,9 +925,10 @@ func TestReconcilerAlertsAnOrderWhosePaymentThePlatformDoesNotKnow(t *testing.T)
 }
 
 // A SUCCESS the platform never sent (a leaked secret, a broken sender) can pay an order; the reconciler
-// says so instead of counting it unchanged or failed (a second newcomer's, 2026-12-06):
-//   - the platform's payment for the order FAILED: the paid order stays paid (a FAILED after PAID is
-//     stale), so it is alerted, reconcile_payment_failed, once the order is read again unmoved;
+// says so instead of counting it unchanged or failed (a second newcomer's, 2026-12-06, and a third's):
+//   - the platform's payment for the order FAILED, or is still PENDING: the paid order stays paid (a
+//     FAILED after PAID is stale, and PENDING changes nothing), so it is alerted,
+//     reconcile_payment_not_taken, once the order is read again unmoved;
 //   - the platform's payment is another than the one the order recorded: no run changes that, so it is
 //     alerted as a mismatch and stamped, not logged as a database failure at every run (and `orders
 //     reconcile --once` no longer exits 1 for it for ever).
@@ -952,6 +953,13 @@ func TestReconcilerAlertsAPaymentTheForgedSuccessContradicts(t *testing.T) {
 	_, err := mock.client.Decline(ctx, pid) // its FAILED callback, if it comes, is stale
 	require.NoError(t, err)
 
+	pending, amount3 := rp.newOrder(alice, 1, 1)
+	pendingID := paymentID(t, rp.pay(alice, pending, "pay-pending")) // the payer never pays
+	forged = callbackFor(pending, callback.StatusSuccess, amount3, "evt-forged-3")
+	forged.PaymentID = pendingID
+	require.Equal(t, http.StatusOK, rp.postCallback(forged).Status)
+	require.Equal(t, "PAID", statusOf(t, env.DB, pending))
+
 	other, amount2 := rp.newOrder(alice, 1, 1)
 	fake := callbackFor(other, callback.StatusSuccess, amount2, "evt-forged-2")
 	fake.PaymentID = "pay-fake"
@@ -967,18 +975,20 @@ func TestReconcilerAlertsAPaymentTheForgedSuccessContradicts(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK
 		rep, err := rp.app.Reconciler.RunOnce(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, 1, rep.Orders[sweeper.ReconcilePaymentFailed], "run %d: %+v", run, rep)
+		assert.Equal(t, 2, rep.Orders[sweeper.ReconcilePaymentNotTaken], "run %d: %+v", run, rep)
 		assert.Equal(t, 1, rep.Orders[sweeper.ReconcileMismatch], "run %d: %+v", run, rep)
 		assert.Zero(t, rep.Orders[sweeper.ReconcileFailed], "run %d: %+v", run, rep)
 		assert.Zero(t, rep.Orders[sweeper.ReconcileUnchanged], "run %d: %+v", run, rep)
 	}
-	assert.Regexp(t, `order_id=`+strconv.FormatInt(declined, 10)+` .*alert=reconcile_payment_failed payment_id=`+pid+`\b`, logs.String())
+	assert.Regexp(t, `order_id=`+strconv.FormatInt(declined, 10)+` .*alert=reconcile_payment_not_taken payment_id=`+pid+` payment_status=FAILED`, logs.String())
+	assert.Regexp(t, `order_id=`+strconv.FormatInt(pending, 10)+` .*alert=reconcile_payment_not_taken payment_id=`+pendingID+` payment_status=PENDING`, logs.String())
 	assert.Regexp(t, `order_id=`+strconv.FormatInt(other, 10)+` .*alert=reconcile_mismatch payment_id=`+platformPay.ID+`\b`, logs.String())
 	assert.NotContains(t, logs.String(), "applying the platform's state failed")
 	assert.Equal(t, "PAID", statusOf(t, env.DB, declined), "nothing applied")
 	assert.Equal(t, "PAID", statusOf(t, env.DB, other), "nothing applied")
-	assert.EqualValues(t, 2, count(t, env.DB, "orders", "id IN (?, ?) AND reconciled_at IS NOT NULL", declined, other), "both stamped")
-	assert.Equal(t, 2.0, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentFailed}))
+	assert.Equal(t, "PAID", statusOf(t, env.DB, pending), "nothing applied")
+	assert.EqualValues(t, 3, count(t, env.DB, "orders", "id IN (?, ?, ?) AND reconciled_at IS NOT NULL", declined, other, pending), "all stamped")
+	assert.Equal(t, 4.0, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentNotTaken}))
 }
 
 // The reconciler also settles FAILED_RETRYABLE records: a 503 from the platform does not prove that

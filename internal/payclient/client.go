@@ -24,6 +24,10 @@ import (
 // maxResponseBody bounds how much of an answer is read.
 const maxResponseBody = 1 << 20
 
+// StatusPending is a payment the platform has not settled: the payer has neither paid nor been declined.
+// (SUCCESS, FAILED and REFUNDED are the callbacks' statuses: callback.StatusSuccess and the others.)
+const StatusPending = "PENDING"
+
 // Payment mirrors the platform's payment. Status is PENDING, SUCCESS, FAILED or REFUNDED; money is int64
 // cents.
 type Payment struct {

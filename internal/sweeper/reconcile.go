@@ -13,6 +13,7 @@ import (
 	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
 	"idemshop/internal/orders"
+	"idemshop/internal/payclient"
 	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/retry"
 )
@@ -53,10 +54,10 @@ const (
 	// other means): an operator alert, nothing applied (orders only). Not no_payment: that one is an
 	// order that holds no money.
 	ReconcilePaymentMissing = "payment_missing"
-	// ReconcilePaymentFailed: the order is PAID or REFUND_REQUIRED here, and the platform says its
-	// payment FAILED (only a SUCCESS it never sent can have paid the order): an operator alert,
-	// nothing applied (orders only).
-	ReconcilePaymentFailed = "payment_failed"
+	// ReconcilePaymentNotTaken: the order is PAID or REFUND_REQUIRED here, and the platform says its
+	// payment FAILED or is still PENDING (only a SUCCESS it never sent can have paid the order): an
+	// operator alert, nothing applied (orders only).
+	ReconcilePaymentNotTaken = "payment_not_taken"
 	// ReconcileFailed: bringing the order or record to the platform's answer failed here (the
 	// database; logged; a record's takeover may fail before the platform is asked): it is left for
 	// the next run, and the run goes on to the next one.
@@ -96,7 +97,7 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 		}, []string{"result"}),
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileMismatch,
-		ReconcileRefundDrift, ReconcilePaymentMissing, ReconcilePaymentFailed, ReconcileFailed} {
+		ReconcileRefundDrift, ReconcilePaymentMissing, ReconcilePaymentNotTaken, ReconcileFailed} {
 		r.orders.WithLabelValues(res) // every series exists from the start, at 0
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileFailed} {
@@ -238,15 +239,15 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 			result = ReconcileUnchanged
 		}
 	}
-	// An order that holds money here (PAID, REFUND_REQUIRED) whose payment the platform says FAILED:
-	// the state machine keeps a paid order paid (a FAILED after PAID is stale), so the run changes
-	// nothing, and only a SUCCESS the platform never sent can have paid it. Said, like a payment the
-	// platform does not have, once the order is read again unmoved.
-	if result == ReconcileUnchanged && payment.Status == callback.StatusFailed &&
+	// An order that holds money here (PAID, REFUND_REQUIRED) whose payment the platform has not taken
+	// (FAILED, or still PENDING past the grace): only a SUCCESS the platform never sent can have paid
+	// it. The run changes nothing (a FAILED after PAID is stale, and PENDING changes nothing), so it is
+	// said, like a payment the platform does not have, once the order is read again unmoved.
+	if result == ReconcileUnchanged && (payment.Status == callback.StatusFailed || payment.Status == payclient.StatusPending) &&
 		(o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) && !r.movedSince(ctx, lg, o) {
-		lg.Error("ALERT: the order is paid here and the platform says its payment failed; nothing applied",
-			"alert", "reconcile_payment_failed", "payment_id", payment.ID)
-		result = ReconcilePaymentFailed
+		lg.Error("ALERT: the order is paid here and the platform has not taken its payment; nothing applied",
+			"alert", "reconcile_payment_not_taken", "payment_id", payment.ID, "payment_status", payment.Status)
+		result = ReconcilePaymentNotTaken
 	}
 	// A partial refund is never copied from the platform (its events would count it again when they
 	// come), so one whose event was lost, or refused as event_id_reused, would stay missing unsaid.

@@ -135,11 +135,12 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 	case formtoken.Busy:
 		return Answer{}, OutcomeInFlight, formtoken.ErrTokenInUse.WithRetryAfter(claim.RetryAfter)
 	case formtoken.Replay:
-		// Redis keeps the answer; the database says whether the coupon is there. A token kept in Redis
-		// outlives a database restored from a backup or created again, and its stored answer would
-		// name a coupon and a balance that do not exist. Such a token is refused like a used-up one:
-		// the user reloads the form, and a new token redeems against the database as it is.
-		_, found, err := s.repo.ByToken(ctx, tokenID)
+		// Redis keeps the answer's bytes; the database says whether the coupon is there, and what it is
+		// (ByToken rebuilds the first answer). A token kept in Redis outlives a database restored from
+		// a backup or created again, and its stored answer would name a coupon and a balance that do
+		// not exist. Such a token is refused like a used-up one: the user reloads the form, and a new
+		// token redeems against the database as it is.
+		r, found, err := s.repo.ByToken(ctx, tokenID)
 		if err != nil {
 			return Answer{}, OutcomeError, err
 		}
@@ -147,10 +148,6 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 			logging.From(ctx).Warn("form token used, but the database has no coupon for it (restored or created again?); refused",
 				"form", FormName)
 			return Answer{}, OutcomeInvalid, formtoken.ErrTokenInvalid
-		}
-		var r Result
-		if err := json.Unmarshal(claim.Result, &r); err != nil {
-			return Answer{}, OutcomeError, fmt.Errorf("decode stored redeem result: %w", err)
 		}
 		return Answer{Result: r, Body: claim.Result, Replayed: true}, OutcomeReplayed, nil
 	}

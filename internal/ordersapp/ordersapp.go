@@ -66,7 +66,9 @@ type App struct {
 	Reaper *idempotency.Reaper
 	// OutboxReaper deletes published outbox rows after OUTBOX_RETENTION.
 	OutboxReaper *outbox.Reaper
-	Sweeper      *sweeper.Sweeper
+	// AuditReaper deletes payment_callbacks audit rows after CALLBACK_AUDIT_RETENTION.
+	AuditReaper *callback.AuditReaper
+	Sweeper     *sweeper.Sweeper
 	// Reconciler compares orders with the payment platform and moves them to its state.
 	Reconciler *sweeper.Reconciler
 	Relay      *outbox.Relay
@@ -118,6 +120,10 @@ func New(d Deps) (*App, error) {
 		return nil, err
 	}
 	outboxReaper, err := outbox.NewReaper(d.DB, d.Logger, d.Registry, cfg.OutboxRetention, cfg.ReaperBatch)
+	if err != nil {
+		return nil, err
+	}
+	auditReaper, err := callback.NewAuditReaper(d.DB, d.Logger, d.Registry, cfg.CallbackAuditRetention, cfg.ReaperBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +184,7 @@ func New(d Deps) (*App, error) {
 		return nil, err
 	}
 	pointsRoutes.Mount(v1)
-	return &App{Echo: e, Reaper: reaper, OutboxReaper: outboxReaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
+	return &App{Echo: e, Reaper: reaper, OutboxReaper: outboxReaper, AuditReaper: auditReaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
 }
 
 // newCallbackRoute returns a callback route that applies with applier (callback.Guarded, or a lab twin)
@@ -198,6 +204,7 @@ func (a *App) RunWorkers(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Reaper.Run(ctx, a.cfg.ReaperInterval) })
 	wg.Go(func() { a.OutboxReaper.Run(ctx, a.cfg.ReaperInterval) })
+	wg.Go(func() { a.AuditReaper.Run(ctx, a.cfg.ReaperInterval) })
 	wg.Go(func() { a.Sweeper.Run(ctx, a.cfg.SweepInterval) })
 	wg.Go(func() { a.Reconciler.Run(ctx, a.cfg.ReconcileInterval) })
 	wg.Go(func() {

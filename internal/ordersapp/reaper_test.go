@@ -13,9 +13,10 @@ import (
 	"idemshop/internal/testenv"
 )
 
-// The running shop reaps both stores on REAPER_INTERVAL: idempotency keys after
-// IDEMPOTENCY_RETENTION, published outbox rows after OUTBOX_RETENTION; what is younger stays.
-func TestWorkersReapKeysAndPublishedOutboxRowsAfterTheirRetention(t *testing.T) {
+// The running shop reaps three tables on REAPER_INTERVAL: idempotency keys after
+// IDEMPOTENCY_RETENTION, published outbox rows after OUTBOX_RETENTION, the callback audit after
+// CALLBACK_AUDIT_RETENTION; what is younger stays.
+func TestWorkersReapKeysOutboxRowsAndCallbackAuditAfterTheirRetention(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	woken := relayOnlyWoken(env)
@@ -24,6 +25,7 @@ func TestWorkersReapKeysAndPublishedOutboxRowsAfterTheirRetention(t *testing.T) 
 		c.ReaperInterval = 20 * time.Millisecond
 		c.IdempotencyRetention = time.Hour
 		c.OutboxRetention = 2 * time.Hour
+		c.CallbackAuditRetention = 3 * time.Hour
 	}})
 	require.NoError(t, env.DB.Exec(`
 		INSERT INTO outbox (event_id, routing_key, payload, created_at, published_at) VALUES
@@ -31,7 +33,10 @@ func TestWorkersReapKeysAndPublishedOutboxRowsAfterTheirRetention(t *testing.T) 
 		  (gen_random_uuid(), 'order.paid', '{"tag":"young"}', now() - interval '1 hour', now() - interval '1 hour');
 		INSERT INTO idempotency_keys (user_id, idempotency_key, method, path, fingerprint, state, created_at) VALUES
 		  (1, 'old', 'POST', '/v1/orders', 'fp', 'COMPLETED', now() - interval '2 hours'),
-		  (1, 'young', 'POST', '/v1/orders', 'fp', 'COMPLETED', now() - interval '30 minutes');`).Error)
+		  (1, 'young', 'POST', '/v1/orders', 'fp', 'COMPLETED', now() - interval '30 minutes');
+		INSERT INTO payment_callbacks (event_id, signature_ok, applied, outcome, reason, received_at) VALUES
+		  ('old', false, false, 'rejected', 'signature', now() - interval '4 hours'),
+		  ('young', false, false, 'rejected', 'signature', now() - interval '2 hours');`).Error)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -40,11 +45,14 @@ func TestWorkersReapKeysAndPublishedOutboxRowsAfterTheirRetention(t *testing.T) 
 		cancel()
 		wg.Wait()
 	})
-	eventually(t, 10*time.Second, "the old outbox row and the old key reaped", func() bool {
+	eventually(t, 10*time.Second, "the old outbox row, the old key and the old audit row reaped", func() bool {
 		return count(t, env.DB, "outbox", "payload->>'tag' = 'old'") == 0 &&
-			count(t, env.DB, "idempotency_keys", "idempotency_key = 'old'") == 0
+			count(t, env.DB, "idempotency_keys", "idempotency_key = 'old'") == 0 &&
+			count(t, env.DB, "payment_callbacks", "event_id = 'old'") == 0
 	})
 	assert.EqualValues(t, 1, count(t, env.DB, "outbox", "payload->>'tag' = 'young'"))
 	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "idempotency_key = 'young'"))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "event_id = 'young'"))
 	assert.EqualValues(t, 1, metricValue(t, rp.reg, "idemshop_outbox_reaped_total", nil))
+	assert.EqualValues(t, 1, metricValue(t, rp.reg, "idemshop_callback_audit_reaped_total", nil))
 }

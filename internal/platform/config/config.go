@@ -82,6 +82,10 @@ type Orders struct {
 	// published_at); the reaper deletes it after that, on REAPER_INTERVAL, REAPER_BATCH rows a
 	// statement. A row not yet published is never deleted.
 	OutboxRetention time.Duration `env:"OUTBOX_RETENTION" envDefault:"168h"`
+	// CallbackAuditRetention is how long a payment_callbacks audit row is kept (at least) after it was
+	// received; the reaper deletes it after that, as it does the outbox's. The audit is a log that
+	// decides nothing (callback.AuditReaper).
+	CallbackAuditRetention time.Duration `env:"CALLBACK_AUDIT_RETENTION" envDefault:"720h"`
 
 	// OnceTimeout bounds a whole one-shot command (`orders migrate`, `sweep --once`, `reconcile
 	// --once`): a database that stops answering after the connection is made would otherwise hold it
@@ -174,6 +178,7 @@ func (c Orders) Validate() error {
 			c.IdempotencyRetention, c.ReaperInterval, time.Duration(math.MaxInt64)))
 	}
 	ck.positive("OUTBOX_RETENTION", c.OutboxRetention)
+	ck.positive("CALLBACK_AUDIT_RETENTION", c.CallbackAuditRetention)
 	ck.positive("ONCE_TIMEOUT", c.OnceTimeout)
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
 	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))

@@ -23,6 +23,7 @@ func TestDefaultsMatchDesign(t *testing.T) {
 	assert.False(t, c.Lab)
 	assert.Equal(t, 24*time.Hour, c.IdempotencyRetention)
 	assert.Equal(t, 7*24*time.Hour, c.OutboxRetention)
+	assert.Equal(t, 30*24*time.Hour, c.CallbackAuditRetention)
 	assert.Equal(t, 5*time.Second, c.SweepInterval)
 	assert.Equal(t, 30*time.Second, c.RefundRetryMin)
 	assert.Equal(t, time.Hour, c.RefundRetryMax)
@@ -38,6 +39,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"unparsable duration":       {"IDEMPOTENCY_RETENTION", "soon", "IDEMPOTENCY_RETENTION"},
 		"zero duration":             {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
 		"zero outbox retention":     {"OUTBOX_RETENTION", "0s", "OUTBOX_RETENTION"},
+		"negative audit retention":  {"CALLBACK_AUDIT_RETENTION", "-1h", "CALLBACK_AUDIT_RETENTION"},
 		"zero one-shot timeout":     {"ONCE_TIMEOUT", "0s", "ONCE_TIMEOUT must be > 0, got 0s"},
 		"fence TTL past a Duration": {"REAPER_INTERVAL", "2562047h", "IDEMPOTENCY_RETENTION (24h0m0s) + REAPER_INTERVAL (2562047h0m0s) + 1h must be at most"},
 		"not a bool":                {"ORDERS_LAB", "maybe", "ORDERS_LAB"},

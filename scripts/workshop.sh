@@ -5,7 +5,9 @@
 #   scripts/workshop.sh stop    stop them (SIGTERM, then SIGKILL after 15 s), whatever they started
 #   scripts/workshop.sh status  print each one's /readyz
 # Each binary runs in a process group of its own, recorded in $WORKSHOP_DIR/pids, and stop signals the
-# whole group: nothing is left listening on 8080-8082 (a `go run … &` would leave its child there).
+# whole group: nothing is left listening on its ports (a `go run … &` would leave its child there).
+# Ports: WORKSHOP_ORDERS_PORT, WORKSHOP_PAYMENTS_PORT, WORKSHOP_POINTS_PORT (8080-8082); each binary gets
+# its own HTTP_ADDR, and CALLBACK_URL, PAYMENTS_URL and POINTS_METRICS_URL follow the ports unless set.
 # The environment passes through: DATABASE_URL (default: the workshop database), REDIS_KEY_PREFIX and
 # AMQP_NAME_PREFIX (a classroom sharing one server: docs/workshop.md), ORDERS_LAB (default true).
 set -uo pipefail
@@ -15,8 +17,17 @@ dir="${WORKSHOP_DIR:-${TMPDIR:-/tmp}/idemshop-workshop-$(id -u)}"
 pids="$dir/pids"
 export ORDERS_LAB="${ORDERS_LAB:-true}"
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/workshop?sslmode=disable}"
+orders_port="${WORKSHOP_ORDERS_PORT:-8080}"
+payments_port="${WORKSHOP_PAYMENTS_PORT:-8081}"
+points_port="${WORKSHOP_POINTS_PORT:-8082}"
+# Set per binary below: an HTTP_ADDR exported for one of them must not send all three to one port.
+unset HTTP_ADDR
+export CALLBACK_URL="${CALLBACK_URL:-http://127.0.0.1:$orders_port/v1/payments/callback}"
+export PAYMENTS_URL="${PAYMENTS_URL:-http://127.0.0.1:$payments_port}"
+export POINTS_METRICS_URL="${POINTS_METRICS_URL:-http://127.0.0.1:$points_port/metrics}"
 names=(payments-mock orders points-consumer)
-urls=(http://127.0.0.1:8081 http://127.0.0.1:8080 http://127.0.0.1:8082)
+ports=("$payments_port" "$orders_port" "$points_port")
+urls=("http://127.0.0.1:$payments_port" "http://127.0.0.1:$orders_port" "http://127.0.0.1:$points_port")
 
 stop() {
   [ -f "$pids" ] || { echo "not running (no $pids)"; return 0; }
@@ -40,9 +51,9 @@ start() {
   echo "== building into $bin/"
   go build -o "$bin/" ./cmd/... ./loadtest || return 2
   # Started together: orders creates and migrates the database, points-consumer waits for it.
-  for name in "${names[@]}"; do
-    setsid "$bin/$name" >"$dir/$name.log" 2>&1 </dev/null &
-    echo "$name $!" >>"$pids"
+  for i in "${!names[@]}"; do
+    HTTP_ADDR=":${ports[$i]}" setsid "$bin/${names[$i]}" >"$dir/${names[$i]}.log" 2>&1 </dev/null &
+    echo "${names[$i]} $!" >>"$pids"
   done
   for i in "${!names[@]}"; do
     for _ in $(seq 120); do curl -fsS -m 2 -o /dev/null "${urls[$i]}/readyz" 2>/dev/null && break; sleep 0.5; done
@@ -50,6 +61,8 @@ start() {
       { echo "${names[$i]} not ready after 60 s; its log:"; tail -n 20 "$dir/${names[$i]}.log"; stop; return 1; }
   done
   echo "== ready; logs in $dir/*.log; stop with: $0 stop"
+  [ "$orders_port$payments_port" = 80808081 ] ||
+    echo "== for loadtest (lt): export ORDERS_URL=${urls[1]} PAYMENTS_URL=${urls[0]}"
 }
 
 case "${1:-}" in

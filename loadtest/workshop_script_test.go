@@ -1,0 +1,89 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/testenv"
+)
+
+// scripts/workshop.sh (docs/workshop.md) starts the three on the ports it is given, each on its own port
+// even with an HTTP_ADDR in the environment, with the platform calling back orders' port: an order
+// paid through it ends PAID. stop leaves nothing listening.
+func TestWorkshopScriptRunsTheStackOnItsOwnPorts(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
+	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
+		env.Queue(n[len(env.Prefix):]) // deleted at the end whatever happens
+	}
+	port := func() string { _, p, _ := net.SplitHostPort(testenv.FreeAddr(t)); return p }
+	orders, payments, points := port(), port(), port()
+	bin, wsDir := t.TempDir(), t.TempDir()
+	script := func(arg string) (string, error) {
+		cmd := exec.Command("bash", "../scripts/workshop.sh", arg)
+		cmd.Env = append(os.Environ(), "BIN="+bin, "WORKSHOP_DIR="+wsDir,
+			"WORKSHOP_ORDERS_PORT="+orders, "WORKSHOP_PAYMENTS_PORT="+payments, "WORKSHOP_POINTS_PORT="+points,
+			"HTTP_ADDR=127.0.0.1:1", "DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL,
+			"AMQP_URL="+env.AMQPURL, "REDIS_KEY_PREFIX="+env.Prefix, "AMQP_NAME_PREFIX="+env.Prefix,
+			"LOG_LEVEL=warn", "SWEEP_INTERVAL=200ms")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := script("start")
+	t.Cleanup(func() { _, _ = script("stop") })
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "export ORDERS_URL=http://127.0.0.1:"+orders+" PAYMENTS_URL=http://127.0.0.1:"+payments)
+
+	base := "http://127.0.0.1:" + orders
+	call := func(method, path, key, body string) map[string]any {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var v map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+		require.Less(t, resp.StatusCode, 300, "%s %s: %v", method, path, v)
+		return v
+	}
+	id := int64(call(http.MethodPost, "/v1/orders", "ws-1", `{"product_id":1,"quantity":1}`)["id"].(float64))
+	call(http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", id), "ws-pay-1", "")
+	// The callback goes to CALLBACK_URL, which the script derives from orders' port.
+	status := ""
+	for deadline := time.Now().Add(30 * time.Second); status != "PAID" && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		status, _ = call(http.MethodGet, fmt.Sprintf("/v1/orders/%d", id), "", "")["status"].(string)
+	}
+	require.Equal(t, "PAID", status, "the order paid through the script's stack")
+	for _, p := range []string{payments, points} {
+		resp, err := http.Get("http://127.0.0.1:" + p + "/readyz")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "port %s", p)
+	}
+
+	out, err = script("stop")
+	require.NoError(t, err, out)
+	for _, p := range []string{orders, payments, points} {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+p, time.Second); err == nil {
+			c.Close()
+			t.Errorf("port %s still listening after stop", p)
+		}
+	}
+}

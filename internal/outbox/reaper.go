@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,12 +10,11 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/platform/postgres"
-	"idemshop/internal/platform/retry"
 )
 
 // Reaper deletes outbox rows published more than the retention ago (OUTBOX_RETENTION; published_at,
 // which the relay sets in the transaction that marks the broker's confirms), in bounded batches, so that the outbox holds the events still owed plus a window of recent history
-// instead of every event ever sent.
+// instead of every event ever sent. RunOnce and Run come from postgres.Reaper.
 //
 // A row that is not published is never deleted, however old: it is an event the relay still owes
 // (at-least-once), waiting for a broker that is down or a queue that is not bound yet. Deleting it
@@ -28,61 +26,37 @@ import (
 // outbox short; migration 00011 asks autovacuum to vacuum it after a fixed number of changes instead
 // of a fifth of the table, and gives the reaper an index of the published rows by published_at
 // (00012 brings a database migrated with 00011's first text, a BRIN index, to the same).
-type Reaper struct {
-	db        *gorm.DB
-	logger    *slog.Logger
-	retention time.Duration
-	batch     int
-	reaped    prometheus.Counter
-}
+type Reaper struct{ *postgres.Reaper }
 
 // NewReaper returns a Reaper that keeps published rows for at least retention and deletes at most
 // batch rows per statement. It registers idemshop_outbox_reaped_total in reg.
 func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, retention time.Duration, batch int) (*Reaper, error) {
-	if db == nil || logger == nil || reg == nil {
-		return nil, errors.New("outbox: NewReaper needs db, logger and a registry")
-	}
-	if retention <= 0 || batch <= 0 {
-		return nil, fmt.Errorf("outbox: reaper retention %s and batch %d must be > 0", retention, batch)
+	if reg == nil {
+		return nil, errors.New("outbox: NewReaper needs a registry")
 	}
 	reaped := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "idemshop_outbox_reaped_total",
 		Help: "Published outbox rows deleted after OUTBOX_RETENTION.",
 	})
-	if err := reg.Register(reaped); err != nil {
-		return nil, fmt.Errorf("outbox: register reaper metrics: %w", err)
-	}
-	return &Reaper{db: db, logger: logger, retention: retention, batch: batch, reaped: reaped}, nil
-}
-
-// RunOnce deletes every row published before now - retention and returns how many it deleted. The
-// cutoff is on the database's clock, the one that wrote published_at. SKIP LOCKED: several replicas
-// reap at once without waiting on each other; a row another one holds is left to it, or to the next
-// run.
-func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
-	// published_at < cutoff is false for NULL: an unpublished row is never reaped. The oldest first,
-	// through outbox_published_idx (migrations 00011 and 00012), which holds published rows only.
-	n, err := postgres.DeleteInBatches(ctx, r.db, r.batch, func(n int64) { r.reaped.Add(float64(n)) },
-		`DELETE FROM outbox WHERE id IN (
+	// The cutoff is on the database's clock, the one that wrote published_at. published_at < cutoff is
+	// false for NULL: an unpublished row is never reaped. The oldest first, through
+	// outbox_published_idx (migrations 00011 and 00012), which holds published rows only. SKIP LOCKED:
+	// several replicas reap at once without waiting on each other; a row another one holds is left to
+	// it, or to the next run.
+	r, err := postgres.NewReaper(postgres.Reaper{What: "published outbox rows", DB: db, Logger: logger,
+		Retention: retention, Batch: batch, Deleted: func(n int64) { reaped.Add(float64(n)) },
+		Delete: `DELETE FROM outbox WHERE id IN (
 			SELECT id FROM outbox
 			WHERE published_at < now() - make_interval(secs => ?)
 			ORDER BY published_at
 			LIMIT ?
-			FOR UPDATE SKIP LOCKED)`, r.retention.Seconds())
+			FOR UPDATE SKIP LOCKED)`,
+		Args: []any{retention.Seconds()}})
 	if err != nil {
-		return n, fmt.Errorf("reap outbox: %w", err)
+		return nil, err
 	}
-	return n, nil
-}
-
-// Run calls RunOnce every interval until ctx is done.
-func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
-	retry.Every(ctx, interval, func() {
-		n, err := r.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.logger.Error("outbox reaper failed", "err", err)
-		} else if n > 0 {
-			r.logger.Info("published outbox rows reaped", "deleted", n, "retention", r.retention)
-		}
-	})
+	if err := reg.Register(reaped); err != nil {
+		return nil, fmt.Errorf("outbox: register reaper metrics: %w", err)
+	}
+	return &Reaper{r}, nil
 }

@@ -1244,6 +1244,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAForgedReversalBesideTheRealOneFailsAlone$",
 	},
 	{
+		ID: "points-retry-bounded", Guard: "transient: in place",
+		File: "internal/points/consumer.go",
+		// Transient failures are retried 8 times, then nacked: an outage of minutes dead-letters good
+		// messages.
+		Original:    "if !retry.Sleep(ctx, bo.NextBackOff()) {",
+		Replacement: "if attempt >= 8 || !retry.Sleep(ctx, bo.NextBackOff()) {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestADatabaseOutageDeadLettersNothing$",
+	},
+	{
 		ID: "points-ledger-conflict", Guard: "ledger: other credit",
 		File: "internal/points/ledger.go",
 		// The skipped rows are not compared: a credit unlike the one in the ledger is a duplicate.

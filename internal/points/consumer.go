@@ -22,12 +22,6 @@ import (
 	"idemshop/internal/platform/retry"
 )
 
-// transientAttempts bounds the in-place retries of a batch that failed for a reason that is not the
-// message's fault (database unreachable, deadlock, timeout). Retrying in place, with the reconnect
-// backoff between attempts, does not spend the message's delivery count, so a short database outage
-// does not push good messages into the DLQ; past the bound the messages are nacked like any failure.
-const transientAttempts = 8
-
 // ConsumerConfig tunes a Consumer. Every interval is configurable so that tests can run it fast.
 type ConsumerConfig struct {
 	AMQPURL string
@@ -661,9 +655,14 @@ func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 	}
 }
 
-// retry runs fn until it succeeds or the database rejects the data (ErrRejected: retrying cannot
-// help). A transient failure is retried in place with backoff, up to transientAttempts; it returns
-// fn's last error.
+// retry runs fn until it succeeds, the database rejects the data (ErrRejected: retrying cannot help),
+// or ctx ends (shutdown); it returns fn's last error. A transient failure (database unreachable,
+// deadlock, timeout) is not the message's fault, so it is retried in place, with the reconnect backoff
+// between attempts, for as long as it lasts: a nack would spend one of the message's five returns, and
+// an outage of a few minutes would push good messages into the DLQ, for a person to replay (until the
+// nineteenth session of 2026-12-06 the retries stopped after 8 attempts, about 30 s, and a 3-minute
+// outage did exactly that). The messages stay unacknowledged meanwhile, within the prefetch, and come
+// back to another consumer if this one dies.
 func (c *Consumer) retry(ctx context.Context, what string, messages int, fn func() error) error {
 	bo := c.newBackoff()
 	for attempt := 1; ; attempt++ {
@@ -672,7 +671,7 @@ func (c *Consumer) retry(ctx context.Context, what string, messages int, fn func
 			return err
 		}
 		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", messages)
-		if attempt >= transientAttempts || !retry.Sleep(ctx, bo.NextBackOff()) {
+		if !retry.Sleep(ctx, bo.NextBackOff()) {
 			return err
 		}
 	}

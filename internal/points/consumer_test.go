@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"idemshop/internal/events"
 	"idemshop/internal/platform/fault"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
 	"idemshop/internal/testenv/tcpproxy"
@@ -135,6 +138,39 @@ func TestConnectionLossMidStreamReconnectsAndCreditsOnce(t *testing.T) {
 	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: 2 * n, Balances: 2 * n}, state(t, env))
 	assert.GreaterOrEqual(t, c.count(points.OutcomeDuplicate), 1, "the unacked batch came back as duplicates")
 	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
+}
+
+// A database outage outlasting any fixed number of retries (here 20 failed attempts; the consumer once
+// gave up after 8, about 30 s with the default backoff, and a 3-minute outage took good messages to
+// the DLQ) dead-letters nothing: the batch is retried in place, without spending its delivery count,
+// and credited once, when the database is back.
+func TestADatabaseOutageDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
+	proxy.Cut()
+	c := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	pub := newPublisher(t, env.AMQPURL, top)
+	pub.event(orderPaid(7, 1, 500))
+	pub.event(orderPaid(8, 2, 700))
+	waitFor(t, 30*time.Second, func() bool {
+		return strings.Count(logs.String(), "applying credits failed; retrying") >= 20
+	}, "20 failed attempts while the database is unreachable")
+	proxy.Restore()
+	waitCount(t, 20*time.Second, 2, func() int { return c.count(points.OutcomeApplied) }, "both credited")
+	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 12, Balances: 12}, state(t, env))
+	assert.Zero(t, c.count(points.OutcomeFailed), "no nack")
+	ch := channel(t, env.AMQPURL)
+	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
+	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
 }
 
 // Poison messages (undecodable, a well-formed event for a user that does not exist, one without an

@@ -11,8 +11,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"idemshop/internal/events"
 	"idemshop/internal/platform/rabbitmq"
@@ -133,8 +135,14 @@ func testConfig(amqpURL, prefix string, top rabbitmq.Topology) points.ConsumerCo
 
 func startConsumer(t testing.TB, env *testenv.Env, cfg points.ConsumerConfig) *running {
 	t.Helper()
+	return startConsumerOn(t, env.DB, env.Redis, testLogger(), cfg)
+}
+
+// startConsumerOn is startConsumer on a database connection and a logger of the test's choosing.
+func startConsumerOn(t testing.TB, db *gorm.DB, rdb *redis.Client, logger *slog.Logger, cfg points.ConsumerConfig) *running {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	c, err := points.NewConsumer(env.DB, env.Redis, cfg, testLogger(), reg)
+	c, err := points.NewConsumer(db, rdb, cfg, logger, reg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{reg: reg, cancel: cancel, done: make(chan struct{})}

@@ -1164,6 +1164,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
 	},
 	{
+		ID: "metrics-method-label", Guard: "metrics: method label",
+		File: "internal/platform/httpserver/httpserver.go",
+		// Every made-up method a client sends becomes a series /metrics keeps for ever.
+		Original:    "reqDuration.WithLabelValues(c.Path(), metricMethod(req.Method),",
+		Replacement: "reqDuration.WithLabelValues(c.Path(), req.Method,",
+		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestClientsCannotGrowTheMetricsOrChooseTwoRequestIDs$",
+	},
+	{
+		ID: "request-id-twice", Guard: "X-Request-ID: one",
+		File: "internal/platform/httpserver/httpserver.go",
+		// Two X-Request-ID values: the first is echoed and logged as the client's.
+		Original:    "len(ids) > 1 || len(ids) == 1 && !validRequestID(ids[0])",
+		Replacement: "len(ids) > 0 && !validRequestID(ids[0])",
+		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestClientsCannotGrowTheMetricsOrChooseTwoRequestIDs$",
+	},
+	{
 		ID: "teardown-redis-inside", Guard: "teardown: inside Redis",
 		File: "cmd/orders/main.go",
 		// REDIS_KEY_PREFIX=idemshop:points: deletes the points consumer's leases of a shop running

@@ -103,3 +103,54 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// What a client can choose does not become a metric label: made-up methods are counted as OTHER, and
+// unrouted paths under one route label, so /metrics stays the same size however many a client sends.
+// X-Request-ID sent twice is not one id: the answer carries a fresh one.
+func TestClientsCannotGrowTheMetricsOrChooseTwoRequestIDs(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := httpserver.New(slog.New(slog.DiscardHandler), reg, 1<<10)
+	e.GET("/v1/things/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	series := func() (n int, labels string) {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "idemshop_http_request_duration_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				n++
+				for _, l := range m.GetLabel() {
+					labels += l.GetName() + "=" + l.GetValue() + " "
+				}
+			}
+		}
+		return n, labels
+	}
+	for i := range 5 {
+		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(strings.Repeat("Q", 100+i), "/v1/things/1", nil))
+		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/nowhere-"+strings.Repeat("x", i), nil))
+	}
+	e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/v1/things/2", nil))
+	n, labels := series()
+	assert.Equal(t, 3, n, "one series each: the made-up methods, the unrouted paths, the GET: %s", labels)
+	assert.Contains(t, labels, "method=OTHER")
+	assert.NotContains(t, labels, "QQQ")
+	assert.NotContains(t, labels, "nowhere")
+
+	req := httptest.NewRequest(http.MethodGet, "/v1/things/1", nil)
+	req.Header.Add("X-Request-ID", "one")
+	req.Header.Add("X-Request-ID", "two")
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	id := rec.Header().Values("X-Request-ID")
+	require.Len(t, id, 1)
+	assert.NotContains(t, []string{"one", "two"}, id[0], "a fresh id")
+	assert.NotEmpty(t, id[0])
+	req = httptest.NewRequest(http.MethodGet, "/v1/things/1", nil)
+	req.Header.Set("X-Request-ID", "one")
+	rec = httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	assert.Equal(t, "one", rec.Header().Get("X-Request-ID"), "one id sent is kept")
+}

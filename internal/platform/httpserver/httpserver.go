@@ -86,11 +86,12 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 		}
 	})
 
-	// A client's X-Request-ID is kept (it ties our logs to theirs) only if it is short and visible ASCII;
-	// otherwise a fresh one replaces it.
+	// A client's X-Request-ID is kept (it ties our logs to theirs) only if it sent one, short and visible
+	// ASCII; otherwise a fresh one replaces it.
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if id := c.Request().Header.Get(echo.HeaderXRequestID); id != "" && !validRequestID(id) {
+			// Sent twice, it is not "one" id: neither is the client's.
+			if ids := c.Request().Header.Values(echo.HeaderXRequestID); len(ids) > 1 || len(ids) == 1 && !validRequestID(ids[0]) {
 				c.Request().Header.Del(echo.HeaderXRequestID)
 			}
 			return next(c)
@@ -109,7 +110,7 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 				c.Error(err)
 			}
 			status := c.Response().Status
-			reqDuration.WithLabelValues(c.Path(), req.Method, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			reqDuration.WithLabelValues(c.Path(), metricMethod(req.Method), strconv.Itoa(status)).Observe(time.Since(start).Seconds())
 			level := slog.LevelInfo
 			if status < 400 && opsPaths[req.URL.Path] {
 				level = slog.LevelDebug
@@ -124,6 +125,18 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 	e.Use(middleware.Recover())
 	e.Use(middleware.BodyLimit(strconv.FormatInt(bodyLimit, 10)))
 	return e
+}
+
+// metricMethod is the method label of a request: its method if RFC 9110 §9 defines it (or PATCH),
+// else "OTHER". Any token is a valid method, and each label value is a series /metrics keeps for
+// ever: a client that made up methods (a 405 each) grew every scrape by megabytes, for good.
+func metricMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
 }
 
 // allowWithHead is an Allow header value ("OPTIONS, GET, POST") with HEAD added if it lists GET.

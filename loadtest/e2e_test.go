@@ -133,8 +133,14 @@ func (s *stack) loadtest(ordersURL string, args ...string) (int, []byte) {
 // loadtestStreams runs the loadtest binary and returns its exit code, stdout and stderr.
 func (s *stack) loadtestStreams(ordersURL string, args ...string) (int, []byte, []byte) {
 	s.t.Helper()
+	return s.loadtestWith(nil, ordersURL, args...)
+}
+
+// loadtestWith is loadtestStreams with extra environment (a later value of a variable wins).
+func (s *stack) loadtestWith(extra []string, ordersURL string, args ...string) (int, []byte, []byte) {
+	s.t.Helper()
 	cmd := exec.Command(filepath.Join(s.bin, "loadtest"), args...)
-	cmd.Env = append(append([]string{}, s.env...), "ORDERS_URL="+ordersURL, "PAYMENTS_URL="+s.mockURL)
+	cmd.Env = append(append(append([]string{}, s.env...), "ORDERS_URL="+ordersURL, "PAYMENTS_URL="+s.mockURL), extra...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -314,6 +320,29 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 		assert.NotContains(t, string(errOut), "level=INFO")
 		assert.NotContains(t, string(errOut), "level=WARN")
 	})
+	t.Run("each scenario starts from a calm platform, whatever chaos was left on", func(t *testing.T) {
+		// Set by hand or from /lab: every payment call reset, every SUCCESS held back 3 s. PUT merges,
+		// so a lab that set only its own fields ran S5 under them (EOF on its payment calls).
+		chaos := func(method, body string) map[string]any {
+			req, err := http.NewRequest(method, s.mockURL+"/admin/chaos", strings.NewReader(body))
+			require.NoError(t, err)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			var c map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
+			return c
+		}
+		chaos(http.MethodPut, `{"reset_rate":1,"delay_success_ms":3000}`)
+		// A trailing slash on ORDERS_URL is the same orders (it made "//lab/lab.js", a 404 read as "not
+		// in lab mode").
+		code, _, _ := s.loadtestStreams("http://"+a+"/", "lab", "S5")
+		assert.Equal(t, 0, code)
+		after := chaos(http.MethodGet, "")
+		assert.EqualValues(t, 0, after["reset_rate"])
+		assert.EqualValues(t, 0, after["delay_success_ms"])
+	})
 	t.Run("a shop down or not in lab mode is a set-up error, and nothing is written", func(t *testing.T) {
 		// Exit 1 means "an invariant broke" (or, for the unsafe side, "the failure showed"): a shop
 		// whose lab routes answer 404 must not read as either.
@@ -344,6 +373,16 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 			assert.Equal(t, 2, code, "%v against %s", c.args, c.url)
 			assert.Contains(t, string(errOut), c.want, "%v", c.args)
 			assert.Empty(t, out, "%v: no report", c.args)
+		}
+		// A payments-mock whose admin API wants a token loadtest does not have: the lab and the incident
+		// would set its chaos, so that is a set-up error too, not a scenario's error.
+		locked := testenv.FreeAddr(t)
+		s.start("payments-mock#locked", locked, "ADMIN_TOKEN=s3cret-admin-token")
+		for _, args := range [][]string{{"lab", "S7"}, {"incident", "--orders", "2"}} {
+			code, out, errOut := s.loadtestWith([]string{"PAYMENTS_URL=http://" + locked}, "http://"+a, args...)
+			assert.Equal(t, 2, code, "%v", args)
+			assert.Contains(t, string(errOut), "set ADMIN_TOKEN to payments-mock's ADMIN_TOKEN", "%v", args)
+			assert.Empty(t, out, "%v: no report", args)
 		}
 		assert.Equal(t, before, users(), "no lab user was created")
 	})

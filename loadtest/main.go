@@ -105,6 +105,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest %s: %v\n", args[0], err)
 		return 2
 	}
+	// Both set the platform's chaos (the lab calms it before each scenario).
+	if err := env.CheckPlatformAdmin(ctx); err != nil {
+		fmt.Fprintf(stderr, "loadtest %s: %v\n", args[0], err)
+		return 2
+	}
 	env.Keep = *keep
 	progress := progressLine(stderr, *asJSON)
 

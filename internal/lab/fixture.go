@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -179,9 +180,18 @@ func (e *Env) PostCallback(ctx context.Context, path string, cb callback.Callbac
 	return e.Do(ctx, http.MethodPost, e.OrdersURL+path, body, paysig.Header, paysig.Sign(e.Secret, time.Now(), body))
 }
 
-// SetChaos changes payments-mock's chaos (PUT /admin/chaos merges the given fields).
+// calmChaos is every chaos field at its calm value (one copy of each callback, no fault), the seed
+// aside.
+var calmChaos = map[string]any{"duplicates": 1, "parallel": true, "jitter_ms": 0, "reorder": false,
+	"ack_loss_rate": 0, "create_timeout_rate": 0, "reset_rate": 0, "error_rate": 0, "delay_success_ms": 0}
+
+// SetChaos sets payments-mock's chaos to the given fields, and every other field to its calm value
+// (PUT /admin/chaos keeps the fields it is not sent, so a reset_rate or a delay_success_ms left by a
+// trainer's /lab buttons or by hand would have stayed under the scenario, and failed it).
 func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
-	body, _ := json.Marshal(chaos)
+	all := maps.Clone(calmChaos)
+	maps.Copy(all, chaos)
+	body, _ := json.Marshal(all)
 	var h []string
 	if e.AdminToken != "" {
 		h = []string{"Authorization", "Bearer " + e.AdminToken}
@@ -196,10 +206,10 @@ func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
 	return nil
 }
 
-// CalmChaos puts payments-mock back to no chaos (one copy of each callback), keeping the seed.
+// CalmChaos puts payments-mock back to no chaos (one copy of each callback, no fault), keeping the
+// seed.
 func (e *Env) CalmChaos(ctx context.Context) error {
-	return e.SetChaos(ctx, map[string]any{"duplicates": 1, "parallel": true, "jitter_ms": 0, "reorder": false,
-		"ack_loss_rate": 0, "create_timeout_rate": 0, "error_rate": 0})
+	return e.SetChaos(ctx, nil)
 }
 
 // Parallel runs fn(i) for i in [0, n) at once, released together by one closed channel, and returns

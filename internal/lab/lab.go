@@ -144,7 +144,14 @@ func Run(ctx context.Context, env *Env, scenarios []Scenario, progress func(Resu
 	var results []Result
 	for _, s := range scenarios {
 		start := time.Now()
-		u, g, err := s.Run(ctx, env)
+		// Each scenario starts from a calm platform: chaos set by hand or from /lab would otherwise
+		// fail it for reasons of its own (a reset_rate breaks S5's payment calls).
+		var u Unsafe
+		var g Guarded
+		err := env.CalmChaos(ctx)
+		if err == nil {
+			u, g, err = s.Run(ctx, env)
+		}
 		r := Result{ID: s.ID, Title: s.Title, Unsafe: u, Guarded: g, Seconds: time.Since(start).Seconds()}
 		if err != nil {
 			r.Error = err.Error()

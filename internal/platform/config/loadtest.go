@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -38,6 +39,10 @@ func LoadLoadtest() (Loadtest, error) {
 	}
 	// The same checks as the services' for the variables they share, so that a value a service would
 	// refuse is not used here (DB_LOCK_TIMEOUT=500us was sent to PostgreSQL as no timeout at all).
+	// Base URLs that loadtest appends paths to: "http://host:8080/" would make "//v1/orders", which
+	// orders answers 404 (and the lab's preflight took for an orders not in lab mode).
+	c.OrdersURL = strings.TrimRight(c.OrdersURL, "/")
+	c.PaymentsURL = strings.TrimRight(c.PaymentsURL, "/")
 	var ck checks
 	ck.httpURL("ORDERS_URL", c.OrdersURL)
 	ck.httpURL("PAYMENTS_URL", c.PaymentsURL)

@@ -97,6 +97,11 @@ func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild
 			return b, err
 		}
 	}
+	// The directory exists only once a schema was written: when every mutant of the run runs alone
+	// (ONLY= one that cannot be in a schema), there is none, and the empty overlay goes there too.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return b, err
+	}
 	b.overlay = filepath.Join(dir, "overlay.json")
 	if err := writeOverlayFile(b.overlay, replace); err != nil {
 		return b, err

@@ -303,8 +303,11 @@ func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names
 		return errors.Join(errs...)
 	}
 	defer conn.Close()
-	rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix))
-	rabbitmq.DeleteNames(conn, names...)
+	errs = append(errs, rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix)),
+		rabbitmq.DeleteNames(conn, names...))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("teardown: not everything was deleted: %w", err)
+	}
 	logger.Info("teardown done", "redis_prefix", cfg.Redis.KeyPrefix, "amqp_prefix", cfg.NamePrefix, "extra_names", len(names))
-	return errors.Join(errs...)
+	return nil
 }

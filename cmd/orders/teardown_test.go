@@ -120,3 +120,39 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 			"exchange %s is gone", x)
 	}
 }
+
+// A name teardown cannot delete (a queue another connection holds exclusively) makes it fail, naming
+// it, after it has deleted everything else: it once logged "teardown done" and exited 0.
+func TestTeardownSaysWhatItCouldNotDelete(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	env := testenv.New(t)
+	run := env.Prefix + "run:"
+	top := rabbitmq.OrderPaidTopology().WithPrefix(run)
+	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
+		env.Queue(n[len(env.Prefix):])
+	}
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, rabbitmq.Declare(ch, top))
+	excl := run + "exclusive"
+	_, err = ch.QueueDeclare(excl, false, true, true, false, nil) // gone with this connection
+	require.NoError(t, err)
+
+	cmd := exec.Command(bin, "teardown", excl)
+	cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
+		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, string(out))
+	assert.Contains(t, string(out), "delete queue "+excl)
+	assert.NotContains(t, string(out), "teardown done")
+	for _, q := range []string{top.Queue, top.DeadLetterQueue} {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		assert.Error(t, err, "queue %s deleted all the same", q)
+	}
+}

@@ -1180,6 +1180,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestClientsCannotGrowTheMetricsOrChooseTwoRequestIDs$",
 	},
 	{
+		ID: "teardown-delete-errors", Guard: "teardown: refusals",
+		File: "internal/platform/rabbitmq/topology.go",
+		// Every refused delete is dropped: teardown says "done" and exits 0 with the queue still there.
+		Original:    "if err == nil || errors.As(err, &ae) && ae.Code == amqp.NotFound {",
+		Replacement: "if _ = ae; true {",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownSaysWhatItCouldNotDelete$",
+	},
+	{
 		ID: "teardown-redis-inside", Guard: "teardown: inside Redis",
 		File: "cmd/orders/main.go",
 		// REDIS_KEY_PREFIX=idemshop:points: deletes the points consumer's leases of a shop running

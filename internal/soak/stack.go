@@ -150,7 +150,7 @@ func (s *stack) down() []error {
 		if conn, err := rabbitmq.Dial(ctx, s.opts.AMQPURL); err != nil {
 			errs = append(errs, fmt.Errorf("delete AMQP objects %s*: %w", s.prefix, err))
 		} else {
-			rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(s.prefix))
+			errs = append(errs, rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(s.prefix)))
 			_ = conn.Close()
 		}
 	}

@@ -157,37 +157,39 @@ func ReadyMessages(conn *amqp.Connection, queue string) (int64, error) {
 	return int64(q.Messages), nil
 }
 
-// Delete removes t's queues and exchanges, each on a fresh channel (a failed delete closes its
-// channel). Best effort: it is cleanup of a run's own, uniquely named topology.
-func Delete(conn *amqp.Connection, t Topology) {
-	for i, n := range []string{t.Queue, t.DeadLetterQueue, t.Exchange, t.DeadLetterExchange} {
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		if i < 2 {
-			_, _ = ch.QueueDelete(n, false, false, false)
-		} else {
-			_ = ch.ExchangeDelete(n, false, false)
-		}
-		_ = ch.Close()
-	}
+// Delete removes t's queues and exchanges. A name that does not exist is not an error; any other
+// refusal (a queue another connection holds exclusively: 405 RESOURCE_LOCKED; 403 ACCESS_REFUSED) is
+// returned, every name tried first: `orders teardown` must not say it removed what is still there.
+func Delete(conn *amqp.Connection, t Topology) error {
+	return errors.Join(deleteOne(conn, "queue", t.Queue), deleteOne(conn, "queue", t.DeadLetterQueue),
+		deleteOne(conn, "exchange", t.Exchange), deleteOne(conn, "exchange", t.DeadLetterExchange))
 }
 
 // DeleteNames deletes each name as a queue and as an exchange (a run's leftovers, whose kind the caller
-// does not know), each on a fresh channel: deleting what does not exist closes the channel.
-func DeleteNames(conn *amqp.Connection, names ...string) {
+// does not know), with Delete's errors.
+func DeleteNames(conn *amqp.Connection, names ...string) error {
+	var errs []error
 	for _, n := range names {
-		for _, del := range []func(*amqp.Channel) error{
-			func(ch *amqp.Channel) error { _, err := ch.QueueDelete(n, false, false, false); return err },
-			func(ch *amqp.Channel) error { return ch.ExchangeDelete(n, false, false) },
-		} {
-			ch, err := conn.Channel()
-			if err != nil {
-				return
-			}
-			_ = del(ch)
-			_ = ch.Close()
-		}
+		errs = append(errs, deleteOne(conn, "queue", n), deleteOne(conn, "exchange", n))
 	}
+	return errors.Join(errs...)
+}
+
+// deleteOne deletes one queue or exchange on a channel of its own: a refused delete closes its channel.
+func deleteOne(conn *amqp.Connection, kind, name string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("delete %s %s: %w", kind, name, err)
+	}
+	defer ch.Close() // already closed by a refusal; the second close's error says nothing new
+	if kind == "queue" {
+		_, err = ch.QueueDelete(name, false, false, false)
+	} else {
+		err = ch.ExchangeDelete(name, false, false)
+	}
+	var ae *amqp.Error
+	if err == nil || errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return nil
+	}
+	return fmt.Errorf("delete %s %s: %w", kind, name, err)
 }

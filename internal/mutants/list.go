@@ -792,6 +792,13 @@ var List = []Mutant{
 		Replacement: "\th.Write([]byte(strings.TrimSpace(string(body))))\n",
 		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerify$",
 	},
+	{
+		ID: "sig-t-as-sent", Guard: "signature: t as sent",
+		File:        "internal/paysig/paysig.go",
+		Original:    "want := mac(v.Secret, p.T, body)",
+		Replacement: "want := mac(v.Secret, strconv.FormatInt(p.Timestamp, 10), body)",
+		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerify$",
+	},
 
 	// ── Steps 2-4: the pay record, its fenced lease, the sweeper (internal/idempotency, internal/pay, internal/sweeper) ──
 	{

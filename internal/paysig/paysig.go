@@ -59,10 +59,10 @@ func Sign(secret []byte, t time.Time, body []byte) string {
 // SignRotating is Sign with one v1 entry per secret. While rotating, pass the new secret and the old
 // ones: a receiver that still knows only an old secret keeps accepting.
 func SignRotating(t time.Time, body []byte, secret []byte, older ...[]byte) string {
-	ts := t.Unix()
+	ts := strconv.FormatInt(t.Unix(), 10)
 	var b strings.Builder
 	b.WriteString("t=")
-	b.WriteString(strconv.FormatInt(ts, 10))
+	b.WriteString(ts)
 	for _, s := range append([][]byte{secret}, older...) {
 		b.WriteString(",v1=")
 		b.WriteString(hex.EncodeToString(mac(s, ts, body)))
@@ -70,18 +70,20 @@ func SignRotating(t time.Time, body []byte, secret []byte, older ...[]byte) stri
 	return b.String()
 }
 
-// mac is HMAC-SHA256(secret, "<t>.<body>").
-func mac(secret []byte, ts int64, body []byte) []byte {
+// mac is HMAC-SHA256(secret, "<t>.<body>"), t as it is written in the header.
+func mac(secret []byte, t string, body []byte) []byte {
 	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(strconv.FormatInt(ts, 10)))
+	h.Write([]byte(t))
 	h.Write([]byte{'.'})
 	h.Write(body)
 	return h.Sum(nil)
 }
 
-// Parsed is a syntactically valid header: the unix timestamp in seconds and the raw 32-byte MACs of its
-// v1 entries (at least one).
+// Parsed is a syntactically valid header: the unix timestamp in seconds, as sent (T, the bytes the MAC
+// covers) and as a number (Timestamp, the one the tolerance is checked on), and the raw 32-byte MACs of
+// its v1 entries (at least one).
 type Parsed struct {
+	T          string
 	Timestamp  int64
 	Signatures [][]byte
 }
@@ -114,7 +116,7 @@ func ParseHeader(h string) (Parsed, error) {
 			if err != nil {
 				return p, err
 			}
-			p.Timestamp = ts
+			p.T, p.Timestamp = v, ts
 		case "v1":
 			if len(p.Signatures) == maxSignatures {
 				return p, fmt.Errorf("%w: more than %d v1 entries", ErrMalformed, maxSignatures)
@@ -173,7 +175,9 @@ func (v Verifier) Verify(header string, body []byte) error {
 	if err != nil {
 		return err
 	}
-	want := mac(v.Secret, p.Timestamp, body)
+	// Over t as sent, not as reformatted: "t=0<ts>" signed as "<ts>." was accepted, and a sender that
+	// signed the "0<ts>." it sent was refused. The MAC covers the bytes on the wire.
+	want := mac(v.Secret, p.T, body)
 	matched := false
 	for _, sig := range p.Signatures {
 		// hmac.Equal runs in constant time: a byte-by-byte compare that stops at the first difference

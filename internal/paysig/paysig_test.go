@@ -1,6 +1,9 @@
 package paysig_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +29,12 @@ func TestVerify(t *testing.T) {
 	t.Parallel()
 	valid := paysig.Sign(secret, now, body)
 	ts := strconv.FormatInt(now.Unix(), 10)
+	// The MAC covers t as it is written: "0<ts>" is its own string, signed as such or not at all.
+	macOver := func(signed string) string {
+		h := hmac.New(sha256.New, secret)
+		h.Write([]byte(signed))
+		return hex.EncodeToString(h.Sum(nil))
+	}
 	cases := []struct {
 		name    string
 		header  string
@@ -40,6 +49,8 @@ func TestVerify(t *testing.T) {
 		{"rotation: new secret first, old known", paysig.SignRotating(now, body, []byte("new"), secret), body, nil},
 		{"tampered body", valid, []byte(strings.Replace(string(body), "1999", "9999", 1)), paysig.ErrMismatch},
 		{"body with trailing newline", valid, append(append([]byte{}, body...), '\n'), paysig.ErrMismatch},
+		{"t with a leading zero, signed as sent", "t=0" + ts + ",v1=" + macOver("0"+ts+"."+string(body)), body, nil},
+		{"t with a leading zero, signed as another t", "t=0" + ts + ",v1=" + macOver(ts+"."+string(body)), body, paysig.ErrMismatch},
 		{"tampered t", strings.Replace(valid, "t="+ts, "t="+strconv.FormatInt(now.Unix()+1, 10), 1), body, paysig.ErrMismatch},
 		{"stale t", paysig.Sign(secret, now.Add(-301*time.Second), body), body, paysig.ErrStale},
 		{"t from the future", paysig.Sign(secret, now.Add(301*time.Second), body), body, paysig.ErrStale},

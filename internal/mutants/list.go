@@ -1284,6 +1284,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestADatabaseOutageDeadLettersNothing$",
 	},
 	{
+		ID: "points-held-not-copy", Guard: "set aside: copies",
+		File: "internal/points/deferred.go",
+		// Any message with a waiting biz_id joins it as its copy: a forged credit is acked as a duplicate.
+		Original:    "if w.credit != m.credit || !w.sameReversal(m) {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestTwoUnlikeCreditsForOneOrderAreNeverCopies$",
+	},
+	{
+		ID: "points-insert-rounds", Guard: "credits: 1 per round",
+		File: "internal/points/consumer.go",
+		// Every credit in one INSERT: the second of one biz_id reads as inserted, acked "applied".
+		Original:    "for i < len(rounds) && in[i][m.bizID()] {",
+		Replacement: "for i < len(rounds) && false {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestTwoUnlikeCreditsForOneOrderAreNeverCopies$",
+	},
+	{
 		ID: "points-ledger-conflict", Guard: "ledger: other credit",
 		File: "internal/points/ledger.go",
 		// The skipped rows are not compared: a credit unlike the one in the ledger is a duplicate.

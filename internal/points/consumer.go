@@ -578,13 +578,29 @@ func (c *Consumer) giveBack(ch *amqp.Channel, held *deferredSet, reason string) 
 // The order between the two does not matter: a reversal applies its order's credit first if it is
 // missing (Ledger.Reverse), so whichever comes second is a no-op for that credit.
 func (c *Consumer) apply(ctx, work context.Context, ms []*message) {
-	var credits []*message
+	// One INSERT per round, and a biz_id at most once in a round: two credits with one biz_id in one
+	// statement (two messages that say different things, with no lease between them when Redis is
+	// down) would both read as inserted, since the second meets the first inside the statement, whose
+	// snapshot cannot show it as a conflict. In the next round the ledger judges the second against
+	// the first's row (Ledger.Apply's Conflicting).
+	var rounds [][]*message
+	var in []map[string]bool // the biz_ids of each round
 	for _, m := range ms {
-		if m.reversal == nil {
-			credits = append(credits, m)
+		if m.reversal != nil {
+			continue
 		}
+		i := 0
+		for i < len(rounds) && in[i][m.bizID()] {
+			i++
+		}
+		if i == len(rounds) {
+			rounds, in = append(rounds, nil), append(in, map[string]bool{})
+		}
+		rounds[i], in[i][m.bizID()] = append(rounds[i], m), true
 	}
-	c.applyCredits(ctx, work, credits)
+	for _, credits := range rounds {
+		c.applyCredits(ctx, work, credits)
+	}
 	for _, m := range ms {
 		if m.reversal != nil {
 			c.applyReversal(ctx, work, m)

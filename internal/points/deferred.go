@@ -7,45 +7,59 @@ import (
 )
 
 // deferredSet is one consumer session's messages whose Redis lease someone else holds: delivered,
-// unacknowledged, set aside so that the rest of their batch could go on (Consumer.setAside). It
-// holds one message per biz_id; a later message with the same biz_id becomes its copy. It lives and
-// dies with the session's channel: if the channel is lost, the broker requeues them all. Only the
-// session's goroutine uses it. A nil set is empty.
+// unacknowledged, set aside so that the rest of their batch could go on (Consumer.setAside). A later
+// message that says the same as one waiting for its biz_id becomes its copy; one that says something
+// else (a broken or forged one beside the real one) waits beside it, to be judged alone, as in a batch
+// (twoLayer.handle). It lives and dies with the session's channel: if the channel is lost, the broker
+// requeues them all. Only the session's goroutine uses it. A nil set is empty.
 type deferredSet struct {
-	byBiz map[string]*message
+	byBiz map[string][]*message
 }
 
-// add sets m aside, or makes it (and its copies) a copy of the message already waiting for its biz_id.
+// add sets m aside, or makes it (and its copies) a copy of the message waiting for its biz_id that
+// says the same.
 func (s *deferredSet) add(m *message) {
 	if s.byBiz == nil {
-		s.byBiz = make(map[string]*message)
+		s.byBiz = make(map[string][]*message)
 	}
-	w := s.byBiz[m.bizID()]
-	if w == nil {
-		m.waiting = true
-		s.byBiz[m.bizID()] = m
+	for _, w := range s.byBiz[m.bizID()] {
+		if w.credit != m.credit || !w.sameReversal(m) {
+			continue
+		}
+		dups := m.dups
+		m.dups = nil
+		w.follow(m)
+		for _, d := range dups {
+			w.follow(d)
+		}
 		return
 	}
-	dups := m.dups
-	m.dups = nil
-	w.follow(m)
-	for _, d := range dups {
-		w.follow(d)
+	m.waiting = true
+	s.byBiz[m.bizID()] = append(s.byBiz[m.bizID()], m)
+}
+
+// all calls fn for every waiting message (not their copies).
+func (s *deferredSet) all(fn func(*message)) {
+	if s == nil {
+		return
+	}
+	for _, ms := range s.byBiz {
+		for _, m := range ms {
+			fn(m)
+		}
 	}
 }
 
 // next returns the earliest time a waiting message is due for another claim.
 func (s *deferredSet) next() (time.Time, bool) {
-	if s == nil || len(s.byBiz) == 0 {
-		return time.Time{}, false
-	}
 	var at time.Time
-	for _, m := range s.byBiz {
-		if at.IsZero() || m.retryAt.Before(at) {
-			at = m.retryAt
+	found := false
+	s.all(func(m *message) {
+		if !found || m.retryAt.Before(at) {
+			at, found = m.retryAt, true
 		}
-	}
-	return at, true
+	})
+	return at, found
 }
 
 // takeDue removes and returns the messages due for another claim at now, in delivery order.
@@ -63,11 +77,20 @@ func (s *deferredSet) take(pick func(*message) bool) []*message {
 		return nil
 	}
 	var out []*message
-	for id, m := range s.byBiz {
-		if pick(m) {
-			m.waiting = false
+	for id, ms := range s.byBiz {
+		kept := ms[:0]
+		for _, m := range ms {
+			if pick(m) {
+				m.waiting = false
+				out = append(out, m)
+			} else {
+				kept = append(kept, m)
+			}
+		}
+		if len(kept) == 0 {
 			delete(s.byBiz, id)
-			out = append(out, m)
+		} else {
+			s.byBiz[id] = kept
 		}
 	}
 	slices.SortFunc(out, func(a, b *message) int { return cmp.Compare(a.d.DeliveryTag, b.d.DeliveryTag) })
@@ -77,18 +100,16 @@ func (s *deferredSet) take(pick func(*message) bool) []*message {
 // hasTagBelow reports whether a waiting message, or one of its copies, has a delivery tag lower than
 // tag: a multiple-ack of tag would acknowledge it.
 func (s *deferredSet) hasTagBelow(tag uint64) bool {
-	if s == nil {
-		return false
-	}
-	for _, m := range s.byBiz {
+	below := false
+	s.all(func(m *message) {
 		if m.d.DeliveryTag < tag {
-			return true
+			below = true
 		}
 		for _, d := range m.dups {
 			if d.d.DeliveryTag < tag {
-				return true
+				below = true
 			}
 		}
-	}
-	return false
+	})
+	return below
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -309,4 +310,44 @@ func TestACreditUnlikeTheOneAReversalWroteIsDeadLettered(t *testing.T) {
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{}}, accountOf(t, env, 1))
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{"order-paid:901": 5, "order-refunded:901": -5}},
 		accountOf(t, env, 2))
+}
+
+// Two credits for one order that say different things (a forged or broken one beside the real one) are
+// never copies: the first is credited, the second is judged against its row and dead-lettered, not
+// acked as a duplicate or as "applied". Twice where nothing else stood between them: while they wait on
+// a lease someone else holds (set aside together, the second once joined the first as its copy), and
+// with Redis down, when both reach one INSERT (the second read as inserted).
+func TestTwoUnlikeCreditsForOneOrderAreNeverCopies(t *testing.T) {
+	t.Parallel()
+	for name, redisDown := range map[string]bool{"waiting on a held lease": false, "Redis down": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t)
+			top := topology(t, env)
+			pub := newPublisher(t, env.AMQPURL, top)
+			cfg := testConfig(env.AMQPURL, env.Prefix, top)
+			// One batch of two, with time for the broker to hand over the second (as in
+			// TestAForgedReversalBesideTheRealOneFailsAlone).
+			cfg.BatchSize, cfg.BatchWait = 2, 200*time.Millisecond
+			rdb := env.Redis
+			if redisDown {
+				rdb = redis.NewClient(&redis.Options{Addr: testenv.FreeAddr(t), MaxRetries: -1,
+					DialTimeout: 50 * time.Millisecond})
+				t.Cleanup(func() { _ = rdb.Close() })
+			} else {
+				holdLease(t, env, 900, time.Second)
+			}
+			pub.event(orderPaid(900, 2, 2500)) // first: credited
+			pub.event(orderPaid(900, 1, 2500)) // the same order for another user
+			c := startConsumerOn(t, env.DB, rdb, testLogger(), cfg)
+
+			ch := channel(t, env.AMQPURL)
+			waitDeadLettered(t, c, ch, top, 1, "the second credit")
+			assert.Equal(t, 1, c.count(points.OutcomeApplied), "only the first is applied")
+			assert.Zero(t, c.count(points.OutcomeDuplicate), "neither is taken for a copy")
+			assert.Equal(t, account{Balance: 25, Ledger: map[string]int64{"order-paid:900": 25}}, accountOf(t, env, 2))
+			assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{}}, accountOf(t, env, 1))
+			assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
+		})
+	}
 }

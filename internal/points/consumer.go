@@ -257,6 +257,7 @@ type message struct {
 	// to be claimed again at retryAt; it fails if the lease is still held at giveUpAt.
 	waiting           bool
 	retryAt, giveUpAt time.Time
+	leaseLeft         time.Duration // at the last claim, how long the holder's lease had left (-1: no expiry)
 	outcome           string
 	err               error
 }
@@ -505,7 +506,7 @@ func (c *Consumer) claim(work context.Context, ms []*message, token string) (toA
 	for i, m := range ms {
 		ids[i] = m.bizID()
 	}
-	states, err := c.leases.claim(work, ids, token)
+	states, left, err := c.leases.claim(work, ids, token)
 	if err != nil {
 		// Redis is an efficiency layer: without it the ledger's unique index still decides.
 		c.logger.Warn("dedup leases unavailable; relying on the ledger alone", "err", err)
@@ -524,6 +525,7 @@ func (c *Consumer) claim(work context.Context, ms []*message, token string) (toA
 			m.maybeDone = true
 			toApply = append(toApply, m)
 		default:
+			m.leaseLeft = left[i]
 			waiting = append(waiting, m)
 		}
 	}
@@ -535,14 +537,18 @@ func (c *Consumer) claim(work context.Context, ms []*message, token string) (toA
 // lease in place would stall the rest of the batch, and every batch behind it, for up to a lease TTL.
 // So each one waits in held, unacknowledged (the prefetch bounds how many), and is claimed again
 // every LeasePoll (retryHeld) until its lease is ours, done (the ledger decides) or gone; the rest of
-// its batch goes on now. One LeaseTTL plus one LeasePoll after it first found the lease held, it
-// fails like any failure (nack, requeue). While shutting down it fails at once.
+// its batch goes on now. One LeasePoll after the lease it first found held was due to run out (its
+// PTTL, or LeaseTTL if that is longer or the lease never expires), it fails like any failure (nack,
+// requeue): a lease that outlives that was taken again, not left by a crash. While shutting down it
+// fails at once.
 func (c *Consumer) setAside(ctx context.Context, held *deferredSet, ms []*message) {
 	now := time.Now()
 	for _, m := range ms {
 		newlyHeld := m.giveUpAt.IsZero()
 		if newlyHeld {
-			m.giveUpAt = now.Add(c.cfg.LeaseTTL + c.cfg.LeasePoll)
+			// The holder's lease may be longer than ours (another POINTS_LEASE_TTL): waiting only our
+			// own TTL gave up five times before it ran out, and the message went to the DLQ.
+			m.giveUpAt = now.Add(max(c.cfg.LeaseTTL, m.leaseLeft) + c.cfg.LeasePoll)
 		}
 		switch {
 		case ctx.Err() != nil:

@@ -36,17 +36,18 @@ const (
 )
 
 // claimScript takes each lease in KEYS that is free and otherwise says whether it is done or held,
-// without a window between the two checks: 1 claimed, 2 done, 3 held, one answer per key, in order.
+// without a window between the two checks: two answers per key, in order: 1 claimed, 2 done or 3
+// held, then for a held lease the milliseconds it has left (PTTL; -1 if it never expires), else 0.
 // One script for the whole batch is one command for Redis to parse and run instead of one per message.
 var claimScript = redis.NewScript(`
 local out = {}
 for i, key in ipairs(KEYS) do
   if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
-    out[i] = 1
+    out[2*i-1], out[2*i] = 1, 0
   elseif redis.call('GET', key) == 'done' then
-    out[i] = 2
+    out[2*i-1], out[2*i] = 2, 0
   else
-    out[i] = 3
+    out[2*i-1], out[2*i] = 3, redis.call('PTTL', key)
   end
 end
 return out`)
@@ -67,23 +68,27 @@ func (l *leases) key(bizID string) string { return l.prefix + "points:dedup:" + 
 // EVALSHA, and EVAL once if Redis does not have the script yet). An error means Redis is unusable
 // right now; the caller then goes to the database without leases, which is slower but still exactly
 // once.
-func (l *leases) claim(ctx context.Context, bizIDs []string, token string) ([]claimState, error) {
+//
+// left is, for each held lease, how long it has to run (0 for the others, -1 for one that never
+// expires): a holder with a longer POINTS_LEASE_TTL than this consumer's (a rolling change of the
+// setting, replicas that differ) must be waited out to its end, not to this consumer's TTL.
+func (l *leases) claim(ctx context.Context, bizIDs []string, token string) (states []claimState, left []time.Duration, err error) {
 	keys := make([]string, len(bizIDs))
 	for i, id := range bizIDs {
 		keys[i] = l.key(id)
 	}
-	states, err := claimScript.Run(ctx, l.rdb, keys, token, l.ttl.Milliseconds()).Int64Slice()
+	answers, err := claimScript.Run(ctx, l.rdb, keys, token, l.ttl.Milliseconds()).Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("claim dedup leases: %w", err)
+		return nil, nil, fmt.Errorf("claim dedup leases: %w", err)
 	}
-	if len(states) != len(bizIDs) {
-		return nil, fmt.Errorf("claim dedup leases: %d answers for %d keys", len(states), len(bizIDs))
+	if len(answers) != 2*len(bizIDs) {
+		return nil, nil, fmt.Errorf("claim dedup leases: %d answers for %d keys", len(answers), len(bizIDs))
 	}
-	out := make([]claimState, len(bizIDs))
-	for i, n := range states {
-		out[i] = claimState(n)
+	states, left = make([]claimState, len(bizIDs)), make([]time.Duration, len(bizIDs))
+	for i := range bizIDs {
+		states[i], left[i] = claimState(answers[2*i]), time.Duration(answers[2*i+1])*time.Millisecond
 	}
-	return out, nil
+	return states, left, nil
 }
 
 // markDone records committed credits, so a duplicate goes straight to the ledger instead of waiting

@@ -437,7 +437,15 @@ func (m *message) logAttrs() []any {
 // The business key is the order id, never the message id: a republished event carries a new delivery,
 // and possibly a new message id, for the same order.
 func (m *message) decode() error {
-	switch m.d.RoutingKey {
+	kind := m.d.RoutingKey
+	if kind != events.RoutingKeyOrderPaid && kind != events.RoutingKeyRefunded {
+		// A dead letter an operator moved back to the queue (docs/points.md, "Replaying dead letters")
+		// comes under the queue's name; the event's routing key is in its x-death header.
+		if orig, ok := rabbitmq.DeadLetteredFrom(m.d); ok {
+			kind = orig
+		}
+	}
+	switch kind {
 	case events.RoutingKeyOrderPaid:
 		var ev events.OrderPaid
 		if err := json.Unmarshal(m.d.Body, &ev); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -219,6 +220,36 @@ func TestPoisonMessagesAreDeadLetteredAndDoNotBlock(t *testing.T) {
 	require.NoError(t, env.DB.Raw(`SELECT delta FROM points_ledger WHERE biz_id = ?`,
 		points.BizIDOrderPaid(21)).Scan(&order21).Error)
 	assert.EqualValues(t, 3, order21, "order 21 credited from its real event")
+	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
+}
+
+// A dead letter an operator moves back to the queue once its cause is fixed (here: its user did not
+// exist yet) is credited. A move (the management UI's "Move messages", a shovel) publishes it through
+// the default exchange under the queue's name; the consumer reads the event's routing key from the
+// x-death header the broker added (it refused the moved message as "unknown routing key" before).
+func TestADeadLetterMovedBackIsCredited(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	var userID int64
+	require.NoError(t, env.DB.Raw(`SELECT max(id) + 1 FROM users`).Scan(&userID).Error)
+	pub.event(orderPaid(77, userID, 4200)) // no such user yet: poison
+	ch := channel(t, env.AMQPURL)
+	waitDeadLettered(t, c, ch, top, 1, "the credit for a user who does not exist")
+
+	require.NoError(t, env.DB.Exec(`INSERT INTO users (id, name, token_hash) VALUES (?, 'late', 'late-hash')`, userID).Error)
+	d, ok, err := ch.Get(top.DeadLetterQueue, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, ch.Publish("", top.Queue, true, false, amqp.Publishing{Headers: d.Headers,
+		ContentType: d.ContentType, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body}))
+	require.NoError(t, d.Ack(false))
+
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the moved dead letter credited")
+	assert.Equal(t, account{Balance: 42, Ledger: map[string]int64{"order-paid:77": 42}}, accountOf(t, env, userID))
+	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
 }
 

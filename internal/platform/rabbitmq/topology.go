@@ -142,6 +142,24 @@ func DeliveryCount(d amqp.Delivery) int64 {
 	return 0
 }
 
+// DeadLetteredFrom returns the routing key a dead-lettered message was first published with (the
+// first routing key of the newest x-death entry the broker added when it dead-lettered it), and
+// whether there is one. A dead letter moved back from its DLQ (the management UI's "Move messages", a
+// shovel) arrives through the default exchange under the queue's name: this is its own.
+func DeadLetteredFrom(d amqp.Delivery) (string, bool) {
+	deaths, _ := d.Headers["x-death"].([]any)
+	if len(deaths) == 0 {
+		return "", false
+	}
+	death, _ := deaths[0].(amqp.Table)
+	keys, _ := death["routing-keys"].([]any)
+	if len(keys) == 0 {
+		return "", false
+	}
+	key, ok := keys[0].(string)
+	return key, ok && key != ""
+}
+
 // ReadyMessages is the number of ready messages in queue. The passive declare runs on a channel of its
 // own, because a failed one closes its channel.
 func ReadyMessages(conn *amqp.Connection, queue string) (int64, error) {

@@ -1374,8 +1374,8 @@ var List = []Mutant{
 		ID: "points-held-lease", Guard: "consumer: held lease",
 		File: "internal/points/consumer.go",
 		// S11's unsafe twin: a lease someone else holds is acked as a duplicate instead of waited for.
-		Original:    "\t\tdefault:\n\t\t\twaiting = append(waiting, m)",
-		Replacement: "\t\tdefault:\n\t\t\tm.outcome = OutcomeDuplicate",
+		Original:    "\t\t\tm.leaseLeft = left[i]\n\t\t\twaiting = append(waiting, m)",
+		Replacement: "\t\t\tm.leaseLeft = left[i]\n\t\t\tm.outcome = OutcomeDuplicate",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestHeldLeaseIsWaitedOutThenCredited$",
 	},
 

@@ -150,7 +150,9 @@ func (s *stack) down() []error {
 		if conn, err := rabbitmq.Dial(ctx, s.opts.AMQPURL); err != nil {
 			errs = append(errs, fmt.Errorf("delete AMQP objects %s*: %w", s.prefix, err))
 		} else {
-			errs = append(errs, rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(s.prefix)))
+			if err := rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(s.prefix)); err != nil {
+				errs = append(errs, err)
+			}
 			_ = conn.Close()
 		}
 	}

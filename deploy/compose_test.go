@@ -62,7 +62,11 @@ var observability = []string{"prometheus", "grafana"}
 // (127.0.0.1 → service name); docker-compose.yml's header says why, and check says what is allowed.
 var deviations = map[string]map[string]func(v string) bool{
 	// The migrate service has migrated before orders starts; a second migration at start is noise.
-	"orders": {"MIGRATE_ON_START": is("false"), "ORDERS_LAB": isBool},
+	"orders": {"MIGRATE_ON_START": is("false"), "ORDERS_LAB": isBool,
+		// The /lab page's platform controls need payments-mock's ADMIN_TOKEN (checked equal below), and
+		// its "suppressed" counts points-consumer's metrics, which orders does not wait for (the page
+		// polls; a 127.0.0.1 default would be orders' own container).
+		"PAYMENTS_ADMIN_TOKEN": notEmpty, "POINTS_METRICS_URL": is("http://points-consumer:8082/metrics")},
 	// The demo is the lab, as `make demo`: unsafe variants mounted (ORDERS_LAB=false turns them off).
 	"points-consumer": {"ORDERS_LAB": isBool},
 	// /admin answers loopback peers only without a token; loadtest comes from another container.
@@ -280,6 +284,8 @@ func TestComposeEnvMatchesConfigDefaults(t *testing.T) {
 		assert.Len(t, values, 1, "%s differs between services: %v", key, byService)
 	}
 	assert.Contains(t, shared["ADMIN_TOKEN"], "loadtest", "loadtest needs payments-mock's ADMIN_TOKEN")
+	assert.Equal(t, shared["ADMIN_TOKEN"]["payments-mock"], shared["PAYMENTS_ADMIN_TOKEN"]["orders"],
+		"orders' /lab controls send payments-mock's ADMIN_TOKEN")
 }
 
 // sameButHost reports whether got is the default URL def with its 127.0.0.1 host replaced by a name,

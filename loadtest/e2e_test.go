@@ -384,6 +384,13 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 			assert.Contains(t, string(errOut), "set ADMIN_TOKEN to payments-mock's ADMIN_TOKEN", "%v", args)
 			assert.Empty(t, out, "%v: no report", args)
 		}
+		// A LOG_LEVEL that is none (replay refused it; incident and lab took it for "not debug").
+		for _, args := range [][]string{{"lab", "S1"}, {"incident", "--orders", "2"}} {
+			code, out, errOut := s.loadtestWith([]string{"LOG_LEVEL=loud"}, "http://"+a, args...)
+			assert.Equal(t, 2, code, "%v", args)
+			assert.Contains(t, string(errOut), `LOG_LEVEL "loud"`, "%v", args)
+			assert.Empty(t, out, "%v: no report", args)
+		}
 		assert.Equal(t, before, users(), "no lab user was created")
 	})
 }

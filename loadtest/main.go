@@ -92,6 +92,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	// Checked before labLogLevel replaces it: LOG_LEVEL=loud was taken for "not debug" (replay refused it).
+	if _, err := logging.New(io.Discard, cfg.Log.Format, cfg.Log.Level); err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return 2
+	}
 	_, levelSet := os.LookupEnv("LOG_LEVEL")
 	cfg.Log.Level = labLogLevel(*verbose, cfg.Log.Level, levelSet)
 	env, closeEnv, err := open(ctx, cfg, stderr)

@@ -25,8 +25,11 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: healthcheck URL")
 		return 2
 	}
-	// Shorter than the compose healthcheck timeout, so the verdict is ours and not a kill.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// Longer than READY_PROBE_TIMEOUT (2 s), which /readyz may spend on a dependency that does not
+	// answer before it says "degraded" (a 2 s timeout here lost that race: an orders whose broker hung
+	// was unhealthy instead of degraded), and shorter than the compose healthcheck timeout (6 s), so
+	// the verdict is ours and not a kill.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := check(ctx, args[0]); err != nil {
 		fmt.Fprintln(stderr, "healthcheck:", err)

@@ -104,6 +104,16 @@ func (c *checks) httpURL(name, raw string) {
 	c.urlPort(name, u)
 }
 
+// baseURL is httpURL for a URL the service appends paths to (PAYMENTS_URL: "/v1/payments/..."): a
+// query or fragment would end up before the path, and a trailing "/" would make "//v1/...", which the
+// pay_url handed to the client carried.
+func (c *checks) baseURL(name, raw string) {
+	c.httpURL(name, raw)
+	if u, err := url.Parse(raw); err == nil && (u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(u.Path, "/")) {
+		c.add(fmt.Errorf("%s must be a base URL without a query, a fragment or a trailing /, got %q", name, raw))
+	}
+}
+
 func (c *checks) err() error {
 	if err := errors.Join(c.errs...); err != nil {
 		return fmt.Errorf("config: %w", err)

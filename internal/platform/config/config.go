@@ -139,6 +139,10 @@ type Orders struct {
 	PaymentsAdminToken string `env:"PAYMENTS_ADMIN_TOKEN"`
 }
 
+// MaxNotifyURLBytes is the longest notify_url the payment platform takes (payments-mock's limit): a
+// longer CALLBACK_URL would make it refuse every payment.
+const MaxNotifyURLBytes = 2048
+
 // LoadOrders reads and validates the orders configuration from the environment.
 func LoadOrders() (Orders, error) {
 	c, err := env.ParseAs[Orders]()
@@ -163,6 +167,11 @@ func (c Orders) Validate() error {
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
 	ck.httpURL("PAYMENTS_URL", c.PaymentsURL)
 	ck.httpURL("CALLBACK_URL", c.CallbackURL)
+	if len(c.CallbackURL) > MaxNotifyURLBytes {
+		// Sent as notify_url with every payment: the platform refuses it, and every pay with it.
+		ck.add(fmt.Errorf("CALLBACK_URL must be at most %d bytes (the platform's notify_url limit), got %d", MaxNotifyURLBytes, len(c.CallbackURL)))
+	}
+	ck.baseURL("PAYMENTS_URL", c.PaymentsURL)
 	ck.httpURL("POINTS_METRICS_URL", c.PointsMetricsURL)
 	ck.bearerToken("PAYMENTS_ADMIN_TOKEN", c.PaymentsAdminToken)
 	if c.PaymentWebhookSecret == "" {
@@ -197,21 +206,29 @@ func (c Orders) Validate() error {
 	}
 	ck.atLeastOne("RECONCILE_BATCH", int64(c.ReconcileBatch))
 	ck.notNegative("RECONCILE_REFUND_DRIFT_AFTER", c.ReconcileRefundDriftAfter)
-	ck.positive("PAY_LEASE", c.PayLease)
+	ck.redisMillis("PAY_LEASE", c.PayLease)
 	ck.positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
 	if c.PaymentsTimeout >= c.PayLease {
 		// The lease must outlast the platform call, or the record looks abandoned while the call runs.
 		ck.add(fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than PAY_LEASE (%s)", c.PaymentsTimeout, c.PayLease))
 	}
-	if c.PayFault != "" && !c.Lab {
-		ck.add(errors.New("PAY_FAULT is only allowed with ORDERS_LAB=true"))
+	// The names are pay's crash points; checked here too so that a typo stops the process before it
+	// waits for its database (as POINTS_FAULT's are).
+	switch c.PayFault {
+	case "":
+	case "crash-after-claim", "crash-after-rpc", "crash-before-write":
+		if !c.Lab {
+			ck.add(errors.New("PAY_FAULT is only allowed with ORDERS_LAB=true"))
+		}
+	default:
+		ck.add(fmt.Errorf("PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got %q", c.PayFault))
 	}
 	if c.LabStockLockTTL < time.Millisecond {
 		ck.add(fmt.Errorf("LAB_STOCK_LOCK_TTL must be >= 1ms (the Redis lease resolution), got %s", c.LabStockLockTTL))
 	}
 	ck.positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
-	ck.positive("FORM_TOKEN_TTL", c.FormTokenTTL)
-	ck.positive("FORM_TOKEN_INFLIGHT_LEASE", c.FormTokenInFlightLease)
+	ck.redisMillis("FORM_TOKEN_TTL", c.FormTokenTTL)
+	ck.redisMillis("FORM_TOKEN_INFLIGHT_LEASE", c.FormTokenInFlightLease)
 	c.OutboxRelay.check(&ck)
 	return ck.err()
 }

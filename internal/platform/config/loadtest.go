@@ -93,6 +93,11 @@ func LoadSoak() (Soak, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", nameVariables[Soak](err))
 	}
+	// Set but empty, the parser gives it its default ("bin"): the binaries of another directory than
+	// the one meant.
+	if err := setButEmpty("SOAK_BIN"); err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
 	var ck checks
 	ck.positive("SOAK_DURATION", c.Duration)
 	ck.positive("SOAK_CONVERGE_TIMEOUT", c.Converge)

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,7 +50,15 @@ func (a AMQPNames) check(c *checks) {
 		c.add(fmt.Errorf("AMQP_NAME_PREFIX must be empty or end with one of %q (e.g. %q), got %q", amqpNameSeparators, p+":", p))
 		return
 	}
-	for _, n := range []string{events.Exchange, events.DeadLetterExchange, events.QueueOrderPaid, events.QueueOrderPaidDLQ} {
+	names := []string{events.Exchange, events.DeadLetterExchange, events.QueueOrderPaid, events.QueueOrderPaidDLQ}
+	longest := slices.MaxFunc(names, func(a, b string) int { return cmp.Compare(len(a), len(b)) })
+	if len(p)+len(longest) > 255 {
+		// AMQP names are short strings: the broker refuses a longer one, and the relay and the
+		// consumer would retry its declaration for ever.
+		c.add(fmt.Errorf("AMQP_NAME_PREFIX must be at most %d bytes (%q under it must fit AMQP's 255), got %d", 255-len(longest), longest, len(p)))
+		return
+	}
+	for _, n := range names {
 		if strings.HasPrefix(n, p) {
 			c.add(fmt.Errorf("AMQP_NAME_PREFIX %q: the shop's own %q is under it, so a run's names could not be told from the shop's", p, n))
 			return

@@ -107,9 +107,14 @@ func run() error {
 		httpserver.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error {
 			return postgres.Ping(ctx, db)
 		}},
-		// The consumer cannot work without the broker: critical here, unlike in orders.
+		// The consumer cannot work without the broker: critical here, unlike in orders. A broker that
+		// answers is not enough: the consumer's own session must be subscribed to its queue (a queue
+		// another connection holds exclusively answered "ok" while the session failed in a loop).
 		httpserver.Check{Name: "rabbitmq", Critical: true, Probe: func(ctx context.Context) error {
-			return rabbitmq.Ping(ctx, cfg.AMQPURL)
+			if err := rabbitmq.Ping(ctx, cfg.AMQPURL); err != nil {
+				return err
+			}
+			return consumer.Subscribed()
 		}},
 		// Redis is layer 1 only: without it every message goes to the ledger, slower but still once.
 		httpserver.Check{Name: "redis", Critical: false, Probe: func(ctx context.Context) error {

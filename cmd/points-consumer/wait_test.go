@@ -146,6 +146,40 @@ func TestWaitsForTheBroker(t *testing.T) {
 		"subscribed; logs:\n%s", p.logs.String())
 }
 
+// A broker that answers is not a consumer that works: while its queue is held exclusively by another
+// connection (its declaration refused, 405), /readyz says unavailable with why, though a ping of the
+// broker succeeds; once the queue is free, the consumer subscribes and is ready. It said "ok" while the
+// session failed in a loop (a newcomer's, 2026-12-06).
+func TestNotReadyWhileItCannotSubscribe(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
+	env := testenv.New(t)
+	top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
+	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
+		env.Queue(n[len(env.Prefix):])
+	}
+	holder, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close() })
+	ch, err := holder.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(top.Queue, false, true, true, false, nil) // exclusive to this connection
+	require.NoError(t, err)
+
+	p := launch(t, bin, "DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL,
+		"REDIS_KEY_PREFIX="+env.Prefix, "AMQP_NAME_PREFIX="+env.Prefix)
+	waitFor(t, 15*time.Second, func() bool {
+		r := p.get(t, "/readyz")
+		return r.code == http.StatusServiceUnavailable && strings.Contains(r.readiness.Checks["rabbitmq"], "405")
+	}, "not ready while its queue cannot be declared; logs:\n%s", p.logs.String())
+	p.requireRunning(t)
+
+	require.NoError(t, holder.Close()) // the exclusive queue goes with its connection
+	waitFor(t, 20*time.Second, func() bool { return p.get(t, "/readyz").code == http.StatusOK },
+		"ready once it subscribed; logs:\n%s", p.logs.String())
+	assert.True(t, p.logs.Contains("points consumer connected"))
+}
+
 // Redis is not there at start (nothing listens on its port): Redis is layer 1 only, so the process is
 // up and ready but degraded, and the check turns ok once a redis-server starts on that port.
 func TestRedisStartedLater(t *testing.T) {

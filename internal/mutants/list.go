@@ -1195,6 +1195,30 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownSaysWhatItCouldNotDelete$",
 	},
 	{
+		ID: "ready-subscribed", Guard: "readyz: subscribed",
+		File: "cmd/points-consumer/main.go",
+		// The broker's ping alone: ready while the consumer cannot declare or consume its queue.
+		Original:    "\t\t\treturn consumer.Subscribed()\n",
+		Replacement: "\t\t\treturn nil\n",
+		Pkgs:        []string{"./cmd/points-consumer"}, Run: "^TestNotReadyWhileItCannotSubscribe$",
+	},
+	{
+		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
+		File: "internal/platform/rabbitmq/rabbitmq.go",
+		// A shutdown waits out the handshake's 5 s on a broker that never answers.
+		Original:    "stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })",
+		Replacement: "stop = func() bool { return false }",
+		Pkgs:        []string{"./internal/platform/rabbitmq"}, Run: "^TestDialEndsWhenItsContextIsCancelled$",
+	},
+	{
+		ID: "points-collect-cancel", Guard: "batch wait: shutdown",
+		File: "internal/points/consumer.go",
+		// SIGTERM waits for the batch to fill, POINTS_BATCH_WAIT past SHUTDOWN_TIMEOUT.
+		Original:    "\t\tcase <-ctx.Done():\n\t\t\treturn batch\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestShutdownDoesNotWaitForTheBatchToFill$",
+	},
+	{
 		ID: "teardown-redis-inside", Guard: "teardown: inside Redis",
 		File: "cmd/orders/main.go",
 		// REDIS_KEY_PREFIX=idemshop:points: deletes the points consumer's leases of a shop running

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -85,7 +86,25 @@ type Consumer struct {
 	// marking is closed once the done marks of the last batch are written; nil when none are in
 	// flight. Only the session's goroutine touches it (markDoneBeside, waitMarks).
 	marking chan struct{}
+	// unsubscribed is why no session is subscribed to the queue now (nil while one is): Subscribed.
+	unsubscribed atomic.Pointer[error]
 }
+
+// errNotYetSubscribed is Subscribed's answer before the first session subscribed.
+var errNotYetSubscribed = errors.New("not subscribed to the queue yet")
+
+// Subscribed returns nil while a session is subscribed to the queue, else why not: the last session's
+// error, or that none has subscribed yet. points-consumer's /readyz adds it to its broker check: a
+// broker that answers a ping while the consumer cannot declare or consume its queue (a queue another
+// connection holds exclusively, a name the broker refuses) is no ready consumer.
+func (c *Consumer) Subscribed() error {
+	if err := c.unsubscribed.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+func (c *Consumer) setUnsubscribed(err error) { c.unsubscribed.Store(&err) }
 
 // NewConsumer returns a consumer writing through db, leasing in rdb, with metrics registered on reg.
 func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slog.Logger, reg prometheus.Registerer) (*Consumer, error) {
@@ -117,18 +136,28 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 		logger.Warn("LAB UNSAFE: points-consumer runs a deliberately broken dedup; points WILL be credited twice or lost",
 			"dedup", dedup.Name())
 	}
-	return &Consumer{
+	c := &Consumer{
 		ledger: ledger, cfg: cfg, logger: logger.With("component", "points-consumer"), messages: messages,
 		leases: &leases{rdb: rdb, prefix: cfg.KeyPrefix, ttl: cfg.LeaseTTL, doneTTL: cfg.DoneTTL},
 		dedup:  dedup,
-	}, nil
+	}
+	c.setUnsubscribed(errNotYetSubscribed)
+	return c, nil
 }
 
 // Run consumes until ctx is done. A lost connection or channel ends the session; Run waits an
 // exponential backoff and reconnects (never spinning on a closed delivery channel). When ctx is done
 // it stops the flow of new messages, finishes the ones it already received, and returns nil.
 func (c *Consumer) Run(ctx context.Context) error {
-	retry.Sessions(ctx, c.logger, c.cfg.ReconnectMin, c.cfg.ReconnectMax, c.session)
+	retry.Sessions(ctx, c.logger, c.cfg.ReconnectMin, c.cfg.ReconnectMax, func(ctx context.Context, progress func()) error {
+		err := c.session(ctx, progress)
+		if err != nil {
+			c.setUnsubscribed(err)
+		} else {
+			c.setUnsubscribed(errors.New("session ended")) // shutdown
+		}
+		return err
+	})
 	c.waitMarks()
 	c.logger.Info("points consumer stopped")
 	return nil
@@ -167,6 +196,7 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue, err)
 	}
 	progress()
+	c.unsubscribed.Store(nil)
 	c.logger.Info("points consumer connected", "queue", c.cfg.Topology.Queue, "prefetch", c.cfg.Prefetch,
 		"batch_size", c.cfg.BatchSize)
 	// Work already received is finished even after shutdown begins; every step of it is bounded.
@@ -193,7 +223,7 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 				// messages go back to the queue with the channel.
 				return errors.New("delivery channel closed (connection or channel lost)")
 			}
-			c.handle(ctx, work, ch, held, c.collect(d, deliveries))
+			c.handle(ctx, work, ch, held, c.collect(ctx, d, deliveries))
 		case <-due:
 			c.retryHeld(ctx, work, ch, held)
 		}
@@ -210,7 +240,8 @@ func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, tag string
 	}
 	c.giveBack(ch, held, "shutting down while another consumer holds the lease")
 	for d := range deliveries {
-		c.handle(ctx, work, ch, held, c.collect(d, deliveries))
+		// The client closes deliveries once its buffer is empty, which ends the collect too.
+		c.handle(ctx, work, ch, held, c.collect(context.Background(), d, deliveries))
 	}
 	return nil
 }
@@ -219,7 +250,10 @@ func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, tag string
 // backlog the batch fills in microseconds; a lone message waits BatchWait at most. (A non-blocking read
 // would not do: amqp091's delivery channel is unbuffered, so a read only succeeds while its buffering
 // goroutine happens to be parked on the send, and batches would stay at one or two.)
-func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
+//
+// A shutdown (ctx done) ends the wait: the batch goes on as it is, or SHUTDOWN_TIMEOUT would wait out
+// a long BatchWait.
+func (c *Consumer) collect(ctx context.Context, first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
 	batch := []amqp.Delivery{first}
 	if c.cfg.BatchSize == 1 {
 		return batch
@@ -234,6 +268,8 @@ func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery)
 			}
 			batch = append(batch, d)
 		case <-linger.C:
+			return batch
+		case <-ctx.Done():
 			return batch
 		}
 	}

@@ -358,3 +358,23 @@ func TestDoneLeaseWithoutLedgerRowStillCredits(t *testing.T) {
 		})
 	}
 }
+
+// SIGTERM while a batch waits to fill (a long POINTS_BATCH_WAIT) ends the wait: the batch is handled as
+// it is, the consumer stops within its shutdown bound, and the message is credited. The wait did not
+// watch for shutdown, and a 20 s batch wait held SIGTERM for 18 s (a newcomer's, 2026-12-06).
+func TestShutdownDoesNotWaitForTheBatchToFill(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.BatchSize, cfg.BatchWait = 10, 20*time.Second // stop's own limit is 15 s
+	c := startConsumer(t, env, cfg)
+	pub := newPublisher(t, env.AMQPURL, top)
+	pub.event(orderPaid(9, 1, 900))
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 10*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == 0 }, "delivered, waiting in the batch")
+
+	c.stop(t)
+	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 9, Balances: 9}, state(t, env), "the batch handled on the way out")
+	assert.Equal(t, 1, c.count(points.OutcomeApplied))
+}

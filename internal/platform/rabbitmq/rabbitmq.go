@@ -10,12 +10,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Dial opens a connection to url, bounded by ctx's deadline (or 5 s without one).
+// Dial opens a connection to url, bounded by ctx's deadline (or 5 s without one) and ended early if ctx
+// is cancelled, the AMQP handshake included.
 func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
 	timeout := 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
+	stop := func() bool { return false }
+	defer func() { stop() }()
 	conn, err := amqp.DialConfig(url, amqp.Config{
 		Heartbeat: 10 * time.Second,
 		Dial: func(network, addr string) (net.Conn, error) {
@@ -29,6 +32,10 @@ func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
 				_ = c.Close()
 				return nil, err
 			}
+			// amqp091 takes no context: a shutdown would wait out the whole timeout on a broker that
+			// accepts and never answers. Cancelling ctx moves the deadline to now. (Should it fire just
+			// after the handshake, the new connection dies, and ctx is done anyway.)
+			stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 			return c, nil
 		},
 	})

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -97,6 +98,8 @@ func run() error {
 		Prefetch: cfg.Prefetch, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, KeyPrefix: cfg.Redis.KeyPrefix,
 		LeaseTTL: cfg.LeaseTTL, DoneTTL: cfg.DoneTTL, LeasePoll: cfg.LeasePoll,
 		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: crash,
+		// The server's statement_timeout first; this one for a server that never sees the statement.
+		AttemptTimeout: cfg.Postgres.StatementTimeout + 2*time.Second,
 	}, logger, reg)
 	if err != nil {
 		return fail(err)

@@ -1340,6 +1340,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestADeadLetterMovedBackIsCredited$",
 	},
 	{
+		ID: "points-attempt-timeout", Guard: "attempt: bounded",
+		File: "internal/points/consumer.go",
+		// An attempt without a bound: a half-open database connection holds the batch, and SIGTERM.
+		Original:    "\t\terr := fn(actx)\n",
+		Replacement: "\t\terr := fn(work)\n\t\t_ = actx\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAHalfOpenDatabaseConnectionIsGivenUpAndRetried$",
+	},
+	{
+		ID: "points-cancel-at-once", Guard: "shutdown: cancel first",
+		File: "internal/points/consumer.go",
+		// The subscription stays open until drain: a nacked batch comes back to fail again.
+		Original:    "\tdefer context.AfterFunc(ctx, func() { _ = unsubscribe() })()\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage$",
+	},
+	{
 		ID: "points-ledger-conflict", Guard: "ledger: other credit",
 		File: "internal/points/ledger.go",
 		// The skipped rows are not compared: a credit unlike the one in the ledger is a duplicate.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,12 @@ type ConsumerConfig struct {
 	// ReconnectMin and ReconnectMax bound the exponential backoff after a lost broker, and between
 	// in-place retries of a transient database failure.
 	ReconnectMin, ReconnectMax time.Duration
+	// AttemptTimeout bounds one attempt at the database (a batch's credits, a reversal): a connection
+	// that stops answering without closing (half-open) would otherwise hold the batch, and SIGTERM,
+	// until the kernel gives up on it, for the server's statement_timeout never starts. Past it the
+	// attempt fails as a transient error, on a connection the pool then drops. 0 is
+	// DefaultAttemptTimeout; cmd/points-consumer passes DB_STATEMENT_TIMEOUT + 2 s.
+	AttemptTimeout time.Duration
 	// Fault is called at each crash window (Points; internal/platform/fault). Nil in production.
 	Fault fault.Hook
 	// Dedup is the consumer's dedup; nil is Guarded(). Only the lab passes one of its broken twins
@@ -65,6 +72,9 @@ func (c ConsumerConfig) validate() error {
 	}
 	return nil
 }
+
+// DefaultAttemptTimeout is ConsumerConfig.AttemptTimeout when it is 0.
+const DefaultAttemptTimeout = 30 * time.Second
 
 // Outcomes of a message, the label values of idemshop_points_messages_total.
 const (
@@ -141,6 +151,9 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 		leases: &leases{rdb: rdb, prefix: cfg.KeyPrefix, ttl: cfg.LeaseTTL, doneTTL: cfg.DoneTTL},
 		dedup:  dedup,
 	}
+	if c.cfg.AttemptTimeout <= 0 {
+		c.cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
 	c.setUnsubscribed(errNotYetSubscribed)
 	return c, nil
 }
@@ -195,6 +208,17 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue, err)
 	}
+	// On shutdown the subscription is cancelled at once, even while a batch is being handled. A batch
+	// the shutdown interrupts is nacked, and an open subscription handed its messages straight back to
+	// this consumer to fail again, a delivery spent each time: one SIGTERM during a database outage
+	// spent two or three of a message's five (a newcomer's, 2026-12-06).
+	var cancelOnce sync.Once
+	var cancelErr error
+	unsubscribe := func() error {
+		cancelOnce.Do(func() { cancelErr = ch.Cancel(tag, false) })
+		return cancelErr
+	}
+	defer context.AfterFunc(ctx, func() { _ = unsubscribe() })()
 	progress()
 	c.unsubscribed.Store(nil)
 	c.logger.Info("points consumer connected", "queue", c.cfg.Topology.Queue, "prefetch", c.cfg.Prefetch,
@@ -215,8 +239,11 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 		}
 		select {
 		case <-ctx.Done():
-			return c.drain(ctx, work, ch, tag, deliveries, held)
+			return c.drain(ctx, work, ch, unsubscribe, deliveries, held)
 		case d, ok := <-deliveries:
+			if !ok && ctx.Err() != nil {
+				return c.drain(ctx, work, ch, unsubscribe, deliveries, held) // closed by the shutdown's cancel
+			}
 			if !ok {
 				// amqp091 closes the delivery channel when the channel or the connection is lost.
 				// Returning (instead of reading again) is what keeps this from spinning. The deferred
@@ -234,8 +261,8 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 // delivery channel after the cancel once that buffer is empty. Deferred messages are given back
 // first (nack, requeue), never acked: their leases are someone else's and the ledger may not have
 // their credit. A held lease met while draining fails the same way at once (claim sees ctx done).
-func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, held *deferredSet) error {
-	if err := ch.Cancel(tag, false); err != nil {
+func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, unsubscribe func() error, deliveries <-chan amqp.Delivery, held *deferredSet) error {
+	if err := unsubscribe(); err != nil {
 		return nil // channel already gone: the broker requeues whatever was unacknowledged
 	}
 	c.giveBack(ch, held, "shutting down while another consumer holds the lease")
@@ -669,8 +696,8 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 		credits[i] = m.credit
 	}
 	var applied Applied
-	err := c.retry(ctx, "applying credits", len(ms), func() (err error) {
-		applied, err = c.ledger.Apply(work, credits)
+	err := c.retry(ctx, work, "applying credits", len(ms), func(attempt context.Context) (err error) {
+		applied, err = c.ledger.Apply(attempt, credits)
 		return err
 	})
 	switch {
@@ -702,8 +729,8 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 	var applied bool
 	var delta int64
-	err := c.retry(ctx, "applying a reversal", 1, func() (err error) {
-		applied, delta, err = c.ledger.Reverse(work, *m.reversal)
+	err := c.retry(ctx, work, "applying a reversal", 1, func(attempt context.Context) (err error) {
+		applied, delta, err = c.ledger.Reverse(attempt, *m.reversal)
 		return err
 	})
 	switch {
@@ -728,11 +755,14 @@ func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 // an outage of a few minutes would push good messages into the DLQ, for a person to replay (until the
 // nineteenth session of 2026-12-06 the retries stopped after 8 attempts, about 30 s, and a 3-minute
 // outage did exactly that). The messages stay unacknowledged meanwhile, within the prefetch, and come
-// back to another consumer if this one dies.
-func (c *Consumer) retry(ctx context.Context, what string, messages int, fn func() error) error {
+// back to another consumer if this one dies. Each attempt runs under work (which outlives shutdown)
+// bounded by AttemptTimeout.
+func (c *Consumer) retry(ctx, work context.Context, what string, messages int, fn func(attempt context.Context) error) error {
 	bo := c.newBackoff()
 	for attempt := 1; ; attempt++ {
-		err := fn()
+		actx, cancel := context.WithTimeout(work, c.cfg.AttemptTimeout)
+		err := fn(actx)
+		cancel()
 		if err == nil || errors.Is(err, ErrRejected) {
 			return err
 		}

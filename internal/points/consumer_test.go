@@ -18,6 +18,7 @@ import (
 	"idemshop/internal/events"
 	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/postgres"
+	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
 	"idemshop/internal/testenv/tcpproxy"
@@ -377,4 +378,73 @@ func TestShutdownDoesNotWaitForTheBatchToFill(t *testing.T) {
 	c.stop(t)
 	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 9, Balances: 9}, state(t, env), "the batch handled on the way out")
 	assert.Equal(t, 1, c.count(points.OutcomeApplied))
+}
+
+// A database connection that goes half-open (nothing answers, nothing closes) fails its attempt after
+// AttemptTimeout, and the retry, on a new connection, credits the batch: the consumer neither hangs nor
+// loses the messages, and still stops when asked. Without the bound the batch waited on the dead
+// connection for good, and SIGTERM with it (a newcomer's, 2026-12-06).
+func TestAHalfOpenDatabaseConnectionIsGivenUpAndRetried(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.AttemptTimeout = 300 * time.Millisecond
+	c := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	pub := newPublisher(t, env.AMQPURL, top)
+	pub.event(orderPaid(1, 1, 100))
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the first credited")
+
+	proxy.Stall() // the pool's connections: half-open from now on; new ones pass
+	pub.event(orderPaid(2, 2, 200))
+	pub.event(orderPaid(3, 3, 300))
+	waitCount(t, 20*time.Second, 3, func() int { return c.count(points.OutcomeApplied) }, "credited on a new connection")
+	assert.Contains(t, logs.String(), "applying credits failed; retrying", "the stalled attempt gave up")
+	assert.Zero(t, c.count(points.OutcomeFailed), "no nack")
+	assert.Equal(t, ledgerState{Rows: 3, Distinct: 3, Sum: 6, Balances: 6}, state(t, env))
+	c.stop(t)
+}
+
+// SIGTERM during a database outage returns each message to the queue once: the subscription is
+// cancelled at once, so the nacked batch does not come straight back to this consumer to fail again.
+// One SIGTERM spent two or three of a message's five deliveries, and a few restarts during an outage
+// dead-lettered good messages (a newcomer's, 2026-12-06).
+func TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
+	proxy.Cut()
+	c := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	pub := newPublisher(t, env.AMQPURL, top)
+	const n = 40
+	for i := 1; i <= n; i++ {
+		pub.event(orderPaid(int64(i), int64(i%3+1), 100))
+	}
+	waitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "applying credits failed; retrying") >= 5 },
+		"retrying in place while the database is unreachable")
+	c.stop(t)
+
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 10*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == n }, "all %d back in the queue", n)
+	for range n {
+		d, ok, err := ch.Get(top.Queue, false)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.LessOrEqual(t, rabbitmq.DeliveryCount(d), int64(1), "returned once by one shutdown: %s", d.MessageId)
+	}
+	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
 }

@@ -4,7 +4,6 @@
 package tcpproxy
 
 import (
-	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -21,6 +20,8 @@ type Proxy struct {
 	cut   bool
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+	// stalls counts Stall calls; a connection opened before the last one forwards nothing more.
+	stalls atomic.Int64
 
 	pgState // Postgres proxies only (pgcommit.go)
 }
@@ -75,6 +76,11 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// Stall makes every connection open now half-open, for good: both sides stay connected and what either
+// sends is read and dropped, so neither sees an answer or a close (a network that drops packets, a
+// peer that froze). Connections opened later pass. Proxies of ForURL and New only.
+func (p *Proxy) Stall() { p.stalls.Add(1) }
+
 // Restore accepts and forwards connections again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
@@ -114,15 +120,28 @@ func (p *Proxy) accept() {
 			p.wg.Go(func() { p.pipeAnswers(c, up, lost) })
 			p.wg.Go(func() { p.pipeWatched(up, c, lost) })
 		} else {
-			p.wg.Go(func() { p.pipe(c, up) })
-			p.wg.Go(func() { p.pipe(up, c) })
+			epoch := p.stalls.Load()
+			p.wg.Go(func() { p.pipe(c, up, epoch) })
+			p.wg.Go(func() { p.pipe(up, c, epoch) })
 		}
 	}
 }
 
-// pipe copies one direction; when it ends it closes both sides, so the other direction ends too.
-func (p *Proxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+// pipe copies one direction until Stall is called after the connection was opened at epoch (then it
+// drops what it reads); when it ends it closes both sides, so the other direction ends too.
+func (p *Proxy) pipe(dst, src net.Conn, epoch int64) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && p.stalls.Load() == epoch {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	p.drop(dst, src)
 }
 

@@ -1211,14 +1211,6 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/rabbitmq"}, Run: "^TestDialEndsWhenItsContextIsCancelled$",
 	},
 	{
-		ID: "points-collect-cancel", Guard: "batch wait: shutdown",
-		File: "internal/points/consumer.go",
-		// SIGTERM waits for the batch to fill, POINTS_BATCH_WAIT past SHUTDOWN_TIMEOUT.
-		Original:    "\t\tcase <-ctx.Done():\n\t\t\treturn batch\n",
-		Replacement: "",
-		Pkgs:        []string{"./internal/points"}, Run: "^TestShutdownDoesNotWaitForTheBatchToFill$",
-	},
-	{
 		ID: "teardown-redis-inside", Guard: "teardown: inside Redis",
 		File: "cmd/orders/main.go",
 		// REDIS_KEY_PREFIX=idemshop:points: deletes the points consumer's leases of a shop running
@@ -1353,7 +1345,7 @@ var List = []Mutant{
 		// The subscription stays open until drain: a nacked batch comes back to fail again.
 		Original:    "\tdefer context.AfterFunc(ctx, func() { _ = unsubscribe() })()\n",
 		Replacement: "",
-		Pkgs:        []string{"./internal/points"}, Run: "^TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage$",
+		Pkgs:        []string{"./internal/points"}, Run: "^(TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage|TestShutdownDoesNotWaitForTheBatchToFill)$",
 	},
 	{
 		ID: "points-ledger-conflict", Guard: "ledger: other credit",

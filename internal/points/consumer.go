@@ -250,7 +250,7 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 				// messages go back to the queue with the channel.
 				return errors.New("delivery channel closed (connection or channel lost)")
 			}
-			c.handle(ctx, work, ch, held, c.collect(ctx, d, deliveries))
+			c.handle(ctx, work, ch, held, c.collect(d, deliveries))
 		case <-due:
 			c.retryHeld(ctx, work, ch, held)
 		}
@@ -267,8 +267,7 @@ func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, unsubscrib
 	}
 	c.giveBack(ch, held, "shutting down while another consumer holds the lease")
 	for d := range deliveries {
-		// The client closes deliveries once its buffer is empty, which ends the collect too.
-		c.handle(ctx, work, ch, held, c.collect(context.Background(), d, deliveries))
+		c.handle(ctx, work, ch, held, c.collect(d, deliveries))
 	}
 	return nil
 }
@@ -278,9 +277,9 @@ func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, unsubscrib
 // would not do: amqp091's delivery channel is unbuffered, so a read only succeeds while its buffering
 // goroutine happens to be parked on the send, and batches would stay at one or two.)
 //
-// A shutdown (ctx done) ends the wait: the batch goes on as it is, or SHUTDOWN_TIMEOUT would wait out
-// a long BatchWait.
-func (c *Consumer) collect(ctx context.Context, first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
+// A shutdown ends the wait too: it cancels the subscription (session), and the client then closes
+// deliveries, so a long BatchWait does not hold SIGTERM.
+func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
 	batch := []amqp.Delivery{first}
 	if c.cfg.BatchSize == 1 {
 		return batch
@@ -295,8 +294,6 @@ func (c *Consumer) collect(ctx context.Context, first amqp.Delivery, deliveries 
 			}
 			batch = append(batch, d)
 		case <-linger.C:
-			return batch
-		case <-ctx.Done():
 			return batch
 		}
 	}

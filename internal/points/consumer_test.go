@@ -17,7 +17,6 @@ import (
 
 	"idemshop/internal/events"
 	"idemshop/internal/platform/fault"
-	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
@@ -150,11 +149,7 @@ func TestADatabaseOutageDeadLettersNothing(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
-	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
-		StatementTimeout: 10 * time.Second, MaxConns: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = postgres.Close(db) })
+	proxy, db := databaseViaProxy(t, env)
 	logs := &testenv.Output{}
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
@@ -388,11 +383,7 @@ func TestAHalfOpenDatabaseConnectionIsGivenUpAndRetried(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
-	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
-		StatementTimeout: 10 * time.Second, MaxConns: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = postgres.Close(db) })
+	proxy, db := databaseViaProxy(t, env)
 	logs := &testenv.Output{}
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.AttemptTimeout = 300 * time.Millisecond
@@ -419,11 +410,7 @@ func TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
-	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
-		StatementTimeout: 10 * time.Second, MaxConns: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = postgres.Close(db) })
+	proxy, db := databaseViaProxy(t, env)
 	logs := &testenv.Output{}
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond

@@ -17,9 +17,11 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/events"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
 )
 
 // topology returns per-test broker names, declares them, and deletes the exchanges at the end
@@ -136,6 +138,18 @@ func testConfig(amqpURL, prefix string, top rabbitmq.Topology) points.ConsumerCo
 func startConsumer(t testing.TB, env *testenv.Env, cfg points.ConsumerConfig) *running {
 	t.Helper()
 	return startConsumerOn(t, env.DB, env.Redis, testLogger(), cfg)
+}
+
+// databaseViaProxy opens env's database through a TCP proxy of the test's own, so that a test can cut
+// it (Cut) or make its connections half-open (Stall) without touching the shared server.
+func databaseViaProxy(t testing.TB, env *testenv.Env) (*tcpproxy.Proxy, *gorm.DB) {
+	t.Helper()
+	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	return proxy, db
 }
 
 // startConsumerOn is startConsumer on a database connection and a logger of the test's choosing.

@@ -317,7 +317,7 @@ type message struct {
 	// to be claimed again at retryAt; it fails if the lease is still held at giveUpAt.
 	waiting           bool
 	retryAt, giveUpAt time.Time
-	leaseLeft         time.Duration // at the last claim, how long the holder's lease had left (-1: no expiry)
+	leaseLeft         time.Duration // at the last claim, how long the holder's lease had left (negative: no expiry)
 	outcome           string
 	err               error
 }

@@ -69,8 +69,8 @@ func (l *leases) key(bizID string) string { return l.prefix + "points:dedup:" + 
 // right now; the caller then goes to the database without leases, which is slower but still exactly
 // once.
 //
-// left is, for each held lease, how long it has to run (0 for the others, -1 for one that never
-// expires): a holder with a longer POINTS_LEASE_TTL than this consumer's (a rolling change of the
+// left is, for each held lease, how long it has to run (0 for the others, negative for one that
+// never expires): a holder with a longer POINTS_LEASE_TTL than this consumer's (a rolling change of the
 // setting, replicas that differ) must be waited out to its end, not to this consumer's TTL.
 func (l *leases) claim(ctx context.Context, bizIDs []string, token string) (states []claimState, left []time.Duration, err error) {
 	keys := make([]string, len(bizIDs))

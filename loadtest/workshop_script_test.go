@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/testenv"
 )
 
@@ -24,10 +23,7 @@ import (
 func TestWorkshopScriptRunsTheStackOnItsOwnPorts(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
-	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
-		env.Queue(n[len(env.Prefix):]) // deleted at the end whatever happens
-	}
+	env.Topology("") // the stack's, deleted at the end whatever happens
 	port := func() string { _, p, _ := net.SplitHostPort(testenv.FreeAddr(t)); return p }
 	orders, payments, points := port(), port(), port()
 	bin, wsDir := t.TempDir(), t.TempDir()

@@ -28,12 +28,8 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 	for _, k := range []string{run + "idem:1", run + "points:dedup:2", env.Prefix + "other"} {
 		require.NoError(t, env.Redis.Set(ctx, k, "x", time.Hour).Err())
 	}
-	top := rabbitmq.OrderPaidTopology().WithPrefix(run)
-	lab := rabbitmq.OrderPaidTopology().WithPrefix(run + "lab-s6-1:")
-	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange,
-		lab.Queue, lab.DeadLetterQueue, lab.Exchange, lab.DeadLetterExchange} {
-		env.Queue(n[len(env.Prefix):]) // deleted at the end whatever happens
-	}
+	top := env.Topology("run:") // each deleted at the end whatever happens
+	lab := env.Topology("run:lab-s6-1:")
 	conn, err := amqp.Dial(env.AMQPURL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
@@ -128,10 +124,7 @@ func TestTeardownSaysWhatItCouldNotDelete(t *testing.T) {
 	bin := testenv.Build(t, "idemshop/cmd/orders")
 	env := testenv.New(t)
 	run := env.Prefix + "run:"
-	top := rabbitmq.OrderPaidTopology().WithPrefix(run)
-	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
-		env.Queue(n[len(env.Prefix):])
-	}
+	top := env.Topology("run:")
 	conn, err := amqp.Dial(env.AMQPURL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })

@@ -121,11 +121,7 @@ func TestWaitsForTheBroker(t *testing.T) {
 	t.Parallel()
 	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	env := testenv.New(t)
-	top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
-	env.Queue(top.Queue[len(env.Prefix):])
-	env.Queue(top.DeadLetterQueue[len(env.Prefix):])
-	env.Queue(top.Exchange[len(env.Prefix):])
-	env.Queue(top.DeadLetterExchange[len(env.Prefix):])
+	env.Topology("")
 	proxy, amqpURL := tcpproxy.ForURL(t, env.AMQPURL)
 	proxy.Cut()
 
@@ -154,10 +150,7 @@ func TestNotReadyWhileItCannotSubscribe(t *testing.T) {
 	t.Parallel()
 	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	env := testenv.New(t)
-	top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
-	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
-		env.Queue(n[len(env.Prefix):])
-	}
+	top := env.Topology("")
 	holder, err := amqp.Dial(env.AMQPURL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = holder.Close() })
@@ -190,11 +183,7 @@ func TestRedisStartedLater(t *testing.T) {
 	}
 	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	env := testenv.New(t)
-	top := rabbitmq.OrderPaidTopology().WithPrefix(env.Prefix)
-	env.Queue(top.Queue[len(env.Prefix):])
-	env.Queue(top.DeadLetterQueue[len(env.Prefix):])
-	env.Queue(top.Exchange[len(env.Prefix):])
-	env.Queue(top.DeadLetterExchange[len(env.Prefix):])
+	env.Topology("")
 	redisAddr := testenv.FreeAddr(t)
 	p := launch(t, bin, "DATABASE_URL="+env.DatabaseURL, "REDIS_URL=redis://"+redisAddr+"/0",
 		"AMQP_URL="+env.AMQPURL, "REDIS_KEY_PREFIX="+env.Prefix, "AMQP_NAME_PREFIX="+env.Prefix)

@@ -119,6 +119,17 @@ func (e *Env) Queue(base string) string {
 	return name
 }
 
+// Topology returns the shop's event topology under this test's prefix followed by sub (a process's
+// own AMQP_NAME_PREFIX is then Prefix+sub), and deletes its queues and exchanges when the test ends,
+// whoever declared them.
+func (e *Env) Topology(sub string) rabbitmq.Topology {
+	top := rabbitmq.OrderPaidTopology().WithPrefix(e.Prefix + sub)
+	for _, n := range []string{top.Queue, top.DeadLetterQueue, top.Exchange, top.DeadLetterExchange} {
+		e.Queue(n[len(e.Prefix):])
+	}
+	return top
+}
+
 func (e *Env) cleanRedis() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,20 +146,12 @@ func TestConnectionLossMidStreamReconnectsAndCreditsOnce(t *testing.T) {
 // and credited once, when the database is back.
 func TestADatabaseOutageDeadLettersNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	top := topology(t, env)
-	proxy, db := databaseViaProxy(t, env)
-	logs := &testenv.Output{}
-	cfg := testConfig(env.AMQPURL, env.Prefix, top)
-	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
-	proxy.Cut()
-	c := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	env, top, proxy, c, failedAttempts := consumerDuringAnOutage(t)
 	pub := newPublisher(t, env.AMQPURL, top)
 	pub.event(orderPaid(7, 1, 500))
 	pub.event(orderPaid(8, 2, 700))
-	waitFor(t, 30*time.Second, func() bool {
-		return strings.Count(logs.String(), "applying credits failed; retrying") >= 20
-	}, "20 failed attempts while the database is unreachable")
+	waitFor(t, 30*time.Second, func() bool { return failedAttempts() >= 20 },
+		"20 failed attempts while the database is unreachable")
 	proxy.Restore()
 	waitCount(t, 20*time.Second, 2, func() int { return c.count(points.OutcomeApplied) }, "both credited")
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 12, Balances: 12}, state(t, env))
@@ -408,20 +399,13 @@ func TestAHalfOpenDatabaseConnectionIsGivenUpAndRetried(t *testing.T) {
 // dead-lettered good messages (a newcomer's, 2026-12-06).
 func TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	top := topology(t, env)
-	proxy, db := databaseViaProxy(t, env)
-	logs := &testenv.Output{}
-	cfg := testConfig(env.AMQPURL, env.Prefix, top)
-	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
-	proxy.Cut()
-	c := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	env, top, _, c, failedAttempts := consumerDuringAnOutage(t)
 	pub := newPublisher(t, env.AMQPURL, top)
 	const n = 40
 	for i := 1; i <= n; i++ {
 		pub.event(orderPaid(int64(i), int64(i%3+1), 100))
 	}
-	waitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "applying credits failed; retrying") >= 5 },
+	waitFor(t, 10*time.Second, func() bool { return failedAttempts() >= 5 },
 		"retrying in place while the database is unreachable")
 	c.stop(t)
 

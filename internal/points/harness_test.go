@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,6 +151,22 @@ func databaseViaProxy(t testing.TB, env *testenv.Env) (*tcpproxy.Proxy, *gorm.DB
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = postgres.Close(db) })
 	return proxy, db
+}
+
+// consumerDuringAnOutage starts a consumer whose database is unreachable (its proxy cut; Restore brings
+// it back), with a short retry backoff. failedAttempts counts the credit attempts it has logged as
+// failed so far.
+func consumerDuringAnOutage(t testing.TB) (env *testenv.Env, top rabbitmq.Topology, proxy *tcpproxy.Proxy, c *running, failedAttempts func() int) {
+	t.Helper()
+	env = testenv.New(t)
+	top = topology(t, env)
+	proxy, db := databaseViaProxy(t, env)
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
+	proxy.Cut()
+	c = startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	return env, top, proxy, c, func() int { return strings.Count(logs.String(), "applying credits failed; retrying") }
 }
 
 // startConsumerOn is startConsumer on a database connection and a logger of the test's choosing.

@@ -17,9 +17,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/lock"
 	"idemshop/internal/ordersapp"
+	"idemshop/internal/pay"
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
 )
 
@@ -96,10 +99,25 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	}
 	st, _ := state()
 	require.Equal(t, "PROCESSING", st, "the crash left the record PROCESSING")
+	// Both leases: the record's locked_until, and the order's Redis lease, which the pay call's watchdog
+	// renewed (every PAY_LEASE/3) while the platform answered, so it can outlive locked_until. A sweep
+	// that meets the Redis lease leaves the record to its holder, as it should.
+	rdb, err := redisx.Open(svc.RedisURL, time.Second)
+	require.NoError(t, err)
+	defer rdb.Close()
+	locker, err := lock.New(rdb, prefix)
+	require.NoError(t, err)
+	lockKey := locker.LockKey(pay.LockName(orderID))
 	leaseOver := func() {
 		deadline := time.Now().Add(10 * time.Second)
-		for _, expired := state(); !expired; _, expired = state() {
-			require.True(t, time.Now().Before(deadline), "lease never ran out")
+		for {
+			_, expired := state()
+			held, err := rdb.Exists(context.Background(), lockKey).Result()
+			require.NoError(t, err)
+			if expired && held == 0 {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "lease never ran out (record expired: %v, Redis lease held: %v)", expired, held == 1)
 			time.Sleep(20 * time.Millisecond)
 		}
 	}

@@ -1332,6 +1332,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestADeadLetterMovedBackIsCredited$",
 	},
 	{
+		ID: "log-clip", Guard: "log value: clipped",
+		File: "internal/platform/logging/logging.go",
+		// A value from outside written whole: a poison message's 1 MB event_id, once per delivery.
+		Original:    "\tif len(s) <= MaxValueBytes {\n",
+		Replacement: "\tif len(s) <= MaxValueBytes || true {\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAPoisonMessagesLongEventIDIsClippedInTheLog$",
+	},
+	{
 		ID: "points-attempt-timeout", Guard: "attempt: bounded",
 		File: "internal/points/consumer.go",
 		// An attempt without a bound: a half-open database connection holds the batch, and SIGTERM.

@@ -20,6 +20,7 @@ import (
 
 	"idemshop/internal/events"
 	"idemshop/internal/platform/fault"
+	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/retry"
 )
@@ -304,7 +305,7 @@ func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery)
 // and reversal (order.refunded).
 type message struct {
 	d        amqp.Delivery
-	eventID  string
+	eventID  string // for log lines only, so clipped (logging.Clip): the body may be as long as the broker allows
 	credit   Credit
 	reversal *Reversal
 	leased   bool // we hold its Redis lease: mark it done or release it
@@ -511,7 +512,7 @@ func (m *message) decode() error {
 		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
 			return fmt.Errorf("poison message: decode order.paid: %w", err)
 		}
-		m.eventID = ev.EventID
+		m.eventID = logging.Clip(ev.EventID)
 		if err := checkEvent(ev.EventID, ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
 			return fmt.Errorf("poison message: order.paid: %w", err)
 		}
@@ -521,7 +522,7 @@ func (m *message) decode() error {
 		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
 			return fmt.Errorf("poison message: decode order.refunded: %w", err)
 		}
-		m.eventID = ev.EventID
+		m.eventID = logging.Clip(ev.EventID)
 		// Points must be the order's whole credit: a reversal of a made-up amount is refused like a
 		// credit of one, not applied "up to the balance".
 		if err := checkEvent(ev.EventID, ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {

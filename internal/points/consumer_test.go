@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -418,4 +419,29 @@ func TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage(t *testing.T) {
 		assert.LessOrEqual(t, rabbitmq.DeliveryCount(d), int64(1), "returned once by one shutdown: %s", d.MessageId)
 	}
 	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
+}
+
+// A poison message's event_id is written to the log clipped: each delivery of it logs a WARN line,
+// and a 1 MB event_id written whole made every line a megabyte (20 MB ones, six lines: 120 MB).
+func TestAPoisonMessagesLongEventIDIsClippedInTheLog(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	logs := &testenv.Output{}
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), testConfig(env.AMQPURL, env.Prefix, top))
+
+	poison := orderPaid(1, 1, 0) // no amount: poison
+	poison.EventID = strings.Repeat("e", 1<<20)
+	b, err := json.Marshal(poison)
+	require.NoError(t, err)
+	pub.raw("long-event-id", b) // a message id is at most 255 bytes; the body's event_id is not
+	ch := channel(t, env.AMQPURL)
+	waitDeadLettered(t, c, ch, top, 1, "the poison")
+
+	failed := strings.Count(logs.String(), "points message failed")
+	assert.Equal(t, events.DeliveryLimit+1, failed, "a WARN line per delivery, the last one dead-letters it")
+	assert.Contains(t, logs.String(), "…(1048576 bytes)", "the event_id is clipped, with its length")
+	assert.Less(t, len(logs.String()), 64<<10, "the lines hold no event_id whole")
+	assert.Zero(t, state(t, env).Rows)
 }

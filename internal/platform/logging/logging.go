@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // New returns a logger writing to w. format is "text" or "json"; level is debug, info, warn or error.
@@ -40,4 +42,22 @@ func From(ctx context.Context) *slog.Logger {
 		return lg
 	}
 	return slog.Default()
+}
+
+// MaxValueBytes is how much of a value from outside (a message's event_id, say) Clip keeps for a log line.
+const MaxValueBytes = 128
+
+// Clip returns s for a log line: whole when it is at most MaxValueBytes bytes, otherwise its first
+// MaxValueBytes bytes (cut at a rune's start) and how long it was. A value the process did not choose
+// can be as long as the message carrying it (RabbitMQ's limit is 128 MB), and a line per delivery
+// would write it again each time.
+func Clip(s string) string {
+	if len(s) <= MaxValueBytes {
+		return s
+	}
+	n := MaxValueBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }

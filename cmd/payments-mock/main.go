@@ -80,6 +80,8 @@ func serve(ctx context.Context, cfg config.PaymentsMock, logger *slog.Logger, re
 	e := httpserver.New(logger, reg, cfg.BodyLimitBytes)
 	httpserver.MountOps(e, reg, time.Second) // no dependencies: ready when alive
 	platform.Register(e)
+	// At SIGTERM, before the drain: a create held by create_timeout would keep the drain waiting.
+	defer context.AfterFunc(ctx, platform.EndHeldAnswers)()
 
 	logger.Info("payments-mock starting", "addr", cfg.HTTPAddr, "chaos_seed", seed, "id_tag", idTag,
 		"chaos", fmt.Sprintf("%+v", chaos), "auto_approve_delay", cfg.AutoApproveDelay,

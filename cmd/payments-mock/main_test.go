@@ -202,6 +202,68 @@ func TestARestartedPlatformHandsOutNewIDs(t *testing.T) {
 	assert.Equal(t, "pay_run42_1", firstPayment("run42"), "ID_TAG reproduces the ids")
 }
 
+// A shutdown does not wait for a create that create_timeout holds: the held answer (an hour here) ends
+// with its 504 when the shutdown begins, and serve returns without overrunning SHUTDOWN_TIMEOUT (it
+// returned the drain's deadline error, exit 1, after holding SIGTERM for the whole timeout).
+func TestShutdownEndsAHeldCreate(t *testing.T) {
+	t.Parallel()
+	cfg := config.DefaultPaymentsMock()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.AutoApproveDelay = 0
+	cfg.ChaosSeed = "3"
+	cfg.ChaosCreateTimeoutRate = 1
+	cfg.CreateTimeoutDelay = time.Hour
+	cfg.ShutdownTimeout = time.Second
+	require.NoError(t, cfg.Validate())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done := started(ctx, t, cfg, slog.New(slog.DiscardHandler))
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post(base+"/v1/payments", "application/json",
+			strings.NewReader(`{"merchant_order_no":"1","amount_cents":1999,"currency":"EUR"}`))
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answered <- answer{status: resp.StatusCode, body: string(b)}
+	}()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		m, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(m), `idemshop_paymock_payment_creates_total{result="chaos_timeout"} 1`)
+	}, 5*time.Second, 5*time.Millisecond, "the create is held")
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "the drain did not wait for the held create")
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after the context ended")
+	}
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held create was never answered")
+	}
+	require.NoError(t, a.err)
+	assert.Equal(t, http.StatusGatewayTimeout, a.status)
+	assert.Equal(t, "upstream request timeout\n", a.body)
+}
+
 // started runs serve with cfg in the background until ctx ends, and returns the base URL it listens on
 // and the channel serve's result arrives on.
 func started(ctx context.Context, t *testing.T, cfg config.PaymentsMock, logger *slog.Logger) (string, <-chan error) {

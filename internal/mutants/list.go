@@ -1340,6 +1340,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAPoisonMessagesLongEventIDIsClippedInTheLog$",
 	},
 	{
+		ID: "mock-held-at-shutdown", Guard: "held create: ended",
+		File: "internal/paymock/http.go",
+		// A create held by create_timeout keeps the shutdown's drain waiting past SHUTDOWN_TIMEOUT.
+		Original:    "\tcase <-p.holdCtx.Done(): // shutting down (EndHeldAnswers)\n",
+		Replacement: "",
+		Pkgs:        []string{"./cmd/payments-mock"}, Run: "^TestShutdownEndsAHeldCreate$",
+	},
+	{
 		ID: "points-attempt-timeout", Guard: "attempt: bounded",
 		File: "internal/points/consumer.go",
 		// An attempt without a bound: a half-open database connection holds the batch, and SIGTERM.

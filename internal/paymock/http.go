@@ -190,7 +190,7 @@ func (p *Platform) createPayment(c echo.Context) error {
 }
 
 // answerTimeout is the create_timeout chaos: the payment is committed, but the caller never learns it.
-// The answer is held for CreateTimeoutDelay (or until the caller hangs up), then it is a 504 with a
+// The answer is held for CreateTimeoutDelay (or until the caller hangs up, or a shutdown begins), then it is a 504 with a
 // plain-text body, the way a gateway in front of a real platform answers, not a problem document.
 // A caller whose own timeout is shorter sees that timeout. Either way only the query API tells the truth.
 func (p *Platform) answerTimeout(c echo.Context, pay Payment) error {
@@ -202,6 +202,7 @@ func (p *Platform) answerTimeout(c echo.Context, pay Payment) error {
 	select {
 	case <-c.Request().Context().Done():
 	case <-t.C:
+	case <-p.holdCtx.Done(): // shutting down (EndHeldAnswers)
 	}
 	return c.String(http.StatusGatewayTimeout, "upstream request timeout\n")
 }

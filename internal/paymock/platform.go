@@ -92,6 +92,9 @@ type Platform struct {
 	stopWaits context.CancelFunc
 	sendCtx   context.Context
 	stopSends context.CancelFunc
+	// holdCtx ends the answers that create_timeout holds (EndHeldAnswers).
+	holdCtx   context.Context
+	stopHolds context.CancelFunc
 }
 
 // New builds a platform. logger and reg must not be nil; cfg is validated.
@@ -115,8 +118,15 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Platform,
 	}
 	p.waitCtx, p.stopWaits = context.WithCancel(context.Background())
 	p.sendCtx, p.stopSends = context.WithCancel(context.Background())
+	p.holdCtx, p.stopHolds = context.WithCancel(context.Background())
 	return p, nil
 }
+
+// EndHeldAnswers gives every create that create_timeout holds its 504 now, and every later one at once.
+// A shutdown calls it when it begins: the HTTP server's drain waits for the handlers, and a held answer
+// (CreateTimeoutDelay, 10 s by default) would outlast a shorter SHUTDOWN_TIMEOUT. The payment is
+// committed either way; only the wait is cut.
+func (p *Platform) EndHeldAnswers() { p.stopHolds() }
 
 func (c Config) validate() error {
 	var errs []error
@@ -196,6 +206,7 @@ func (p *Platform) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.stopHolds()
 	p.stopWaits()
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()

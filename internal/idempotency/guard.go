@@ -38,7 +38,7 @@ type GuardOptions struct {
 //
 // It needs nothing but the database. (An earlier version put a Redis "in flight" marker in front, to
 // answer a concurrent duplicate at once; it cost a round trip on every request and its trickiest lines,
-// for answers that waiting on the unique index gives as well: docs/idempotency.md.)
+// for answers that waiting for the first transaction gives as well: docs/idempotency.md.)
 type Guard struct {
 	db         *gorm.DB
 	metrics    *Metrics
@@ -89,15 +89,16 @@ var errKeyTaken = errors.New("idempotency key taken by another request")
 // that request is still running after DB_LOCK_TIMEOUT. One transaction, in as many round trips as the
 // route without the key layer (keyTx sends BEGIN and COMMIT with the guard's statements):
 //
-//  1. BEGIN and the key's committed record. A record answers, and the transaction rolls back: this is
-//     how a retry is answered (before its work could refuse it), and all it costs a new request.
+//  1. BEGIN, the key's lock, and the key's committed record. A concurrent duplicate waits on the lock
+//     for the first request's transaction, then reads what it committed. A record answers, and the
+//     transaction rolls back: this is how a retry, or a duplicate that waited, is answered (before
+//     its work could refuse it), and all it costs a new request.
 //  2. The work, in the transaction.
 //  3. The key row with its response (COMPLETED), and COMMIT. The unique index on (user_id,
-//     idempotency_key) decides between concurrent requests with the same key: the second INSERT
-//     waits for the first transaction; if that one committed, the INSERT fails, this transaction
-//     rolls back, work and all, and the winner's record answers (step 1's answer, late). If the first
-//     rolled back, the second inserts and commits. A request whose work fails stores nothing, so a
-//     corrected retry runs again.
+//     idempotency_key) has the last word against a writer that does not take the lock (the pay
+//     route's claim of the same key): if that row is committed, the INSERT fails, this transaction
+//     rolls back, work and all, and that row answers; if it is not, the INSERT waits for it. A
+//     request whose work fails stores nothing, so a corrected retry runs again.
 func execute(ctx context.Context, db *gorm.DB, r keyedRequest, work Work, retryAfter time.Duration) (int, []byte, *Record, error) {
 	var (
 		status int
@@ -106,7 +107,7 @@ func execute(ctx context.Context, db *gorm.DB, r keyedRequest, work Work, retryA
 	)
 	err := withKeyTx(ctx, db, func(t *keyTx) error {
 		var err error
-		if taken, err = t.beginAndRead(ctx, r.scope); err != nil || taken != nil {
+		if taken, err = t.beginAndRead(ctx, r.scope, retryAfter); err != nil || taken != nil {
 			return err
 		}
 		st, v, err := work(ctx, t.work, r.body)

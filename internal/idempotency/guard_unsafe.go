@@ -6,9 +6,9 @@ package idempotency
 //   - CheckThenInsert (lab scenario S2, double submit): "look the key up; if it is absent, create the
 //     order, then remember the key", each statement on its own. N identical requests arriving together
 //     all find no key before any of them has stored one, so every one creates an order. Guard makes
-//     the same check and the same insert; the one difference is that its insert runs in the work's
-//     transaction: the unique index makes the second insert wait for the first transaction, conflict,
-//     and roll the second order back with it.
+//     the same check and the same insert, and its insert runs in the work's transaction: a second
+//     insert can only conflict, and roll the second order back with it. (Guard also takes the key's
+//     lock first, so that a duplicate waits for the first answer instead of conflicting at the end.)
 //   - CommitKeyFirst (S3): the key row is committed on its own, then the work runs in another
 //     transaction. When the work fails (not enough stock) nothing rolls the key row back: it stays
 //     PROCESSING, and every retry of the key is refused with 409 "in use" for ever: the reaper never

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
 	"idemshop/internal/platform/pgtx"
+	"idemshop/internal/platform/postgres"
 )
 
 // keyTx is the Guard's transaction: one pooled connection (internal/platform/pgtx), on which the
@@ -35,18 +37,38 @@ func withKeyTx(ctx context.Context, db *gorm.DB, f func(t *keyTx) error) error {
 	})
 }
 
-// beginAndRead begins the transaction and reads the committed record of s, in one round trip. It
-// returns nil when s is a new key. The record holds the four columns Respond needs (fingerprint,
-// state, response status and body), nothing else.
-func (t *keyTx) beginAndRead(ctx context.Context, s Scope) (*Record, error) {
+// beginAndRead begins the transaction, takes the key's lock and reads the committed record of s, in one
+// round trip. It returns nil when s is a new key. The record holds the four columns Respond needs
+// (fingerprint, state, response status and body), nothing else.
+//
+// The lock (a transaction-scoped advisory lock on a 64-bit hash of the user and the key) is what makes
+// a duplicate wait for a first request that is still in its work: until the key row is inserted, at
+// the end, nothing else shows that the key is in use, and a duplicate would run its own work and
+// could answer with a refusal the first's work did not meet (sold out since). Held until COMMIT or
+// ROLLBACK; a wait past DB_LOCK_TIMEOUT is a lock timeout. The read is a statement of its own after
+// it, so its snapshot is taken once the lock is held and sees what the first request committed.
+func (t *keyTx) beginAndRead(ctx context.Context, s Scope, retryAfter time.Duration) (*Record, error) {
 	var rec Record
-	err := t.Begin(ctx, `SELECT fingerprint, state, response_status, response_body FROM idempotency_keys
-		WHERE user_id = $1 AND idempotency_key = $2`, []any{s.UserID, s.Key},
-		&rec.Fingerprint, &rec.State, &rec.ResponseStatus, &rec.ResponseBody)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err := t.Batch(ctx, func(b *pgx.Batch) {
+		b.Queue("BEGIN")
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($2, $1))`, s.UserID, s.Key)
+		b.Queue(`SELECT fingerprint, state, response_status, response_body FROM idempotency_keys
+			WHERE user_id = $1 AND idempotency_key = $2`, s.UserID, s.Key)
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		return br.QueryRow().Scan(&rec.Fingerprint, &rec.State, &rec.ResponseStatus, &rec.ResponseBody)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
-	}
-	if err != nil {
+	case errors.Is(postgres.TranslateError(err), postgres.ErrLockTimeout):
+		return nil, ErrKeyInUse.WithRetryAfter(retryAfter).Wrap(err)
+	case err != nil:
 		return nil, fmt.Errorf("find idempotency record: %w", err)
 	}
 	return &rec, nil

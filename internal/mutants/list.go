@@ -12,21 +12,21 @@ var List = []Mutant{
 		File:        "internal/idempotency/guard.go",
 		Original:    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, r.scope.UserID",
 		Replacement: "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (user_id, idempotency_key) DO NOTHING`, r.scope.UserID",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestInFlightDuplicateWaitsThenReplaysOr422|TestConcurrentSameKeyCreatesOneOrder)$",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestAKeyTakenByAnotherRouteDuringTheWorkRollsTheWorkBack|TestConcurrentSameKeyCreatesOneOrder)$",
 	},
 	{
 		ID: "key-commit-first", Guard: "key row: before COMMIT",
 		File:        "internal/idempotency/keytx.go",
 		Original:    "\t\tb.Queue(insert, args...)\n\t\tb.Queue(\"COMMIT\")",
 		Replacement: "\t\tb.Queue(\"COMMIT\")\n\t\tb.Queue(insert, args...)",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestInFlightDuplicateWaitsThenReplaysOr422|TestConcurrentSameKeyCreatesOneOrder)$",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^(TestAKeyTakenByAnotherRouteDuringTheWorkRollsTheWorkBack|TestConcurrentSameKeyCreatesOneOrder)$",
 	},
 	{
 		ID: "key-taken-replays", Guard: "key taken: replay",
 		File:        "internal/idempotency/guard.go",
 		Original:    "case errors.Is(err, postgres.ErrDuplicate):\n\t\treturn errKeyTaken",
 		Replacement: "case false:\n\t\treturn errKeyTaken",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightDuplicateWaitsThenReplaysOr422$",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAKeyTakenByAnotherRouteDuringTheWorkRollsTheWorkBack$",
 	},
 	{
 		ID: "key-read-first", Guard: "retry: read first",
@@ -84,6 +84,22 @@ var List = []Mutant{
 		File:        "internal/idempotency/guard.go",
 		Original:    "case errors.Is(err, postgres.ErrLockTimeout):\n\t\treturn ErrKeyInUse",
 		Replacement: "case false:\n\t\treturn ErrKeyInUse",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAnUncommittedKeyRowOfAnotherRoutePastTheLockTimeoutIs409$",
+	},
+	{
+		ID: "key-lock", Guard: "key: lock before read",
+		File: "internal/idempotency/keytx.go",
+		// No lock on the key: a duplicate runs its own work while the first is still in its own, and
+		// can answer with a refusal (sold out since) instead of the first's answer.
+		Original:    "\t\tb.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($2, $1))`, s.UserID, s.Key)\n",
+		Replacement: "\t\tb.Queue(`SELECT 1`)\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestADuplicateWaitsForAFirstRequestStillInItsWork$",
+	},
+	{
+		ID: "key-lock-409", Guard: "in flight: 409 (lock)",
+		File:        "internal/idempotency/keytx.go",
+		Original:    "case errors.Is(postgres.TranslateError(err), postgres.ErrLockTimeout):\n\t\treturn nil, ErrKeyInUse",
+		Replacement: "case false && errors.Is(postgres.TranslateError(err), postgres.ErrLockTimeout):\n\t\treturn nil, ErrKeyInUse",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestInFlightPastTheLockTimeoutIs409$",
 	},
 	{

@@ -178,7 +178,7 @@ func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
 // holdKeyRows makes every INSERT INTO idempotency_keys wait, after its row is written and before its
 // transaction goes on, until the returned function is called: a trigger takes an advisory lock that the
 // test holds. A create request is then in flight with its key row written and not committed, the
-// window in which a duplicate must wait on the unique index.
+// last moment at which a duplicate must still wait for it.
 func holdKeyRows(t *testing.T, db *gorm.DB) func() {
 	t.Helper()
 	require.NoError(t, db.Exec(`
@@ -199,7 +199,7 @@ func holdKeyRows(t *testing.T, db *gorm.DB) func() {
 }
 
 // A duplicate that arrives while the first request is inside its transaction, its key row written,
-// waits on the unique index and answers from what the first one committed: the same body with
+// waits for it (on the key's lock) and answers from what the first one committed: the same body with
 // Idempotent-Replayed, or 422 for another body; its own order rolls back. The first request is held
 // after its key row by holdKeyRows; every pool here has no lock or statement timeout (patientDB), so
 // nothing gives up while the test looks.
@@ -239,7 +239,128 @@ func TestInFlightDuplicateWaitsThenReplaysOr422(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
 }
 
-// A duplicate waits on the unique index for at most DB_LOCK_TIMEOUT, then gets 409 with Retry-After.
+// holdOrderRows is holdKeyRows for INSERT INTO orders: a create request is then in flight inside its
+// work, its order written and its key row not yet.
+func holdOrderRows(t *testing.T, db *gorm.DB) func() {
+	t.Helper()
+	require.NoError(t, db.Exec(`
+		CREATE FUNCTION hold_order_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_advisory_xact_lock(4343);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER orders_held AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION hold_order_rows();`).Error)
+	tx := db.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec(`SELECT pg_advisory_xact_lock(4343)`).Error)
+	var once sync.Once
+	release := func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// A duplicate that arrives while the first request is still in its work, before its key row exists,
+// waits for it too (the key's lock), and answers from what the first committed: here the product sold
+// out meanwhile, and the duplicate's own work would have answered 409 insufficient_stock at once
+// while the first request's order was created under the key. Another body under the key gets 422.
+func TestADuplicateWaitsForAFirstRequestStillInItsWork(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
+	release := holdOrderRows(t, env.DB)
+
+	firstDone := make(chan response, 1)
+	go func() { firstDone <- rp.createOrder(alice, "in-work-1", mugOrder) }()
+	eventually(t, patience, "the first request to block inside its work", func() bool {
+		return waitersOnLocks(t, env.DB) >= 1
+	})
+	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 1`).Error) // sold out since
+	dupDone, otherDone := make(chan response, 1), make(chan response, 1)
+	go func() { dupDone <- rp.createOrder(alice, "in-work-1", mugOrder) }()
+	go func() { otherDone <- rp.createOrder(alice, "in-work-1", `{"product_id":1,"quantity":5}`) }()
+	// Or to have answered already: without the wait they do, at once.
+	eventually(t, patience, "both duplicates to wait for the first request", func() bool {
+		return waitersOnLocks(t, env.DB) >= 3 || len(dupDone)+len(otherDone) == 2
+	})
+
+	release()
+	first := recv(t, firstDone)
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	dup := recv(t, dupDone)
+	assert.Equal(t, http.StatusCreated, dup.Status, "%s", dup.Body)
+	assert.Equal(t, "true", dup.Header.Get("Idempotent-Replayed"), "the waiting duplicate replays")
+	assert.Equal(t, string(first.Body), string(dup.Body))
+	other := recv(t, otherDone)
+	assert.Equal(t, http.StatusUnprocessableEntity, other.Status, "%s", other.Body)
+	assert.Equal(t, "idempotency_key_reused", other.problem(t).Code)
+	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys"))
+}
+
+// takeKey writes alice's key row for key as a pay request does (its own claim, PROCESSING, kind pay),
+// in a transaction of the test's: committed at once when commit is true, otherwise left open until
+// the returned function ends it. The pay route does not take the create route's lock on the key, so
+// only the unique index stands between the two.
+func takeKey(t *testing.T, db *gorm.DB, key string, commit bool) func() {
+	t.Helper()
+	tx := db.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec(`INSERT INTO idempotency_keys (user_id, idempotency_key, kind, order_id, method, path, fingerprint, state, locked_until)
+		VALUES (1, ?, 'pay', 1, 'POST', '/v1/orders/1/pay', 'pay-fingerprint', 'PROCESSING', now() + interval '1 minute')`, key).Error)
+	if commit {
+		require.NoError(t, tx.Commit().Error)
+		return func() {}
+	}
+	var once sync.Once
+	end := func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(end)
+	return end
+}
+
+// The unique index is the guard's last word: a key that another route (pay) takes while a create's work
+// runs fails the create's key INSERT, its order rolls back with it, and the create answers from the
+// key's record (422: another request's). Without the INSERT's failure (ON CONFLICT DO NOTHING, or the
+// COMMIT sent first) the order would commit without its key row.
+func TestAKeyTakenByAnotherRouteDuringTheWorkRollsTheWorkBack(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
+	release := holdOrderRows(t, env.DB)
+
+	done := make(chan response, 1)
+	go func() { done <- rp.createOrder(alice, "both-routes", mugOrder) }()
+	eventually(t, patience, "the create to block inside its work", func() bool {
+		return waitersOnLocks(t, env.DB) >= 1
+	})
+	takeKey(t, env.DB, "both-routes", true)
+	release()
+
+	r := recv(t, done)
+	assert.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
+	assert.Equal(t, "idempotency_key_reused", r.problem(t).Code)
+	assert.Zero(t, count(t, env.DB, "orders"), "the create's order rolled back with its key INSERT")
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys"))
+}
+
+// A key row that another route has written and not yet committed makes the create's key INSERT wait,
+// at most DB_LOCK_TIMEOUT: then 409 idempotency_key_in_use with Retry-After, and nothing committed.
+func TestAnUncommittedKeyRowOfAnotherRoutePastTheLockTimeoutIs409(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{db: testenv.OpenDB(t, env.DatabaseURL, 300*time.Millisecond)})
+	end := takeKey(t, env.DB, "held-by-pay", false)
+
+	r := rp.createOrder(alice, "held-by-pay", mugOrder)
+	assert.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	assert.Equal(t, "idempotency_key_in_use", r.problem(t).Code)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	end()
+	assert.Zero(t, count(t, env.DB, "orders"))
+	assert.Zero(t, count(t, env.DB, "idempotency_keys"))
+}
+
+// A duplicate waits for the first request (the key's lock) for at most DB_LOCK_TIMEOUT, then gets 409
+// with Retry-After.
 // Two replicas share the database, as in production. The first request is held after writing its key
 // row (holdKeyRows) on a pool without timeouts (patientDB): only the duplicate's DB_LOCK_TIMEOUT can
 // run out, and it waits on a key row that stays uncommitted until the test lets go.

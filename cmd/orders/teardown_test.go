@@ -70,8 +70,9 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 		// inside it, and AMQP prefixes that the default queue and exchange names start with. These
 		// point at addresses where nothing listens, so that a teardown without the check (the mutant)
 		// fails on connecting instead of deleting the shared servers' default names.
-		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop": the shop's own keys`},
-		{nil, append(nowhere, "REDIS_KEY_PREFIX=i", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "i": the shop's own keys`},
+		// Redis prefixes that cover it do not load (they end without a separator: config's own test).
+		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX must end with one of ":.-_/" (e.g. "idemshop:"), got "idemshop"`},
+		{nil, append(nowhere, "REDIS_KEY_PREFIX=i", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX must end with one of ":.-_/" (e.g. "i:"), got "i"`},
 		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop:points:", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop:points:": it lies inside the shop's own prefix "idemshop:"`},
 		{nil, append(nowhere, "REDIS_KEY_PREFIX=idemshop:ana:", "AMQP_NAME_PREFIX="+run), `REDIS_KEY_PREFIX "idemshop:ana:": it lies inside the shop's own prefix "idemshop:"`},
 		// AMQP prefixes that cover the shop's names do not load (the configuration refuses them for

@@ -1179,12 +1179,13 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired$",
 	},
 	{
-		ID: "teardown-redis-overlap", Guard: "teardown: Redis prefix",
-		File: "cmd/orders/main.go",
-		// REDIS_KEY_PREFIX=idemshop deletes every key of a shop running with the default prefix.
-		Original:    "\tcase strings.HasPrefix(def, redisPrefix):",
-		Replacement: "\tcase false:",
-		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
+		ID: "redis-prefix-separator", Guard: "Redis prefix: ends :",
+		File: "internal/platform/config/checks.go",
+		// REDIS_KEY_PREFIX=idemshop: teardown deletes every key of a shop running with the default
+		// prefix; REDIS_KEY_PREFIX=ana, those of "anabel:".
+		Original:    "if p := r.KeyPrefix; p != \"\" && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {",
+		Replacement: "if p := r.KeyPrefix; false && p != \"\" {",
+		Pkgs:        []string{"./internal/platform/config", "./cmd/orders"}, Run: "^(TestRedisKeyPrefixEndsWithASeparatorEverywhere|TestTeardownRemovesOnlyTheRunsNames)$",
 	},
 	{
 		ID: "metrics-method-label", Guard: "metrics: method label",

@@ -147,6 +147,11 @@ func (p Postgres) check(c *checks) {
 func (r Redis) check(c *checks) {
 	c.absoluteURL("REDIS_URL", r.URL)
 	c.positive("REDIS_TIMEOUT", r.Timeout)
+	// As AMQP_NAME_PREFIX: without a separator at its end, a run's keys cannot be told from another
+	// run's whose prefix starts with it, and `orders teardown` under "ana" deletes "anabel:"'s keys.
+	if p := r.KeyPrefix; p != "" && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {
+		c.add(fmt.Errorf("REDIS_KEY_PREFIX must end with one of %q (e.g. %q), got %q", amqpNameSeparators, p+":", p))
+	}
 }
 
 // setButEmpty is an error naming each of names that is set to the empty string. The parser reads a

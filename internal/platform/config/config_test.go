@@ -186,6 +186,26 @@ func TestAMQPNamePrefixEndsWithASeparatorEverywhere(t *testing.T) {
 	}
 }
 
+// A Redis prefix without a separator at its end: `orders teardown` under "ana" deleted "anabel:"'s keys
+// too (a newcomer's finding, 2026-12-06).
+func TestRedisKeyPrefixEndsWithASeparatorEverywhere(t *testing.T) {
+	loaders := map[string]func() error{
+		"orders":          func() error { _, err := config.LoadOrders(); return err },
+		"points-consumer": func() error { _, err := config.LoadPointsConsumer(); return err },
+		"loadtest":        func() error { _, err := config.LoadLoadtest(); return err },
+	}
+	for name, load := range loaders {
+		for _, bad := range []string{"ana", "idemshop", "run1:x"} {
+			t.Setenv("REDIS_KEY_PREFIX", bad)
+			require.ErrorContains(t, load(), `REDIS_KEY_PREFIX must end with one of ":.-_/" (e.g. "`+bad+`:"), got "`+bad+`"`, name)
+		}
+		for _, ok := range []string{"ana:", "run1.", "run1-", "run1_", "run1/", "idemshop:"} {
+			t.Setenv("REDIS_KEY_PREFIX", ok)
+			require.NoError(t, load(), "%s %q", name, ok)
+		}
+	}
+}
+
 // A token sent as a bearer token cannot hold a space: no client would send ' ', and every admin call
 // would get 401.
 func TestBearerTokensHaveNoSpaces(t *testing.T) {

@@ -34,7 +34,7 @@ type AMQPNames struct {
 	NamePrefix string `env:"AMQP_NAME_PREFIX"`
 }
 
-// amqpNameSeparators are the characters a non-empty AMQP_NAME_PREFIX must end with.
+// amqpNameSeparators are the characters a non-empty AMQP_NAME_PREFIX, and REDIS_KEY_PREFIX, must end with.
 const amqpNameSeparators = ":.-_/"
 
 // check refuses a prefix under which a run's names could not be told from the shop's own, and which

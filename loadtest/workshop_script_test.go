@@ -83,3 +83,36 @@ func TestWorkshopScriptRunsTheStackOnItsOwnPorts(t *testing.T) {
 		}
 	}
 }
+
+// start refuses ports another program holds: the ready checks would be answered by it while the
+// script's own binaries died on their bind (a newcomer's second stack printed "ready"). Nothing is
+// started, and no pids file is left for a stop to act on.
+func TestWorkshopScriptRefusesATakenPort(t *testing.T) {
+	t.Parallel()
+	// The run's own database and names: without the check (its mutant) two of the three do start.
+	env := testenv.New(t)
+	env.Topology("")
+	other := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = other.Serve(ln) }()
+	t.Cleanup(func() { _ = other.Close() })
+	_, taken, _ := net.SplitHostPort(ln.Addr().String())
+	port := func() string { _, p, _ := net.SplitHostPort(testenv.FreeAddr(t)); return p }
+	wsDir := t.TempDir()
+
+	script := func(arg string) ([]byte, error) {
+		cmd := exec.Command("bash", "../scripts/workshop.sh", arg)
+		cmd.Env = append(os.Environ(), "BIN="+t.TempDir(), "WORKSHOP_DIR="+wsDir,
+			"WORKSHOP_ORDERS_PORT="+taken, "WORKSHOP_PAYMENTS_PORT="+port(), "WORKSHOP_POINTS_PORT="+port(),
+			"DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL,
+			"REDIS_KEY_PREFIX="+env.Prefix, "AMQP_NAME_PREFIX="+env.Prefix, "LOG_LEVEL=warn")
+		return cmd.CombinedOutput()
+	}
+	t.Cleanup(func() { _, _ = script("stop") })
+	out, err := script("start")
+	require.Error(t, err, "%s", out)
+	assert.Contains(t, string(out), "port "+taken+" (orders) is taken by another program")
+	assert.NotContains(t, string(out), "ready")
+	assert.NoFileExists(t, wsDir+"/pids")
+}

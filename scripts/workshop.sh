@@ -45,18 +45,37 @@ status() {
   done
 }
 
+# listening PORT: something accepts connections on 127.0.0.1:PORT.
+listening() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
 start() {
   [ -f "$pids" ] && { echo "already started ($pids); run: $0 stop"; return 1; }
+  # Another program on a port would answer the ready checks below for a binary that could not bind it.
+  for i in "${!names[@]}"; do
+    listening "${ports[$i]}" && {
+      echo "port ${ports[$i]} (${names[$i]}) is taken by another program; give the stack others (WORKSHOP_*_PORT)"
+      return 1
+    }
+  done
   mkdir -p "$dir"
   echo "== building into $bin/"
   go build -o "$bin/" ./cmd/... ./loadtest || return 2
   # Started together: orders creates and migrates the database, points-consumer waits for it.
+  local started=()
   for i in "${!names[@]}"; do
     HTTP_ADDR=":${ports[$i]}" setsid "$bin/${names[$i]}" >"$dir/${names[$i]}.log" 2>&1 </dev/null &
+    started[i]=$!
     echo "${names[$i]} $!" >>"$pids"
   done
+  # Ready means answered by our own process: one that exited (a port taken meanwhile, a bad setting)
+  # is reported with its log at once.
   for i in "${!names[@]}"; do
-    for _ in $(seq 120); do curl -fsS -m 2 -o /dev/null "${urls[$i]}/readyz" 2>/dev/null && break; sleep 0.5; done
+    for _ in $(seq 120); do
+      kill -0 "${started[$i]}" 2>/dev/null ||
+        { echo "${names[$i]} exited; its log:"; tail -n 20 "$dir/${names[$i]}.log"; stop; return 1; }
+      curl -fsS -m 2 -o /dev/null "${urls[$i]}/readyz" 2>/dev/null && break
+      sleep 0.5
+    done
     curl -fsS -m 2 -o /dev/null "${urls[$i]}/readyz" 2>/dev/null ||
       { echo "${names[$i]} not ready after 60 s; its log:"; tail -n 20 "$dir/${names[$i]}.log"; stop; return 1; }
   done

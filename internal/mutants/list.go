@@ -1179,6 +1179,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired$",
 	},
 	{
+		ID: "workshop-port-taken", Guard: "workshop: port free",
+		File: "scripts/workshop.sh",
+		// Another program on a port answers the ready checks: "ready" while the script's own binary
+		// died on its bind.
+		Original:    "    listening \"${ports[$i]}\" && {\n",
+		Replacement: "    false && {\n",
+		Pkgs:        []string{"./loadtest"}, Run: "^TestWorkshopScriptRefusesATakenPort$", ReadsSource: true,
+	},
+	{
 		ID: "redis-prefix-separator", Guard: "Redis prefix: ends :",
 		File: "internal/platform/config/checks.go",
 		// REDIS_KEY_PREFIX=idemshop: teardown deletes every key of a shop running with the default

@@ -16,7 +16,9 @@ import (
 
 	"idemshop/internal/auth"
 	"idemshop/internal/callback"
+	"idemshop/internal/events"
 	"idemshop/internal/paysig"
+	"idemshop/internal/points"
 )
 
 // Fixture is one scenario's own data: a lab user (with a bearer token of its own) and the products it
@@ -67,12 +69,26 @@ func SideName(scenario string, unsafe bool) string {
 }
 
 // Close deletes the fixture's user, products and everything that refers to them. With Env.Keep it
-// leaves them in place (and deletes nothing).
+// leaves them in place (and deletes nothing). It first waits, at most Env.Quiet, for points-consumer
+// to be done with the fixture's events (consumed); if it is not, it keeps the rows too, and says so:
+// an event that arrives after its user was deleted is poison (the account's foreign key), a dead
+// letter nobody can fix.
 func (f *Fixture) Close(ctx context.Context) error {
 	if f.env.Keep {
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx)
+	var pending pendingEvents
+	if done, err := Eventually(ctx, f.env.Quiet, func() (bool, error) {
+		var err error
+		pending, err = f.pendingEvents(ctx)
+		return pending.none(), err
+	}); err != nil || !done {
+		f.env.Log.Warn("lab: kept the rows of this run's user: points-consumer is not done with its events, "+
+			"and deleting the user would dead-letter them", "user_id", f.UserID, "unconsumed", pending.unconsumed,
+			"leases_held", pending.held, "err", err)
+		return nil
+	}
 	stmts := []string{
 		`DELETE FROM refund_requests WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,
 		`DELETE FROM order_refund_events WHERE order_id IN (SELECT id FROM orders WHERE user_id = @u)`,
@@ -93,6 +109,49 @@ func (f *Fixture) Close(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pendingEvents counts the fixture's events points-consumer has not finished: unconsumed, an order.paid
+// or order.refunded in the outbox without its ledger row (every applied event writes one, under its
+// biz_id); held, a lease of one of the fixture's orders that a consumer claimed and has not marked
+// done (one that died after its commit leaves it, and the redelivered copy waits it out).
+type pendingEvents struct{ unconsumed, held int64 }
+
+func (p pendingEvents) none() bool { return p.unconsumed == 0 && p.held == 0 }
+
+func (f *Fixture) pendingEvents(ctx context.Context) (pendingEvents, error) {
+	var p pendingEvents
+	err := f.env.DB.WithContext(ctx).Raw(`SELECT count(*) FROM outbox o
+		WHERE (o.payload->>'user_id')::bigint = ? AND o.routing_key IN (?, ?)
+		  AND NOT EXISTS (SELECT 1 FROM points_ledger l WHERE l.biz_id =
+		      CASE o.routing_key WHEN ? THEN 'order-paid:' ELSE 'order-refunded:' END || (o.payload->>'order_id'))`,
+		f.UserID, events.RoutingKeyOrderPaid, events.RoutingKeyRefunded, events.RoutingKeyOrderPaid).Scan(&p.unconsumed).Error
+	if err != nil {
+		return p, fmt.Errorf("lab cleanup: count unconsumed events: %w", err)
+	}
+	var orders []int64
+	if err := f.env.DB.WithContext(ctx).Raw(`SELECT id FROM orders WHERE user_id = ?`, f.UserID).Scan(&orders).Error; err != nil {
+		return p, fmt.Errorf("lab cleanup: list orders: %w", err)
+	}
+	if len(orders) == 0 || f.env.Redis == nil {
+		return p, nil
+	}
+	keys := make([]string, 0, 2*len(orders))
+	for _, id := range orders {
+		keys = append(keys, f.env.RedisPrefix+"points:dedup:"+points.BizIDOrderPaid(id),
+			f.env.RedisPrefix+"points:dedup:"+points.BizIDOrderRefunded(id))
+	}
+	vals, err := f.env.Redis.MGet(ctx, keys...).Result()
+	if err != nil {
+		// Redis down (S9 stops it on purpose): the ledger's count above is what there is.
+		return p, nil
+	}
+	for _, v := range vals {
+		if s, ok := v.(string); ok && s != "done" {
+			p.held++
+		}
+	}
+	return p, nil
 }
 
 // Response is one HTTP answer.

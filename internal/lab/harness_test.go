@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/events"
 	"idemshop/internal/lab"
 	"idemshop/internal/lab/labtest"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/points"
 )
 
 // newLabEnv runs the whole shop in-process for one test (labtest.NewEnv) with Keep set: the scenarios
@@ -70,6 +73,50 @@ func TestFixtureCloseDeletesItsRowsUnlessKeep(t *testing.T) {
 		}
 		assert.Equal(t, want, left(f.UserID, product), "keep %t", keep)
 	}
+}
+
+// Close keeps a fixture's rows while points-consumer is not done with its events: an order.paid
+// without its ledger row (the consumer down, or behind), or a lease a consumer claimed and did not
+// mark done (it died after its commit; the redelivered copy waits the lease out). Deleted under them,
+// the user made each event poison, a dead letter nobody could fix (a newcomer's finding). Once the
+// ledger has the row and the lease is done, Close deletes.
+func TestFixtureCloseKeepsItsRowsWhileEventsAreOnTheirWay(t *testing.T) {
+	t.Parallel()
+	env := labtest.NewEnv(t, nil)
+	env.Quiet = 100 * time.Millisecond
+	ctx := context.Background()
+	users := func(id int64) int64 {
+		var n int64
+		require.NoError(t, env.DB.Raw(`SELECT count(*) FROM users WHERE id = ?`, id).Scan(&n).Error)
+		return n
+	}
+	f, err := env.NewFixture(ctx, "close-test")
+	require.NoError(t, err)
+	product, err := f.Product(ctx, 10, 1250)
+	require.NoError(t, err)
+	order, r, err := f.CreateOrder(ctx, "/v1/orders", "close-1", product, 1)
+	require.NoError(t, err)
+	require.Equal(t, 201, r.Status, "%s", r.Body)
+	orderID := order.ID
+	// The order's event as the relay left it: published, so only a consumer would act on it now.
+	require.NoError(t, env.DB.Exec(`INSERT INTO outbox (event_id, routing_key, payload, published_at)
+		VALUES (gen_random_uuid(), ?, jsonb_build_object('order_id', ?::bigint, 'user_id', ?::bigint), now())`,
+		events.RoutingKeyOrderPaid, orderID, f.UserID).Error)
+
+	require.NoError(t, f.Close(ctx))
+	assert.EqualValues(t, 1, users(f.UserID), "kept: the event has no ledger row")
+
+	require.NoError(t, env.DB.Exec(`INSERT INTO points_accounts (user_id, balance) VALUES (?, 12)`, f.UserID).Error)
+	require.NoError(t, env.DB.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (?, ?, 12, 'order_paid')`,
+		f.UserID, points.BizIDOrderPaid(orderID)).Error)
+	lease := env.RedisPrefix + "points:dedup:" + points.BizIDOrderPaid(orderID)
+	require.NoError(t, env.Redis.Set(ctx, lease, "a-claim-token", time.Minute).Err())
+	require.NoError(t, f.Close(ctx))
+	assert.EqualValues(t, 1, users(f.UserID), "kept: a consumer holds the order's lease")
+
+	require.NoError(t, env.Redis.Set(ctx, lease, "done", time.Minute).Err())
+	require.NoError(t, f.Close(ctx))
+	assert.Zero(t, users(f.UserID), "deleted once the consumer is done")
 }
 
 // TestS1: one SUCCESS callback delivered three times at once, for an order of 2 units (stock 100) at

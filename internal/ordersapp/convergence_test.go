@@ -128,14 +128,15 @@ func TestRefusedDialIsRetryable(t *testing.T) {
 // Case 3: every create times out after committing, and the client retries the same key more often than
 // SWEEP_MAX_ATTEMPTS. A client's retries are not the sweeper's attempts: the sweeper still asks the
 // platform, finds the payment and completes the record; no 5xx is ever stored as the final answer.
-// Each retry comes after the previous one's lease, which the test runs out by hand.
+// Each retry comes after the previous one's lease, which the test runs out by hand. No callback comes
+// (no auto-approve): a retry of an order that its callback has paid answers with that payment without
+// asking (TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment).
 func TestSweeperAsksThePlatformWhateverTheClientRetries(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	mock := newMock(t, func(c *paymock.Config) {
 		c.Chaos.CreateTimeoutRate = 1
 		c.CreateTimeoutDelay = 50 * time.Millisecond // a 504 after the commit: outcome unknown
-		c.AutoApproveDelay = 10 * time.Millisecond
 	})
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
 		payTo(mock, longLease)(c)
@@ -154,7 +155,8 @@ func TestSweeperAsksThePlatformWhateverTheClientRetries(t *testing.T) {
 	assert.Equal(t, "COMPLETED", rec.State)
 	require.NotNil(t, rec.ResponseStatus)
 	assert.Equal(t, http.StatusCreated, *rec.ResponseStatus)
-	waitStatus(t, env.DB, id, "PAID")
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id), "the sweeper's repair moved the order")
+	assert.EqualValues(t, 4, mock.creates(t), "each retry asked the platform")
 	again := rp.pay(alice, id, "pay-retry-a-lot")
 	assert.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
 	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))

@@ -179,11 +179,34 @@ func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, erro
 	ctx = work
 	p.fault.At(ctx, CrashAfterClaim)
 
+	// This key ran before (its record may run again), and the order may have its payment by now: the
+	// callback of that first call, whose answer was lost. The platform would return that payment for
+	// the order, unless it forgot it (payments-mock after a restart), and then a second call would
+	// charge again. The order's own payment is the answer.
+	if o, err = p.orders.Get(ctx, r.UserID, r.OrderID); err != nil {
+		return idempotency.Answer{}, err
+	}
+	if hasItsPayment(o) {
+		lg.Info("pay retry: the order has its payment already; answering with it, not calling the platform",
+			"payment_id", *o.PaymentID, "status", o.Status)
+		return p.recordOrdersPayment(ctx, r.Route, rec, o)
+	}
+
 	payment, rpcErr, err := p.callPlatform(ctx, lg, r.Route, o, lease)
 	if err != nil {
 		return idempotency.Answer{}, err
 	}
 	return p.record(ctx, r.Route, rec, o, payment, rpcErr)
+}
+
+// hasItsPayment: o has a payment the platform took or is taking. A FAILED order's payment failed, and
+// a new one is what paying it means.
+func hasItsPayment(o orders.Order) bool {
+	switch o.Status {
+	case orders.StatusPaying, orders.StatusPaid, orders.StatusRefunded:
+		return o.PaymentID != nil
+	}
+	return false
 }
 
 // lookup answers a known key from its record, unless the record may run again, and reads the order.
@@ -413,6 +436,27 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 	p.metrics.PayRecord(o.ID, rec.Fence, r.state)
 	p.metrics.Count(route, idempotency.OutcomeExecuted)
 	return r.answerOf()
+}
+
+// recordOrdersPayment finishes rec COMPLETED with the 201 of o's own payment, the answer its first call
+// would have got, and leaves the order as it is (its payment is already on it). idempotency.ErrKeyInUse
+// when a newer holder's fence refused the write.
+func (p *Payer) recordOrdersPayment(ctx context.Context, route string, rec idempotency.Record, o orders.Order) (idempotency.Answer, error) {
+	body, err := json.Marshal(p.response(o.ID, *o.PaymentID))
+	if err != nil {
+		return idempotency.Answer{}, err
+	}
+	err = p.store.Finish(ctx, p.db, rec.ID, rec.Fence, idempotency.StateCompleted, http.StatusCreated, body)
+	if errors.Is(err, idempotency.ErrFenced) {
+		p.metrics.Count(route, idempotency.OutcomeInFlight)
+		return idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+	}
+	if err != nil {
+		return idempotency.Answer{}, err
+	}
+	p.metrics.PayRecord(o.ID, rec.Fence, idempotency.StateCompleted)
+	p.metrics.Count(route, idempotency.OutcomeExecuted)
+	return idempotency.Answer{Status: http.StatusCreated, Body: body}, nil
 }
 
 // outcome maps the platform's answer to the record's next state and the client's answer:

@@ -4,6 +4,7 @@
 package httpproblem
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -146,10 +147,15 @@ func Write(c echo.Context, pe *problem.Error) error {
 	return c.Blob(status, ContentType, body)
 }
 
+// StatusClientClosedRequest is the status logged for a request whose client hung up before its
+// answer (nginx's 499; no HTTP status says it, and the client never sees it).
+const StatusClientClosedRequest = 499
+
 // Handler returns the Echo HTTPErrorHandler: every error a handler or middleware returns ends here.
 // Internal errors are logged with their cause; the client sees only the stable code. translate (e.g.
 // postgres.TranslateError) classifies an error nothing else did: a lock timeout deep in a handler is
-// then a 503 with Retry-After, not a 500. Transient conditions are logged at WARN, not ERROR.
+// then a 503 with Retry-After, not a 500. Transient conditions are logged at WARN, not ERROR; a client
+// that hung up, at INFO, with 499.
 func Handler(logger func(echo.Context) *slog.Logger, translate ...func(error) error) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
@@ -163,6 +169,14 @@ func Handler(logger func(echo.Context) *slog.Logger, translate ...func(error) er
 			pe = Resolve(tr(err))
 		}
 		lg := logger(c)
+		if errors.Is(err, context.Canceled) && errors.Is(context.Cause(c.Request().Context()), context.Canceled) {
+			// The client hung up: nobody reads an answer, and it is no server error. 499 is the
+			// status proxies log for it (nginx's "client closed request"); the access log and the
+			// request metric see it, the error log does not.
+			lg.Info("request abandoned: the client went away", "err", err)
+			c.Response().WriteHeader(StatusClientClosedRequest)
+			return
+		}
 		switch pe.Kind {
 		case problem.KindInternal:
 			lg.Error("request failed", "err", err)

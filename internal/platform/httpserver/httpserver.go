@@ -155,6 +155,26 @@ const headKey = "httpserver.head"
 // are logged at DEBUG, so that an INFO log shows the traffic of the API. A failure is logged at INFO.
 var opsPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
+// Deadline ends each request's context after d (HTTP_WRITE_TIMEOUT: the server can no longer write an
+// answer after it), except on the paths in except, which keep their own (a stream). A request's
+// database work goes by its context: a connection that stops answering without closing (half-open)
+// held a request, and its pooled connection, for good, since the server-side statement timeout never
+// starts on a statement that never reached the server. Its end is a timeout of the driver's, which the
+// database's error translation makes a 503.
+func Deadline(d time.Duration, except ...string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if slices.Contains(except, c.Path()) {
+				return next(c)
+			}
+			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}
+
 // Check is one readiness probe. A failing Critical check makes /readyz answer 503; a failing
 // non-critical one (Redis, an efficiency layer only) makes it answer 200 with status "degraded".
 type Check struct {

@@ -115,6 +115,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest %s: %v\n", args[0], err)
 		return 2
 	}
+	// The lab's database, secret and (for the scenarios) stores must be the shop's.
+	if err := env.CheckShop(ctx, args[0] == "lab"); err != nil {
+		fmt.Fprintf(stderr, "loadtest %s: %v\n", args[0], err)
+		return 2
+	}
 	env.Keep = *keep
 	progress := progressLine(stderr, *asJSON)
 

@@ -13,7 +13,9 @@ import (
 	"idemshop/internal/lab"
 	"idemshop/internal/lab/labtest"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/redisx"
 	"idemshop/internal/points"
+	"idemshop/internal/testenv"
 )
 
 // newLabEnv runs the whole shop in-process for one test (labtest.NewEnv) with Keep set: the scenarios
@@ -178,4 +180,47 @@ func TestIncidentGuardedHoldsAndUnsafeShowsDamage(t *testing.T) {
 	assert.Equal(t, map[string]int64{"applied": 30}, u.callbacks())
 	assert.EqualValues(t, 30, u.ledgerRows(), "every copy credited")
 	assert.EqualValues(t, 3*pts, u.balance())
+}
+
+// The lab's own settings must be the shop's, or the run is a set-up error before any scenario: another
+// database (the shop answers the lab's user 401), another webhook secret (the shop refuses the lab's
+// signature), a Redis or a broker the lab cannot reach. Each was an ERROR row or a guard that "did not
+// hold", exit 1 (a newcomer's finding).
+func TestCheckShopNamesTheSettingThatIsNotTheShops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := labtest.NewEnv(t, nil)
+	require.NoError(t, env.CheckShop(ctx, true))
+
+	wrongSecret := *env
+	wrongSecret.Secret = []byte("not-the-shops")
+	err := wrongSecret.CheckShop(ctx, false)
+	require.ErrorIs(t, err, lab.ErrShopSetup)
+	assert.ErrorContains(t, err, "PAYMENT_WEBHOOK_SECRET")
+
+	otherDB := *env
+	otherDB.DB = testenv.New(t).DB
+	err = otherDB.CheckShop(ctx, false)
+	require.ErrorIs(t, err, lab.ErrShopSetup)
+	assert.ErrorContains(t, err, "DATABASE_URL")
+
+	deadRedis := *env
+	rdb, err := redisx.Open("redis://127.0.0.1:1/0", 100*time.Millisecond)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rdb.Close() })
+	deadRedis.Redis = rdb
+	require.NoError(t, deadRedis.CheckShop(ctx, false), "the incident needs no Redis of its own")
+	err = deadRedis.CheckShop(ctx, true)
+	require.ErrorIs(t, err, lab.ErrShopSetup)
+	assert.ErrorContains(t, err, "REDIS_URL")
+
+	deadBroker := *env
+	deadBroker.AMQPURL = "amqp://guest:guest@" + testenv.FreeAddr(t) + "/"
+	err = deadBroker.CheckShop(ctx, true)
+	require.ErrorIs(t, err, lab.ErrShopSetup)
+	assert.ErrorContains(t, err, "AMQP_URL")
+
+	var users int64
+	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM users WHERE name LIKE 'lab-preflight-%'`).Scan(&users).Error)
+	assert.Zero(t, users, "the throwaway users are gone")
 }

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
+
+	"idemshop/internal/paysig"
+	"idemshop/internal/platform/rabbitmq"
 )
 
 // ErrNotLabMode is CheckServices' error for an orders that answers but serves no lab routes.
@@ -58,5 +62,53 @@ func (e *Env) CheckServices(ctx context.Context, needLab bool) error {
 		return fmt.Errorf("%w: GET %s/lab/lab.js answered HTTP %d; start orders with ORDERS_LAB=true",
 			ErrNotLabMode, e.OrdersURL, r.Status)
 	}
+	return nil
+}
+
+// ErrShopSetup is CheckShop's error for settings that do not match the shop's: the lab's database or its
+// webhook secret, or a Redis or a broker the lab cannot reach.
+var ErrShopSetup = errors.New("the lab's settings do not match the shop's")
+
+// CheckShop asks the shop whether the lab's own settings are its: a throwaway lab user (created in
+// DATABASE_URL, deleted at once) reads GET /v1/points, which orders answers 401 when it reads another
+// database; and a signed callback with an empty body, which orders answers 401 signature_invalid when
+// PAYMENT_WEBHOOK_SECRET is not its own (and 400 otherwise: nothing applied, one audit row). With
+// stores, Redis (REDIS_URL) and RabbitMQ (AMQP_URL) must answer too: the lab scenarios use them
+// directly. Each mismatch is a set-up error (exit 2) before the run: inside a scenario it read as an
+// ERROR row, or as a guard that did not hold.
+func (e *Env) CheckShop(ctx context.Context, stores bool) error {
+	f, err := e.NewFixture(ctx, "preflight")
+	if err != nil {
+		return fmt.Errorf("%w: %w (DATABASE_URL)", ErrShopSetup, err)
+	}
+	keep := e.Keep
+	e.Keep = false
+	defer func() { _ = f.Close(ctx); e.Keep = keep }()
+	r, err := f.Do(ctx, http.MethodGet, "/v1/points", nil)
+	if err != nil {
+		return fmt.Errorf("orders at %s (ORDERS_URL): GET /v1/points: %w", e.OrdersURL, err)
+	}
+	if r.Status == http.StatusUnauthorized {
+		return fmt.Errorf("%w: orders does not know the lab's user (GET /v1/points answered 401): DATABASE_URL must name the database orders uses", ErrShopSetup)
+	}
+	r, err = e.Do(ctx, http.MethodPost, e.OrdersURL+"/v1/payments/callback", []byte(`{}`),
+		paysig.Header, paysig.Sign(e.Secret, time.Now(), []byte(`{}`)))
+	if err != nil {
+		return fmt.Errorf("orders at %s (ORDERS_URL): POST /v1/payments/callback: %w", e.OrdersURL, err)
+	}
+	if r.Status == http.StatusUnauthorized {
+		return fmt.Errorf("%w: orders refused the lab's signature (%s): PAYMENT_WEBHOOK_SECRET must be the one orders uses", ErrShopSetup, r.Code())
+	}
+	if !stores {
+		return nil
+	}
+	if err := e.Redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%w: Redis at REDIS_URL does not answer: %w", ErrShopSetup, err)
+	}
+	conn, err := rabbitmq.Dial(ctx, e.AMQPURL)
+	if err != nil {
+		return fmt.Errorf("%w: RabbitMQ at AMQP_URL does not answer: %w", ErrShopSetup, err)
+	}
+	_ = conn.Close()
 	return nil
 }

@@ -1231,6 +1231,23 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/httpproblem"}, Run: "^TestAClientThatHungUpIs499NotAServerError$",
 	},
 	{
+		ID: "lab-check-database", Guard: "lab: shop's database",
+		File: "internal/lab/preflight.go",
+		// A lab on another database than the shop's: every scenario's requests are 401, and the run
+		// reads as failures (exit 1) instead of a set-up error.
+		Original:    "\tif r.Status == http.StatusUnauthorized {\n\t\treturn fmt.Errorf(\"%w: orders does not know",
+		Replacement: "\tif false {\n\t\treturn fmt.Errorf(\"%w: orders does not know",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestCheckShopNamesTheSettingThatIsNotTheShops$",
+	},
+	{
+		ID: "lab-check-secret", Guard: "lab: shop's secret",
+		File: "internal/lab/preflight.go",
+		// A lab signing with another secret: every callback is 401, and the run reads as failures.
+		Original:    "\tif r.Status == http.StatusUnauthorized {\n\t\treturn fmt.Errorf(\"%w: orders refused the lab's signature",
+		Replacement: "\tif false {\n\t\treturn fmt.Errorf(\"%w: orders refused the lab's signature",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestCheckShopNamesTheSettingThatIsNotTheShops$",
+	},
+	{
 		ID: "redis-prefix-separator", Guard: "Redis prefix: ends :",
 		File: "internal/platform/config/checks.go",
 		// REDIS_KEY_PREFIX=idemshop: teardown deletes every key of a shop running with the default

@@ -1248,6 +1248,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/lab"}, Run: "^TestCheckShopNamesTheSettingThatIsNotTheShops$",
 	},
 	{
+		ID: "points-reject-poison", Guard: "poison: reject",
+		File: "internal/points/consumer.go",
+		// Poison nacked: on RabbitMQ 4.3 and later a nack does not count toward x-delivery-limit, and
+		// the message is requeued for ever, never dead-lettered.
+		Original:    "func rejects(m *message) bool { return errors.Is(m.err, errPoison) || errors.Is(m.err, ErrRejected) }",
+		Replacement: "func rejects(m *message) bool { return false && errors.Is(m.err, errPoison) || errors.Is(m.err, ErrRejected) }",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestOnlyPoisonIsRejected$",
+	},
+	{
 		ID: "redis-prefix-separator", Guard: "Redis prefix: ends :",
 		File: "internal/platform/config/checks.go",
 		// REDIS_KEY_PREFIX=idemshop: teardown deletes every key of a shop running with the default

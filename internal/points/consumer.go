@@ -510,27 +510,27 @@ func (m *message) decode() error {
 	case events.RoutingKeyOrderPaid:
 		var ev events.OrderPaid
 		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
-			return fmt.Errorf("poison message: decode order.paid: %w", err)
+			return fmt.Errorf("%w: decode order.paid: %w", errPoison, err)
 		}
 		m.eventID = logging.Clip(ev.EventID)
 		if err := checkEvent(ev.EventID, ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
-			return fmt.Errorf("poison message: order.paid: %w", err)
+			return fmt.Errorf("%w: order.paid: %w", errPoison, err)
 		}
 		m.credit = Credit{BizID: BizIDOrderPaid(ev.OrderID), UserID: ev.UserID, Delta: ev.Points, Reason: ReasonOrderPaid}
 	case events.RoutingKeyRefunded:
 		var ev events.OrderRefunded
 		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
-			return fmt.Errorf("poison message: decode order.refunded: %w", err)
+			return fmt.Errorf("%w: decode order.refunded: %w", errPoison, err)
 		}
 		m.eventID = logging.Clip(ev.EventID)
 		// Points must be the order's whole credit: a reversal of a made-up amount is refused like a
 		// credit of one, not applied "up to the balance".
 		if err := checkEvent(ev.EventID, ev.OrderID, ev.UserID, ev.AmountCents, ev.Points); err != nil {
-			return fmt.Errorf("poison message: order.refunded: %w", err)
+			return fmt.Errorf("%w: order.refunded: %w", errPoison, err)
 		}
 		m.reversal = &Reversal{OrderID: ev.OrderID, UserID: ev.UserID, Points: ev.Points}
 	default:
-		return fmt.Errorf("poison message: unknown routing key %q", m.d.RoutingKey)
+		return fmt.Errorf("%w: unknown routing key %q", errPoison, m.d.RoutingKey)
 	}
 	return nil
 }
@@ -706,7 +706,7 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 				m.outcome = OutcomeApplied
 			case applied.Conflicting[id]:
 				// Not a copy of the credit in the ledger: poison, dead-lettered for a person to judge.
-				m.outcome, m.err = OutcomeFailed, fmt.Errorf("poison message: order.paid: %s is in the ledger with another user or amount", id)
+				m.outcome, m.err = OutcomeFailed, fmt.Errorf("%w: order.paid: %s is in the ledger with another user or amount", errPoison, id)
 			default:
 				m.outcome = OutcomeDuplicate
 			}
@@ -771,8 +771,29 @@ func (c *Consumer) retry(ctx, work context.Context, what string, messages int, f
 	}
 }
 
+// errPoison marks a message that fails by itself, every time: undecodable, invalid, or in conflict with
+// the ledger. ErrRejected (the ledger refused it) is one too.
+var errPoison = errors.New("poison message")
+
+// rejects says how a failed message goes back: rejected when it is poison, nacked when it failed for
+// another reason (a shutdown, a lease held past its TTL, a database that did not answer). Both requeue.
+// RabbitMQ 3.x counts either toward x-delivery-limit; 4.3 and later count only basic.reject (a delivery
+// that failed) and not basic.nack (a consumer that cannot take it now), so a nack there would requeue
+// poison for ever and never dead-letter it, and a reject of a message that did not fail would spend
+// its deliveries.
+func rejects(m *message) bool { return errors.Is(m.err, errPoison) || errors.Is(m.err, ErrRejected) }
+
+// giveBackFailed returns the failed delivery m to its queue, as rejects says.
+func giveBackFailed(ch *amqp.Channel, m *message) error {
+	if rejects(m) {
+		return ch.Reject(m.d.DeliveryTag, true)
+	}
+	return ch.Nack(m.d.DeliveryTag, false, true)
+}
+
 // settle acks or nacks every delivery of msgs but the ones waiting in held (and their copies).
-// Failures are nacked first, one by one, with requeue; then the successes are acked. One multiple-ack
+// Failures are given back first, one by one, with requeue (rejected if poison: giveBackFailed); then
+// the successes are acked. One multiple-ack
 // of the highest success acknowledges every outstanding delivery up to its tag: exactly the
 // successes, because this goroutine is the only one settling on ch and every earlier delivery is
 // settled already, unless it waits in held. So the multiple-ack is used only when no waiting message
@@ -811,7 +832,7 @@ func (c *Consumer) settle(ch *amqp.Channel, held *deferredSet, msgs []*message) 
 		if rabbitmq.DeliveryCount(m.d) >= int64(c.cfg.Topology.DeliveryLimit) {
 			outcome = OutcomeDeadLettered
 		}
-		if err := ch.Nack(m.d.DeliveryTag, false, true); err != nil {
+		if err := giveBackFailed(ch, m); err != nil {
 			log.Warn("nack failed; the broker requeues the message when the channel closes", "err", err)
 			// A multiple-ack below would also ack this delivery (its tag may be lower) and drop it.
 			// Leave everything unsettled: the closing channel returns it all, and dedup absorbs it.

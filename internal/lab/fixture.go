@@ -223,6 +223,15 @@ func (f *Fixture) CreateOrder(ctx context.Context, path, key string, productID i
 	return o, r, err
 }
 
+// notCreated is the error of a create order (what names it) that did not answer 201: the request's
+// own error when it got no answer, else the answer.
+func notCreated(what string, err error, r Response) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: HTTP %d %s", what, r.Status, bytes.TrimSpace(r.Body))
+}
+
 // Callback builds a platform callback for an order.
 func Callback(orderID int64, status string, amount int64, eventID string) callback.Callback {
 	return callback.Callback{EventID: eventID, PaymentID: fmt.Sprintf("lab_pay_%d", orderID),

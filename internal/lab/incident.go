@@ -162,7 +162,7 @@ func incidentOrder(ctx context.Context, env *Env, f *Fixture, platform *payclien
 	key := fmt.Sprintf("incident-%d-%d", time.Now().UnixNano(), i)
 	o, r, err := f.CreateOrder(ctx, "/v1/orders", key, product, qty)
 	if err != nil || r.Status != http.StatusCreated {
-		return 0, fmt.Errorf("create order: %v (HTTP %d %s)", err, r.Status, r.Body)
+		return 0, notCreated("create order", err, r)
 	}
 	var paymentID string
 	if unsafe {

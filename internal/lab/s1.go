@@ -53,7 +53,7 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 	}
 	o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s1-%d", time.Now().UnixNano()), product, qty)
 	if err != nil || r.Status != http.StatusCreated {
-		return nil, fmt.Errorf("S1: create order: %v %d %s", err, r.Status, r.Body)
+		return nil, notCreated("S1: create order", err, r)
 	}
 	cb := Callback(o.ID, callback.StatusSuccess, o.AmountCents, fmt.Sprintf("lab-s1-%d", o.ID))
 	answers := Parallel(copies, func(int) error {

@@ -60,7 +60,7 @@ func s12Side(ctx context.Context, env *Env, f *Fixture, path string, qty int) (m
 	}
 	o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s12-%d", time.Now().UnixNano()), product, qty)
 	if err != nil || r.Status != http.StatusCreated {
-		return nil, fmt.Errorf("create order: %v %d %s", err, r.Status, r.Body)
+		return nil, notCreated("create order", err, r)
 	}
 	// The platform's two events, signed with the shared secret, in the order they arrive.
 	for _, cb := range []callback.Callback{

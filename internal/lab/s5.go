@@ -111,7 +111,7 @@ func s5Side(ctx context.Context, env *Env, f *Fixture, path string, unsafe bool)
 	for i := range buyers {
 		o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s5-%d-%d", time.Now().UnixNano(), i), product, 1)
 		if err != nil || r.Status != http.StatusCreated {
-			return nil, fmt.Errorf("S5: create order: %v (HTTP %d %s)", err, r.Status, r.Body)
+			return nil, notCreated("S5: create order", err, r)
 		}
 		p, _, err := platform.CreatePayment(ctx, payclient.CreatePaymentRequest{MerchantOrderNo: strconv.FormatInt(o.ID, 10),
 			AmountCents: o.AmountCents, Currency: "EUR"})

@@ -98,7 +98,7 @@ func runConsumerCrash(ctx context.Context, env *Env, fixture string, newDedup fu
 	name := "lab-" + strings.ToLower(fixture) + "-" + hex.EncodeToString(raw)
 	o, r, err := f.CreateOrder(ctx, "/v1/orders", name, product, qty)
 	if err != nil || r.Status != http.StatusCreated {
-		return nil, fmt.Errorf("create order: %v %d %s", err, r.Status, r.Body)
+		return nil, notCreated("create order", err, r)
 	}
 
 	top := rabbitmq.OrderPaidTopology().WithPrefix(env.AMQPPrefix + name + ":")

@@ -69,7 +69,7 @@ func s7Order(ctx context.Context, f *Fixture) (Order, error) {
 	}
 	o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s7-%d", time.Now().UnixNano()), product, 1)
 	if err != nil || r.Status != http.StatusCreated {
-		return Order{}, fmt.Errorf("S7: create order: %v (HTTP %d %s)", err, r.Status, r.Body)
+		return Order{}, notCreated("S7: create order", err, r)
 	}
 	return o, nil
 }

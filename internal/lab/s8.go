@@ -67,7 +67,7 @@ func s8Side(ctx context.Context, env *Env, f *Fixture, unsafe bool) (map[string]
 	}
 	o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s8-%d", time.Now().UnixNano()), product, 1)
 	if err != nil || r.Status != http.StatusCreated {
-		return nil, fmt.Errorf("S8: create order: %v (HTTP %d %s)", err, r.Status, r.Body)
+		return nil, notCreated("S8: create order", err, r)
 	}
 	// A registry of the scenario's own: only the store's metrics are needed, and not on anyone's /metrics.
 	store, err := idempotency.NewStore(env.DB, idempotency.NewMetrics(prometheus.NewRegistry()))

@@ -128,7 +128,7 @@ func s9Storm(ctx context.Context, env *Env, f *Fixture, baseURL string) (map[str
 	for i := range orderCount {
 		o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s9-%d-%d", time.Now().UnixNano(), i), product, 1)
 		if err != nil || r.Status != http.StatusCreated {
-			return nil, fmt.Errorf("S9: create order: %v (HTTP %d %s)", err, r.Status, r.Body)
+			return nil, notCreated("S9: create order", err, r)
 		}
 		ids[i] = o.ID
 		// The copies of one callback are byte-identical, as a platform's resends are.

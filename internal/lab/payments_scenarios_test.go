@@ -313,3 +313,23 @@ func fenceRejections(t *testing.T, env *lab.Env) float64 {
 	t.Fatal("idemshop_idempotency_fence_rejections_total is not on orders' /metrics")
 	return 0
 }
+
+// S12 with points-consumer unable to write (the ledger locked for the whole run) is an error of the
+// scenario, not a pass: measured without waiting, its rows read REFUNDED, stock +0, points +0, which
+// is the guarded side's expected end, with no credit and no reversal written (a newcomer's finding:
+// S12 passed with points-consumer down).
+func TestS12IsAnErrorWhileItsPointsAreNotConsumed(t *testing.T) {
+	t.Parallel()
+	env := newLabEnv(t, nil)
+	env.Quiet = 300 * time.Millisecond
+	tx := env.DB.Begin()
+	require.NoError(t, tx.Error)
+	t.Cleanup(func() { tx.Rollback() })
+	require.NoError(t, tx.Exec(`LOCK TABLE points_ledger IN SHARE ROW EXCLUSIVE MODE`).Error)
+
+	sc, err := lab.Select([]string{"S12"})
+	require.NoError(t, err)
+	r := lab.Run(context.Background(), env, sc, nil)[0]
+	assert.Contains(t, r.Error, "were not all consumed")
+	assert.False(t, r.Guarded.OK, "no pass without the points")
+}

@@ -74,11 +74,15 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 		wantPoints = int64(copies) * pointsPerOrder
 	}
 	// The guarded side credits through outbox → RabbitMQ → points-consumer: wait for it, bounded.
-	if _, err := Eventually(ctx, env.Quiet, func() (bool, error) {
+	settled, err := Eventually(ctx, env.Quiet, func() (bool, error) {
 		b, err := invariants.Balance(ctx, env.DB, f.UserID)
 		return b >= wantPoints, err
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
+	}
+	if !settled {
+		return nil, fmt.Errorf("the points were not credited within %s (is points-consumer running?)", env.Quiet)
 	}
 	delta, _, err := invariants.Stock(ctx, env.DB, product, initial, -int64(qty))
 	if err != nil {

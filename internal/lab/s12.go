@@ -79,7 +79,7 @@ func s12Side(ctx context.Context, env *Env, f *Fixture, path string, qty int) (m
 	// Both callbacks committed before their 200. What follows them is asynchronous: the relay publishes
 	// the outbox rows and points-consumer credits (order.paid) and reverses (order.refunded). Wait for
 	// that, bounded, so that nothing lands after the fixture is gone and the points are settled.
-	if _, err := Eventually(ctx, env.Quiet, func() (bool, error) {
+	settled, err := Eventually(ctx, env.Quiet, func() (bool, error) {
 		var pending int64
 		err := env.DB.WithContext(ctx).Raw(`SELECT
 			  (SELECT count(*) FROM outbox WHERE (payload->>'order_id')::bigint = @o AND published_at IS NULL)
@@ -89,8 +89,13 @@ func s12Side(ctx context.Context, env *Env, f *Fixture, path string, qty int) (m
 			            - (SELECT count(*) FROM points_ledger WHERE biz_id = 'order-refunded:' || CAST(@o AS bigint)))`,
 			map[string]any{"o": o.ID}).Scan(&pending).Error
 		return pending == 0, err
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
+	}
+	if !settled {
+		// Measured now, the rows would read as a pass with no credit and no reversal written.
+		return nil, fmt.Errorf("order %d's events were not all consumed within %s (is points-consumer running?)", o.ID, env.Quiet)
 	}
 
 	// Measured on the rows themselves.

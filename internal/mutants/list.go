@@ -1257,6 +1257,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestOnlyPoisonIsRejected$",
 	},
 	{
+		ID: "lab-s12-settled", Guard: "lab S12: settled",
+		File: "internal/lab/s12.go",
+		// S12 measured before its points were consumed: REFUNDED, stock +0, points +0 read as a pass
+		// with no credit and no reversal written.
+		Original:    "\tif !settled {\n\t\t// Measured now,",
+		Replacement: "\tif _ = settled; false {\n\t\t// Measured now,",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestS12IsAnErrorWhileItsPointsAreNotConsumed$",
+	},
+	{
 		ID: "redis-prefix-separator", Guard: "Redis prefix: ends :",
 		File: "internal/platform/config/checks.go",
 		// REDIS_KEY_PREFIX=idemshop: teardown deletes every key of a shop running with the default

@@ -41,6 +41,17 @@ func NewStore(db *gorm.DB, m *Metrics) (*Store, error) {
 // this caller's result is stale and was not written.
 var ErrFenced = errors.New("idempotency: write rejected by fencing token")
 
+// FenceBehindError is Claim's error when the record could be taken over (FAILED_RETRYABLE, or
+// PROCESSING past its lease) but holds a fencing token as large as the caller's, or larger: the
+// token source is behind the database (Redis lost its counter, or the database issued tokens while
+// Redis was down). The caller raises its counter past Stored (lock.Locker.RaiseFence) and takes a new
+// token; nothing was written.
+type FenceBehindError struct{ Token, Stored int64 }
+
+func (e *FenceBehindError) Error() string {
+	return fmt.Sprintf("idempotency: fencing token %d is not above the record's %d", e.Token, e.Stored)
+}
+
 // Claim is the outcome of Store.Claim. When Claimed, Record is this caller's (state PROCESSING, with
 // its Fence); otherwise Record is the current record, for the caller to answer from.
 type Claim struct {
@@ -56,8 +67,9 @@ type Claim struct {
 // fence is the fencing token from the Redis lock; a takeover needs the stored fence to be lower, so
 // tokens only ever grow in the row. fence = 0 means Redis is unavailable: the database issues the token
 // instead (fence + 1, or 1 for a new record), under the same conditions, so correctness never depends
-// on Redis. (A database-issued token can run ahead of the Redis counter; Redis holders then fail to take
-// over until the counter catches up, which is slow but never wrong.)
+// on Redis. A token the row refuses although the record could be taken over is *FenceBehindError: the
+// Redis counter is behind (a database-issued token ran ahead of it, or Redis lost it), and the caller
+// raises it.
 func (st *Store) Claim(ctx context.Context, s Scope, sub Subject, method, path, fp string, fence int64, lease time.Duration) (Claim, error) {
 	db := st.db.WithContext(ctx)
 	// The lease is computed, and later compared, on the database's clock alone: an application clock
@@ -91,6 +103,20 @@ func (st *Store) Claim(ctx context.Context, s Scope, sub Subject, method, path, 
 	}
 	if res.RowsAffected == 1 {
 		return Claim{Claimed: true, Record: rec}, nil
+	}
+	if fence > 0 {
+		// Refused by the fence alone? Then the token source is behind the row, and says so.
+		var stored []int64
+		err := db.Raw(`SELECT fence FROM idempotency_keys
+			WHERE user_id = ? AND idempotency_key = ? AND fingerprint = ?
+			  AND (state = ? OR (state = ? AND locked_until < now())) AND fence >= ?`,
+			s.UserID, s.Key, fp, StateFailedRetryable, StateProcessing, fence).Scan(&stored).Error
+		if err != nil {
+			return Claim{}, fmt.Errorf("take over idempotency record: %w", err)
+		}
+		if len(stored) == 1 {
+			return Claim{}, &FenceBehindError{Token: fence, Stored: stored[0]}
+		}
 	}
 	cur, err := Find(ctx, st.db, s)
 	if err != nil {

@@ -84,16 +84,23 @@ func TestClaimLeavesALiveLeaseAlone(t *testing.T) {
 }
 
 // A takeover needs a token newer than the stored one: a token that went backwards (a Redis counter
-// restored from an old snapshot) or repeats the stored one is not a new holder.
+// restored from an old snapshot, or lost) or repeats the stored one is not a new holder. The claim says
+// so (FenceBehindError, with the stored token), for the caller to raise its counter; a token refused
+// by a live lease is no such error.
 func TestClaimNeedsANewerFence(t *testing.T) {
 	t.Parallel()
 	st, env := newStore(t)
 	a := claim(t, st, "fenced", 5)
 	require.True(t, a.Claimed)
+	_, err := st.Claim(context.Background(), idempotency.Scope{UserID: 1, Key: "fenced"}, paySubject, "POST", payPath, payFP, 3, lease)
+	require.NoError(t, err, "refused by the live lease, not by the fence")
 	expire(t, env, a.Record.ID)
 
 	for _, fence := range []int64{4, 5} {
-		c := claim(t, st, "fenced", fence)
+		c, err := st.Claim(context.Background(), idempotency.Scope{UserID: 1, Key: "fenced"}, paySubject, "POST", payPath, payFP, fence, lease)
+		var behind *idempotency.FenceBehindError
+		require.ErrorAs(t, err, &behind, "token %d", fence)
+		assert.Equal(t, idempotency.FenceBehindError{Token: fence, Stored: 5}, *behind)
 		assert.False(t, c.Claimed, "token %d took over a record fenced at 5", fence)
 	}
 	assert.EqualValues(t, 5, stored(t, env, "fenced").Fence, "tokens never go back in the row")

@@ -250,6 +250,25 @@ func acquireWait(ctx context.Context, name string, wait time.Duration, attempt f
 	}
 }
 
+// raiseScript sets the fencing counter to at least ARGV[1] (and its TTL again), never lower: tokens only
+// ever grow.
+var raiseScript = redis.NewScript(`
+if (tonumber(redis.call('GET', KEYS[1])) or 0) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return 0`)
+
+// RaiseFence makes the next fencing token of name larger than floor. A resource that refused a token
+// because it had stored floor or more knows the counter is behind: Redis lost it (a restart that came
+// back empty), or the database issued tokens while Redis was down. Without the raise, every holder's
+// token was refused until the counter caught up one acquisition at a time.
+func (l *Locker) RaiseFence(ctx context.Context, name string, floor int64) error {
+	if err := raiseScript.Run(ctx, l.rdb, []string{l.FenceKey(name)}, floor, l.fenceMs).Err(); err != nil {
+		return fmt.Errorf("lock %q: raise fence: %w", name, err)
+	}
+	return nil
+}
+
 // Release gives the lease up, so the next owner need not wait for the TTL.
 //
 // It returns an error wrapping ErrLost when the lease had already expired (another owner may hold the

@@ -635,3 +635,47 @@ func TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment(t *testing.T)
 	assert.Equal(t, string(again.Body), string(replay.Body))
 	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 }
+
+// Redis came back empty (the soak's redis-restart): its fencing counter for the order starts again at 1,
+// below the token the record stored (the reconciler's takeovers had raised it to 50). A retry that may
+// run again raises the counter past the record's token and runs: it got 409 idempotency_key_in_use at
+// every attempt until the counter caught up, one acquisition at a time (a newcomer's finding; 78 s in
+// their run). The sweeper's takeover raises it too: its next sweep repairs the record.
+func TestAFencingCounterBehindTheRecordIsRaised(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.Chaos.ErrorRate = 1 })
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
+	locker, err := lock.New(env.Redis, env.Prefix)
+	require.NoError(t, err)
+	lostCounter := func(id int64, key string) {
+		require.NoError(t, env.DB.Exec(`UPDATE idempotency_keys SET fence = 50 WHERE idempotency_key = ?`, key).Error)
+		require.NoError(t, env.Redis.Del(context.Background(), locker.FenceKey(pay.LockName(id))).Err())
+	}
+
+	id, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-behind").Status)
+	require.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-behind").State)
+	lostCounter(id, "pay-behind")
+	mock.setChaos(t, `{"error_rate":0}`)
+	r := rp.pay(alice, id, "pay-behind")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	rec := recordOf(t, env, "pay-behind")
+	assert.Equal(t, "COMPLETED", rec.State)
+	assert.Greater(t, rec.Fence, int64(50), "a token above the record's")
+
+	// The sweeper: a record left PROCESSING by a create that timed out, the counter lost the same way.
+	mock.setChaos(t, `{"create_timeout_rate":1}`)
+	id2, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id2, "pay-behind-2").Status)
+	require.Equal(t, "PROCESSING", recordOf(t, env, "pay-behind-2").State)
+	mock.setChaos(t, `{"create_timeout_rate":0}`)
+	lostCounter(id2, "pay-behind-2")
+	expireLease(t, env, "pay-behind-2")
+	expireLock(t, env, id2)
+	for range 2 { // the first sweep raises the counter, the second repairs
+		_, err := rp.app.Sweeper.RunOnce(context.Background())
+		require.NoError(t, err)
+	}
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-behind-2").State)
+}

@@ -161,10 +161,27 @@ func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, erro
 	if err != nil || busy {
 		return ans, err
 	}
-	if lease != nil {
-		defer p.release(ctx, lease)
-	}
+	defer func() {
+		if lease != nil {
+			p.release(ctx, lease)
+		}
+	}()
 	rec, claimed, ans, err := p.claim(ctx, r, lease)
+	if behind := (*idempotency.FenceBehindError)(nil); errors.As(err, &behind) && lease != nil {
+		// The record refused this lease's token, though nobody holds it: Redis's counter is behind the
+		// row (it came back empty from a restart, or the database issued tokens while it was down).
+		// Raise it past the row's and lock again; every retry was 409 until the counter caught up.
+		lg.Warn("pay: the fencing counter is behind the record's token; raising it",
+			"token", behind.Token, "stored", behind.Stored)
+		if err := p.locker.RaiseFence(ctx, LockName(r.OrderID), behind.Stored); err != nil {
+			return ans, err
+		}
+		p.release(ctx, lease)
+		if lease, busy, ans, err = p.lock(ctx, lg, r); err != nil || busy {
+			return ans, err
+		}
+		rec, claimed, ans, err = p.claim(ctx, r, lease)
+	}
 	if err != nil || !claimed {
 		return ans, err
 	}

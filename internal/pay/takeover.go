@@ -46,6 +46,14 @@ func (p *Payer) TakeOver(ctx context.Context, stuck idempotency.Record) (rec ide
 	}
 	scope := idempotency.Scope{UserID: stuck.UserID, Key: stuck.IdempotencyKey}
 	cl, err := p.store.Claim(ctx, scope, Subject(orderID), stuck.Method, stuck.Path, stuck.Fingerprint, fence, p.cfg.Lease)
+	if behind := (*idempotency.FenceBehindError)(nil); errors.As(err, &behind) {
+		// Redis's counter is behind the record's token (Pay says why): raise it, so that the next
+		// sweep's token is above the record's. Nothing is taken over now.
+		release()
+		logging.From(ctx).Warn("sweeper: the fencing counter is behind the record's token; raising it",
+			"record_id", stuck.ID, "token", behind.Token, "stored", behind.Stored)
+		return idempotency.Record{}, nil, false, p.locker.RaiseFence(ctx, LockName(orderID), behind.Stored)
+	}
 	if err != nil || !cl.Claimed {
 		release()
 		return idempotency.Record{}, nil, false, err

@@ -153,7 +153,8 @@ func (r PayRequest) scope() idempotency.Scope { return idempotency.Scope{UserID:
 // only a holder that still holds its lease goes on), record (the fenced finish).
 func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, error) {
 	lg := logging.From(ctx).With("idempotency_key", r.Key, "order_id", r.OrderID)
-	o, done, ans, err := p.lookup(ctx, r)
+	// lookup's order is read again after the claim (below), once the record is this caller's.
+	_, done, ans, err := p.lookup(ctx, r)
 	if err != nil || done {
 		return ans, err
 	}
@@ -200,7 +201,8 @@ func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, erro
 	// callback of that first call, whose answer was lost. The platform would return that payment for
 	// the order, unless it forgot it (payments-mock after a restart), and then a second call would
 	// charge again. The order's own payment is the answer.
-	if o, err = p.orders.Get(ctx, r.UserID, r.OrderID); err != nil {
+	o, err := p.orders.Get(ctx, r.UserID, r.OrderID)
+	if err != nil {
 		return idempotency.Answer{}, err
 	}
 	if hasItsPayment(o) {

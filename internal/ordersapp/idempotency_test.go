@@ -175,28 +175,34 @@ func waitersOnLocks(t *testing.T, db *gorm.DB) int64 {
 	return n
 }
 
-// holdKeyRows makes every INSERT INTO idempotency_keys wait, after its row is written and before its
-// transaction goes on, until the returned function is called: a trigger takes an advisory lock that the
-// test holds. A create request is then in flight with its key row written and not committed, the
-// last moment at which a duplicate must still wait for it.
-func holdKeyRows(t *testing.T, db *gorm.DB) func() {
+// holdInserts makes every INSERT INTO table wait, after its row is written and before its transaction
+// goes on, until the returned function is called: a trigger takes an advisory lock (lockID) that the
+// test holds. holdKeyRows holds a create request with its key row written and not committed, the last
+// moment at which a duplicate must still wait for it; holdOrderRows, inside its work, its order written
+// and its key row not yet.
+func holdInserts(t *testing.T, db *gorm.DB, table string, lockID int) func() {
 	t.Helper()
-	require.NoError(t, db.Exec(`
-		CREATE FUNCTION hold_key_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+	require.NoError(t, db.Exec(fmt.Sprintf(`
+		CREATE FUNCTION hold_%[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			PERFORM pg_advisory_xact_lock(4242);
+			PERFORM pg_advisory_xact_lock(%[2]d);
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER idempotency_keys_held AFTER INSERT ON idempotency_keys
-			FOR EACH ROW EXECUTE FUNCTION hold_key_rows();`).Error)
+		CREATE TRIGGER %[1]s_held AFTER INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION hold_%[1]s();`, table, lockID)).Error)
 	tx := db.Begin()
 	require.NoError(t, tx.Error)
-	require.NoError(t, tx.Exec(`SELECT pg_advisory_xact_lock(4242)`).Error)
+	require.NoError(t, tx.Exec(`SELECT pg_advisory_xact_lock(?)`, lockID).Error)
 	var once sync.Once
 	release := func() { once.Do(func() { tx.Rollback() }) }
 	t.Cleanup(release)
 	return release
 }
+
+func holdKeyRows(t *testing.T, db *gorm.DB) func() {
+	return holdInserts(t, db, "idempotency_keys", 4242)
+}
+
+func holdOrderRows(t *testing.T, db *gorm.DB) func() { return holdInserts(t, db, "orders", 4343) }
 
 // A duplicate that arrives while the first request is inside its transaction, its key row written,
 // waits for it (on the key's lock) and answers from what the first one committed: the same body with
@@ -237,26 +243,6 @@ func TestInFlightDuplicateWaitsThenReplaysOr422(t *testing.T) {
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "replayed"))
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
-}
-
-// holdOrderRows is holdKeyRows for INSERT INTO orders: a create request is then in flight inside its
-// work, its order written and its key row not yet.
-func holdOrderRows(t *testing.T, db *gorm.DB) func() {
-	t.Helper()
-	require.NoError(t, db.Exec(`
-		CREATE FUNCTION hold_order_rows() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			PERFORM pg_advisory_xact_lock(4343);
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER orders_held AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION hold_order_rows();`).Error)
-	tx := db.Begin()
-	require.NoError(t, tx.Error)
-	require.NoError(t, tx.Exec(`SELECT pg_advisory_xact_lock(4343)`).Error)
-	var once sync.Once
-	release := func() { once.Do(func() { tx.Rollback() }) }
-	t.Cleanup(release)
-	return release
 }
 
 // A duplicate that arrives while the first request is still in its work, before its key row exists,

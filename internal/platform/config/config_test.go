@@ -160,17 +160,19 @@ func TestSetButEmptyIsRefusedEverywhere(t *testing.T) {
 	}
 }
 
+// prefixLoaders load the configuration of each binary that reads REDIS_KEY_PREFIX and AMQP_NAME_PREFIX.
+var prefixLoaders = map[string]func() error{
+	"orders":          func() error { _, err := config.LoadOrders(); return err },
+	"points-consumer": func() error { _, err := config.LoadPointsConsumer(); return err },
+	"loadtest":        func() error { _, err := config.LoadLoadtest(); return err },
+}
+
 // AMQP_NAME_PREFIX ends with a separator wherever it is read: idemshop would name the queue
 // idemshoppoints.order-paid, which `orders teardown` then refuses to clean (a newcomer's finding). And
 // no default name starts with it: under points. a run's names could not be told from the shop's, and
 // teardown refused it too (the next newcomer's).
 func TestAMQPNamePrefixEndsWithASeparatorEverywhere(t *testing.T) {
-	loaders := map[string]func() error{
-		"orders":          func() error { _, err := config.LoadOrders(); return err },
-		"points-consumer": func() error { _, err := config.LoadPointsConsumer(); return err },
-		"loadtest":        func() error { _, err := config.LoadLoadtest(); return err },
-	}
-	for name, load := range loaders {
+	for name, load := range prefixLoaders {
 		for _, bad := range []string{"idemshop", "p", "run1:x"} {
 			t.Setenv("AMQP_NAME_PREFIX", bad)
 			require.ErrorContains(t, load(), `AMQP_NAME_PREFIX must be empty or end with one of ":.-_/" (e.g. "`+bad+`:"), got "`+bad+`"`, name)
@@ -189,12 +191,7 @@ func TestAMQPNamePrefixEndsWithASeparatorEverywhere(t *testing.T) {
 // A Redis prefix without a separator at its end: `orders teardown` under "ana" deleted "anabel:"'s keys
 // too (a newcomer's finding, 2026-12-06).
 func TestRedisKeyPrefixEndsWithASeparatorEverywhere(t *testing.T) {
-	loaders := map[string]func() error{
-		"orders":          func() error { _, err := config.LoadOrders(); return err },
-		"points-consumer": func() error { _, err := config.LoadPointsConsumer(); return err },
-		"loadtest":        func() error { _, err := config.LoadLoadtest(); return err },
-	}
-	for name, load := range loaders {
+	for name, load := range prefixLoaders {
 		for _, bad := range []string{"ana", "idemshop", "run1:x"} {
 			t.Setenv("REDIS_KEY_PREFIX", bad)
 			require.ErrorContains(t, load(), `REDIS_KEY_PREFIX must end with one of ":.-_/" (e.g. "`+bad+`:"), got "`+bad+`"`, name)

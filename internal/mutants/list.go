@@ -1295,7 +1295,7 @@ var List = []Mutant{
 		File: "internal/platform/config/checks.go",
 		// REDIS_KEY_PREFIX=idemshop: teardown deletes every key of a shop running with the default
 		// prefix; REDIS_KEY_PREFIX=ana, those of "anabel:".
-		Original:    "if p := r.KeyPrefix; p != \"\" && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {",
+		Original:    "if p := r.KeyPrefix; p != \"\" && !strings.ContainsAny(p[len(p)-1:], prefixSeparators) {",
 		Replacement: "if p := r.KeyPrefix; false && p != \"\" {",
 		Pkgs:        []string{"./internal/platform/config", "./cmd/orders"}, Run: "^(TestRedisKeyPrefixEndsWithASeparatorEverywhere|TestTeardownRemovesOnlyTheRunsNames)$",
 	},
@@ -1352,7 +1352,7 @@ var List = []Mutant{
 		ID: "amqp-prefix-separator", Guard: "AMQP prefix: separator",
 		File: "internal/platform/config/pointsconsumer.go",
 		// AMQP_NAME_PREFIX=idemshop names the queue idemshoppoints.order-paid, which teardown refuses.
-		Original:    "if !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {",
+		Original:    "if !strings.ContainsAny(p[len(p)-1:], prefixSeparators) {",
 		Replacement: "if false {",
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestAMQPNamePrefixEndsWithASeparatorEverywhere$",
 	},

@@ -149,8 +149,8 @@ func (r Redis) check(c *checks) {
 	c.positive("REDIS_TIMEOUT", r.Timeout)
 	// As AMQP_NAME_PREFIX: without a separator at its end, a run's keys cannot be told from another
 	// run's whose prefix starts with it, and `orders teardown` under "ana" deletes "anabel:"'s keys.
-	if p := r.KeyPrefix; p != "" && !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {
-		c.add(fmt.Errorf("REDIS_KEY_PREFIX must end with one of %q (e.g. %q), got %q", amqpNameSeparators, p+":", p))
+	if p := r.KeyPrefix; p != "" && !strings.ContainsAny(p[len(p)-1:], prefixSeparators) {
+		c.add(fmt.Errorf("REDIS_KEY_PREFIX must end with one of %q (e.g. %q), got %q", prefixSeparators, p+":", p))
 	}
 }
 

@@ -34,8 +34,8 @@ type AMQPNames struct {
 	NamePrefix string `env:"AMQP_NAME_PREFIX"`
 }
 
-// amqpNameSeparators are the characters a non-empty AMQP_NAME_PREFIX, and REDIS_KEY_PREFIX, must end with.
-const amqpNameSeparators = ":.-_/"
+// prefixSeparators are the characters a non-empty AMQP_NAME_PREFIX, and REDIS_KEY_PREFIX, must end with.
+const prefixSeparators = ":.-_/"
 
 // check refuses a prefix under which a run's names could not be told from the shop's own, and which
 // `orders teardown` would refuse to clean: one that does not end with a separator ("idemshop" names the
@@ -46,8 +46,8 @@ func (a AMQPNames) check(c *checks) {
 	if p == "" {
 		return
 	}
-	if !strings.ContainsAny(p[len(p)-1:], amqpNameSeparators) {
-		c.add(fmt.Errorf("AMQP_NAME_PREFIX must be empty or end with one of %q (e.g. %q), got %q", amqpNameSeparators, p+":", p))
+	if !strings.ContainsAny(p[len(p)-1:], prefixSeparators) {
+		c.add(fmt.Errorf("AMQP_NAME_PREFIX must be empty or end with one of %q (e.g. %q), got %q", prefixSeparators, p+":", p))
 		return
 	}
 	names := []string{events.Exchange, events.DeadLetterExchange, events.QueueOrderPaid, events.QueueOrderPaidDLQ}

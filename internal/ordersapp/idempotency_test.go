@@ -207,24 +207,44 @@ func holdOrderRows(t *testing.T, db *gorm.DB) func() { return holdInserts(t, db,
 // A duplicate that arrives while the first request is inside its transaction, its key row written,
 // waits for it (on the key's lock) and answers from what the first one committed: the same body with
 // Idempotent-Replayed, or 422 for another body; its own order rolls back. The first request is held
-// after its key row by holdKeyRows; every pool here has no lock or statement timeout (patientDB), so
-// nothing gives up while the test looks.
+// after its key row by holdKeyRows.
 func TestInFlightDuplicateWaitsThenReplaysOr422(t *testing.T) {
 	t.Parallel()
+	duplicatesWhileTheFirstIsHeld(t, holdKeyRows, false)
+}
+
+// A duplicate that arrives while the first request is still in its work, before its key row exists,
+// waits for it too (the key's lock), and answers from what the first committed: here the product sold
+// out meanwhile, and the duplicate's own work would have answered 409 insufficient_stock at once
+// while the first request's order was created under the key. Another body under the key gets 422.
+func TestADuplicateWaitsForAFirstRequestStillInItsWork(t *testing.T) {
+	t.Parallel()
+	duplicatesWhileTheFirstIsHeld(t, holdOrderRows, true)
+}
+
+// duplicatesWhileTheFirstIsHeld holds alice's first create (hold), sells the product out if soldOut,
+// sends a duplicate and one with another body under the same key, lets the first go, and checks that
+// the first got 201, the duplicate its replay and the other 422, with one order and one key row. Every
+// pool here has no lock or statement timeout (patientDB), so nothing gives up while the test looks.
+func duplicatesWhileTheFirstIsHeld(t *testing.T, hold func(*testing.T, *gorm.DB) func(), soldOut bool) {
 	env := testenv.New(t)
 	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
-	release := holdKeyRows(t, env.DB)
+	release := hold(t, env.DB)
 
 	firstDone := make(chan response, 1)
 	go func() { firstDone <- rp.createOrder(alice, "busy-1", mugOrder) }()
 	eventually(t, patience, "the first request to block inside its transaction", func() bool {
 		return waitersOnLocks(t, env.DB) >= 1
 	})
+	if soldOut {
+		require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 1`).Error)
+	}
 	dupDone, otherDone := make(chan response, 1), make(chan response, 1)
 	go func() { dupDone <- rp.createOrder(alice, "busy-1", mugOrder) }()
 	go func() { otherDone <- rp.createOrder(alice, "busy-1", `{"product_id":1,"quantity":5}`) }()
-	eventually(t, patience, "both duplicates to wait on the first one's key row", func() bool {
-		return waitersOnLocks(t, env.DB) >= 3
+	// Or to have answered already: without the wait they do, at once.
+	eventually(t, patience, "both duplicates to wait for the first request", func() bool {
+		return waitersOnLocks(t, env.DB) >= 3 || len(dupDone)+len(otherDone) == 2
 	})
 	assert.Zero(t, count(t, env.DB, "orders"), "nothing is committed while the first request is held")
 
@@ -242,43 +262,6 @@ func TestInFlightDuplicateWaitsThenReplaysOr422(t *testing.T) {
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "executed"))
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "replayed"))
 	assert.Equal(t, 1.0, idemCount(t, rp, "/v1/orders", "mismatch"))
-	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
-}
-
-// A duplicate that arrives while the first request is still in its work, before its key row exists,
-// waits for it too (the key's lock), and answers from what the first committed: here the product sold
-// out meanwhile, and the duplicate's own work would have answered 409 insufficient_stock at once
-// while the first request's order was created under the key. Another body under the key gets 422.
-func TestADuplicateWaitsForAFirstRequestStillInItsWork(t *testing.T) {
-	t.Parallel()
-	env := testenv.New(t)
-	rp := newReplica(t, env, replicaOpts{db: patientDB(t, env)})
-	release := holdOrderRows(t, env.DB)
-
-	firstDone := make(chan response, 1)
-	go func() { firstDone <- rp.createOrder(alice, "in-work-1", mugOrder) }()
-	eventually(t, patience, "the first request to block inside its work", func() bool {
-		return waitersOnLocks(t, env.DB) >= 1
-	})
-	require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 1`).Error) // sold out since
-	dupDone, otherDone := make(chan response, 1), make(chan response, 1)
-	go func() { dupDone <- rp.createOrder(alice, "in-work-1", mugOrder) }()
-	go func() { otherDone <- rp.createOrder(alice, "in-work-1", `{"product_id":1,"quantity":5}`) }()
-	// Or to have answered already: without the wait they do, at once.
-	eventually(t, patience, "both duplicates to wait for the first request", func() bool {
-		return waitersOnLocks(t, env.DB) >= 3 || len(dupDone)+len(otherDone) == 2
-	})
-
-	release()
-	first := recv(t, firstDone)
-	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
-	dup := recv(t, dupDone)
-	assert.Equal(t, http.StatusCreated, dup.Status, "%s", dup.Body)
-	assert.Equal(t, "true", dup.Header.Get("Idempotent-Replayed"), "the waiting duplicate replays")
-	assert.Equal(t, string(first.Body), string(dup.Body))
-	other := recv(t, otherDone)
-	assert.Equal(t, http.StatusUnprocessableEntity, other.Status, "%s", other.Body)
-	assert.Equal(t, "idempotency_key_reused", other.problem(t).Code)
 	assert.EqualValues(t, 1, count(t, env.DB, "orders"))
 	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys"))
 }

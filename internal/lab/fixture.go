@@ -266,10 +266,12 @@ func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
 	}
 	r, err := e.Do(ctx, http.MethodPut, e.PaymentsURL+"/admin/chaos", body, h...)
 	if err != nil {
-		return fmt.Errorf("set chaos: %w", err)
+		return fmt.Errorf("set chaos of payments-mock at %s (PAYMENTS_URL): %w", e.PaymentsURL, err)
 	}
 	if r.Status != http.StatusOK {
-		return fmt.Errorf("set chaos: HTTP %d: %s", r.Status, r.Body)
+		// Named, because the usual cause is PAYMENTS_URL pointing at another service (orders answers 404).
+		return fmt.Errorf("set chaos of payments-mock at %s (PAYMENTS_URL): PUT /admin/chaos answered HTTP %d: %s",
+			e.PaymentsURL, r.Status, r.Body)
 	}
 	return nil
 }

@@ -110,12 +110,14 @@ func TestListenAddressIsCheckedEverywhere(t *testing.T) {
 // loadtest checks the variables it shares with the services as they do, and names each one alone.
 func TestLoadLoadtestNamesTheBadVariable(t *testing.T) {
 	cases := map[string]struct{ name, value, want string }{
-		"orders URL without a scheme": {"ORDERS_URL", "127.0.0.1:8080", `ORDERS_URL is not an absolute http or https URL, got "127.0.0.1:8080"`},
-		"payments URL not http":       {"PAYMENTS_URL", "ftp://127.0.0.1", "PAYMENTS_URL is not an absolute http or https URL"},
-		"lock timeout under 1 ms":     {"DB_LOCK_TIMEOUT", "500us", "DB_LOCK_TIMEOUT must be a whole number of milliseconds"},
-		"zero Redis timeout":          {"REDIS_TIMEOUT", "0s", "REDIS_TIMEOUT must be > 0, got 0s"},
-		"zero quiet":                  {"LAB_QUIET", "0s", "LAB_QUIET must be > 0, got 0s"},
-		"zero HTTP timeout":           {"LAB_HTTP_TIMEOUT", "0s", "LAB_HTTP_TIMEOUT must be > 0, got 0s"},
+		"orders URL without a scheme":  {"ORDERS_URL", "127.0.0.1:8080", `ORDERS_URL is not an absolute http or https URL, got "127.0.0.1:8080"`},
+		"payments URL not http":        {"PAYMENTS_URL", "ftp://127.0.0.1", "PAYMENTS_URL is not an absolute http or https URL"},
+		"orders URL with a query":      {"ORDERS_URL", "http://127.0.0.1:8080?user=alice", "ORDERS_URL must be a base URL without a query"},
+		"payments URL with a fragment": {"PAYMENTS_URL", "http://127.0.0.1:8081/#x", "PAYMENTS_URL must be a base URL without a query"},
+		"lock timeout under 1 ms":      {"DB_LOCK_TIMEOUT", "500us", "DB_LOCK_TIMEOUT must be a whole number of milliseconds"},
+		"zero Redis timeout":           {"REDIS_TIMEOUT", "0s", "REDIS_TIMEOUT must be > 0, got 0s"},
+		"zero quiet":                   {"LAB_QUIET", "0s", "LAB_QUIET must be > 0, got 0s"},
+		"zero HTTP timeout":            {"LAB_HTTP_TIMEOUT", "0s", "LAB_HTTP_TIMEOUT must be > 0, got 0s"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1257,6 +1257,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestOnlyPoisonIsRejected$",
 	},
 	{
+		ID: "dlq-moved-count", Guard: "dead letter: count",
+		File: "internal/platform/rabbitmq/topology.go",
+		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.
+		Original:    "\tif !d.Redelivered {\n\t\treturn 0\n\t}\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestADeadLetterInspectedThenMovedIsCountedDeadLetteredOnce$",
+	},
+	{
 		ID: "lab-s12-settled", Guard: "lab S12: settled",
 		File: "internal/lab/s12.go",
 		// S12 measured before its points were consumed: REFUNDED, stock +0, points +0 read as a pass

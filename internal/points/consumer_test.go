@@ -241,6 +241,46 @@ func TestADeadLetterMovedBackIsCredited(t *testing.T) {
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
 }
 
+// A dead letter inspected with requeue (points.md: read it first) carries the DLQ's delivery count, and
+// a move copies it into the queue. That first delivery's header is not the queue's count: its failure
+// is a failure, not a dead-lettering, and the message is dead-lettered again only after its six
+// deliveries. dead_lettered counts the two real ones (it counted three: the first delivery's too).
+func TestADeadLetterInspectedThenMovedIsCountedDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	var userID int64
+	require.NoError(t, env.DB.Raw(`SELECT max(id) + 1 FROM users`).Scan(&userID).Error)
+	pub.event(orderPaid(78, userID, 4200)) // no such user, before and after the move: poison both times
+	ch := channel(t, env.AMQPURL)
+	waitDeadLettered(t, c, ch, top, 1, "the credit for a user who does not exist")
+
+	get := func() amqp.Delivery {
+		d, ok, err := ch.Get(top.DeadLetterQueue, false)
+		require.NoError(t, err)
+		require.True(t, ok, "the dead letter in the DLQ")
+		return d
+	}
+	for i := 0; i < events.DeliveryLimit+1; i++ {
+		require.NoError(t, get().Nack(false, true), "inspected and put back")
+	}
+	d := get()
+	require.GreaterOrEqual(t, rabbitmq.DeliveryCount(d), int64(events.DeliveryLimit), "the DLQ's own count is past the limit")
+	require.NoError(t, ch.Publish("", top.Queue, true, false, amqp.Publishing{Headers: d.Headers,
+		ContentType: d.ContentType, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body}))
+	require.NoError(t, d.Ack(false))
+
+	waitCount(t, 20*time.Second, 2*(events.DeliveryLimit+1), func() int {
+		return c.count(points.OutcomeFailed) + c.count(points.OutcomeDeadLettered)
+	}, "six deliveries before the move and six after")
+	waitCount(t, 20*time.Second, 1, func() int { return queueDepth(t, ch, top.DeadLetterQueue) }, "dead-lettered again")
+	assert.Equal(t, 2, c.count(points.OutcomeDeadLettered), "the two nacks that dead-lettered it")
+	assert.Equal(t, 2*events.DeliveryLimit, c.count(points.OutcomeFailed), "every other delivery a failure")
+	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{}}, accountOf(t, env, userID))
+}
+
 // SIGTERM while busy: the consumer stops taking messages, finishes the batches it holds and returns.
 // Nothing is lost (every message is either credited or back in the queue) and nothing is credited
 // twice when a second consumer finishes the queue.

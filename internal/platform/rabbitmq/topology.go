@@ -123,8 +123,15 @@ func Declare(ch *amqp.Channel, t Topology) error {
 }
 
 // DeliveryCount returns how many times a quorum-queue message was returned to the queue before this
-// delivery (the x-delivery-count header; 0 on the first delivery, when the header is absent).
+// delivery (the x-delivery-count header the queue sets on a redelivery), and 0 on the first delivery.
+// A first delivery's header, if it has one, is not this queue's count: it came with the message, as
+// with a dead letter moved back from its DLQ, whose headers the move copies (the DLQ's own count,
+// raised by each inspection that requeued it). Taken as the count, it made the consumer log and count
+// that first delivery's failure as dead_lettered while the broker requeued it.
 func DeliveryCount(d amqp.Delivery) int64 {
+	if !d.Redelivered {
+		return 0
+	}
 	switch v := d.Headers["x-delivery-count"].(type) {
 	case int64:
 		return v

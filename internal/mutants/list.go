@@ -1223,6 +1223,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARequestOnAHalfOpenDatabaseConnectionEndsAtTheWriteTimeout$",
 	},
 	{
+		ID: "answer-reserve", Guard: "deadline: answer time",
+		File: "internal/platform/httpserver/httpserver.go",
+		// The work ends at the write deadline itself: its 503 is written to a closed connection.
+		Original:    "{ return min(writeTimeout/4, time.Second) }",
+		Replacement: "{ return 0 }",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARequestOnAHalfOpenDatabaseConnectionEndsAtTheWriteTimeout$",
+	},
+	{
 		ID: "client-gone-499", Guard: "client gone: 499",
 		File: "internal/platform/httpproblem/httpproblem.go",
 		// A client that hung up is logged as a server error, a 500 at ERROR.

@@ -19,7 +19,9 @@ import (
 // A database connection that stops answering without closing (half-open: the proxy's Stall) ends a
 // request at HTTP_WRITE_TIMEOUT with 503 unavailable, and the next request, on a new connection, is
 // answered. It hung for good: the server's statement timeout never starts on a statement that does not
-// reach it (a newcomer's finding, 2026-12-06).
+// reach it (a newcomer's finding, 2026-12-06). The replica's server has the binaries' timeouts: the work
+// ends before the write deadline, whose client otherwise saw the connection close without the 503 (and
+// Go's client sent the GET again on a new connection, answered 200; a helper's finding, 2026-12-06).
 func TestARequestOnAHalfOpenDatabaseConnectionEndsAtTheWriteTimeout(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)

@@ -25,6 +25,7 @@ import (
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/httpproblem"
+	"idemshop/internal/platform/httpserver"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/redisx"
 	"idemshop/internal/testenv"
@@ -88,7 +89,7 @@ func newReplica(t testing.TB, env *testenv.Env, o replicaOpts) *replica {
 	app, err := ordersapp.New(ordersapp.Deps{Config: cfg, Logger: logger,
 		DB: db, Redis: rdb, Registry: reg, Runner: o.runner, PayFault: o.fault})
 	require.NoError(t, err)
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: app.Echo}}
+	srv := &httptest.Server{Listener: ln, Config: httpserver.NewServer(app.Echo, cfg.HTTP.Server(""))}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return &replica{t: t, srv: srv, reg: reg, app: app}

@@ -145,8 +145,9 @@ func New(d Deps) (*App, error) {
 	}
 
 	e := httpserver.New(d.Logger, d.Registry, cfg.BodyLimitBytes, postgres.TranslateError)
-	// A request's work ends with HTTP_WRITE_TIMEOUT, when its answer could no longer be written; the
-	// live view's stream keeps its own write deadlines. (The pay flow detaches after its claim.)
+	// A request's work ends before HTTP_WRITE_TIMEOUT, after which its answer could no longer be written
+	// (httpserver.WorkTime); the live view's stream keeps its own write deadlines. (The pay flow detaches
+	// after its claim.)
 	e.Use(httpserver.Deadline(cfg.HTTP.WriteTimeout, "/lab/events"))
 	httpserver.MountOps(e, d.Registry, cfg.ReadyProbeTimeout,
 		httpserver.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error {

@@ -212,6 +212,11 @@ func (c Orders) Validate() error {
 		// The lease must outlast the platform call, or the record looks abandoned while the call runs.
 		ck.add(fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than PAY_LEASE (%s)", c.PaymentsTimeout, c.PayLease))
 	}
+	if work := httpserver.WorkTime(c.HTTP.WriteTimeout); c.HTTP.WriteTimeout > 0 && c.PaymentsTimeout >= work {
+		// A pay's answer waits for the platform call; past the work time it could not be written.
+		ck.add(fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than a request's work time, %s: HTTP_WRITE_TIMEOUT (%s) less the part kept to write the answer",
+			c.PaymentsTimeout, work, c.HTTP.WriteTimeout))
+	}
 	// The names are pay's crash points; checked here too so that a typo stops the process before it
 	// waits for its database (as POINTS_FAULT's are).
 	switch c.PayFault {

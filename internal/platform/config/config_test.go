@@ -64,14 +64,16 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"statement timeout past int32 ms": {"DB_STATEMENT_TIMEOUT", "600h", "DB_STATEMENT_TIMEOUT"},
 		"statement timeout within lock":   {"DB_STATEMENT_TIMEOUT", "2s", "DB_STATEMENT_TIMEOUT (2s) must be longer than DB_LOCK_TIMEOUT (2s)"},
 		// A newcomer's (2026-12-06): each of these started orders, and failed later or said less.
-		"mistyped pay fault":         {"PAY_FAULT", "crash-after-clam", `PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got "crash-after-clam"`},
-		"pay lease under 1 ms":       {"PAY_LEASE", "500us", "PAY_LEASE must be >= 1ms"},
-		"form token TTL under 1 ms":  {"FORM_TOKEN_TTL", "100us", "FORM_TOKEN_TTL must be >= 1ms"},
-		"in-flight lease under 1 ms": {"FORM_TOKEN_INFLIGHT_LEASE", "100us", "FORM_TOKEN_INFLIGHT_LEASE must be >= 1ms"},
-		"callback URL past 2048":     {"CALLBACK_URL", "http://127.0.0.1:8080/v1/payments/callback?pad=" + strings.Repeat("a", 2048), "CALLBACK_URL must be at most 2048 bytes"},
-		"payments URL with a /":      {"PAYMENTS_URL", "http://127.0.0.1:8081/", "PAYMENTS_URL must be a base URL without a query, a fragment or a trailing /"},
-		"payments URL with a query":  {"PAYMENTS_URL", "http://127.0.0.1:8081?x=1", "PAYMENTS_URL must be a base URL"},
-		"AMQP prefix past 255":       {"AMQP_NAME_PREFIX", strings.Repeat("p", 240) + ":", "AMQP_NAME_PREFIX must be at most 234 bytes"},
+		"mistyped pay fault":   {"PAY_FAULT", "crash-after-clam", `PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got "crash-after-clam"`},
+		"pay lease under 1 ms": {"PAY_LEASE", "500us", "PAY_LEASE must be >= 1ms"},
+		// A helper's (2026-12-06): the pay's answer came after the write deadline, an empty reply.
+		"write timeout within the platform call": {"HTTP_WRITE_TIMEOUT", "3500ms", "PAYMENTS_TIMEOUT (3s) must be shorter than a request's work time, 2.625s: HTTP_WRITE_TIMEOUT (3.5s)"},
+		"form token TTL under 1 ms":              {"FORM_TOKEN_TTL", "100us", "FORM_TOKEN_TTL must be >= 1ms"},
+		"in-flight lease under 1 ms":             {"FORM_TOKEN_INFLIGHT_LEASE", "100us", "FORM_TOKEN_INFLIGHT_LEASE must be >= 1ms"},
+		"callback URL past 2048":                 {"CALLBACK_URL", "http://127.0.0.1:8080/v1/payments/callback?pad=" + strings.Repeat("a", 2048), "CALLBACK_URL must be at most 2048 bytes"},
+		"payments URL with a /":                  {"PAYMENTS_URL", "http://127.0.0.1:8081/", "PAYMENTS_URL must be a base URL without a query, a fragment or a trailing /"},
+		"payments URL with a query":              {"PAYMENTS_URL", "http://127.0.0.1:8081?x=1", "PAYMENTS_URL must be a base URL"},
+		"AMQP prefix past 255":                   {"AMQP_NAME_PREFIX", strings.Repeat("p", 240) + ":", "AMQP_NAME_PREFIX must be at most 234 bytes"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -155,19 +155,31 @@ const headKey = "httpserver.head"
 // are logged at DEBUG, so that an INFO log shows the traffic of the API. A failure is logged at INFO.
 var opsPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
-// Deadline ends each request's context after d (HTTP_WRITE_TIMEOUT: the server can no longer write an
-// answer after it), except on the paths in except, which keep their own (a stream). A request's
-// database work goes by its context: a connection that stops answering without closing (half-open)
-// held a request, and its pooled connection, for good, since the server-side statement timeout never
-// starts on a statement that never reached the server. Its end is a timeout of the driver's, which the
-// database's error translation makes a 503.
-func Deadline(d time.Duration, except ...string) echo.MiddlewareFunc {
+// AnswerReserve is the part of HTTP_WRITE_TIMEOUT kept for writing a request's answer once Deadline has
+// ended its work: a quarter, at most 1 s. The server's write deadline runs from the request's header
+// on, so an answer written at that instant is not sent: the client saw the connection close without a
+// status (the 503 that the end of the work gives was logged, never received).
+func AnswerReserve(writeTimeout time.Duration) time.Duration { return min(writeTimeout/4, time.Second) }
+
+// WorkTime is how long Deadline lets a request work: writeTimeout less its AnswerReserve.
+func WorkTime(writeTimeout time.Duration) time.Duration {
+	return writeTimeout - AnswerReserve(writeTimeout)
+}
+
+// Deadline ends each request's context after WorkTime(writeTimeout) (HTTP_WRITE_TIMEOUT: the server can
+// no longer write an answer after it), except on the paths in except, which keep their own (a stream).
+// A request's database work goes by its context: a connection that stops answering without closing
+// (half-open) held a request, and its pooled connection, for good, since the server-side statement
+// timeout never starts on a statement that never reached the server. Its end is a timeout of the
+// driver's, which the database's error translation makes a 503, written within the reserve.
+func Deadline(writeTimeout time.Duration, except ...string) echo.MiddlewareFunc {
+	work := WorkTime(writeTimeout)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if slices.Contains(except, c.Path()) {
 				return next(c)
 			}
-			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
+			ctx, cancel := context.WithTimeout(c.Request().Context(), work)
 			defer cancel()
 			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
@@ -242,9 +254,10 @@ func Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve is Run on an open listener with any handler (a Starting gate, say); it closes ln.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) error {
-	srv := &http.Server{
+// NewServer is the http.Server for h with cfg's timeouts (tests serve through it too, so that they meet
+// the timeouts the binaries have).
+func NewServer(h http.Handler, cfg Config) *http.Server {
+	return &http.Server{
 		Addr:              cfg.Addr,
 		Handler:           h,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -252,6 +265,11 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) err
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 	}
+}
+
+// Serve is Run on an open listener with any handler (a Starting gate, say); it closes ln.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) error {
+	srv := NewServer(h, cfg)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

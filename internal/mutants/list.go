@@ -1214,6 +1214,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment$",
 	},
 	{
+		ID: "pay-retry-any-status", Guard: "pay retry: any status",
+		File: "internal/pay/pay.go",
+		// Only a PAYING, PAID or REFUNDED order answers with its payment: a REFUND_REQUIRED or FAILED one
+		// is charged again by a platform that forgot, and the callbacks refuse that second payment.
+		Original:    "func hasItsPayment(o orders.Order) bool { return o.PaymentID != nil }",
+		Replacement: "func hasItsPayment(o orders.Order) bool {\n\treturn o.PaymentID != nil && o.Status != orders.StatusFailed && o.Status != orders.StatusRefundRequired\n}",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment$",
+	},
+	{
 		ID: "request-deadline", Guard: "request: deadline",
 		File: "internal/ordersapp/ordersapp.go",
 		// No end to a request's work: a half-open database connection holds it, and its pooled

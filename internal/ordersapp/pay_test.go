@@ -593,47 +593,65 @@ func TestPayLeaseIsOnTheDatabaseClock(t *testing.T) {
 	assert.LessOrEqual(t, left, longLease.Seconds())
 }
 
-// A retry of a pay whose first call's outcome was unknown, after that payment's callback paid the order
-// and the platform forgot it (payments-mock keeps its payments in memory: a restart): the retry answers
-// with the order's own payment and calls nobody. It called create again, and the platform, which no
-// longer knew the order, charged it a second time (a newcomer's finding, 2026-12-06).
+// A retry of a pay whose first call's outcome was unknown, after that payment's callback settled the
+// order and the platform forgot it (payments-mock keeps its payments in memory: a restart): the retry
+// answers with the order's own payment and calls nobody. It called create again, and the platform, which
+// no longer knew the order, charged it a second time (a newcomer's finding, 2026-12-06). Whatever the
+// callback made of the order: PAID; REFUND_REQUIRED, the money taken and out of stock; FAILED, declined.
+// The second payment's SUCCESS could never be applied to either of the last two (payment_mismatch), so
+// nothing would have refunded it (a helper's finding, the same day).
 func TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	before := newMock(t, func(c *paymock.Config) {
-		c.CreateTimeoutDelay = platformHangs
-		c.Chaos.CreateTimeoutRate = 1
-	})
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(before, longLease)})
-	id, amount := rp.newOrder(alice, 1, 1)
-	first := rp.pay(alice, id, "pay-forgotten")
-	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
-	require.Equal(t, "payment_outcome_unknown", first.problem(t).Code)
-	payment, found, err := before.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
-	require.NoError(t, err)
-	require.True(t, found, "the first call created the payment")
-	cb := callbackFor(id, "SUCCESS", amount, "evt-forgotten")
-	cb.PaymentID = payment.ID
-	require.Equal(t, http.StatusOK, rp.postCallback(cb).Status)
-	require.Equal(t, "PAID", statusOf(t, env.DB, id))
+	for _, tc := range []struct {
+		callback, order string
+		soldOut         bool
+	}{
+		{callback: "SUCCESS", order: "PAID"},
+		{callback: "SUCCESS", order: "REFUND_REQUIRED", soldOut: true},
+		{callback: "FAILED", order: "FAILED"},
+	} {
+		t.Run(tc.order, func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t)
+			before := newMock(t, func(c *paymock.Config) {
+				c.CreateTimeoutDelay = platformHangs
+				c.Chaos.CreateTimeoutRate = 1
+			})
+			rp := newReplica(t, env, replicaOpts{cfg: payTo(before, longLease)})
+			id, amount := rp.newOrder(alice, 1, 1)
+			first := rp.pay(alice, id, "pay-forgotten")
+			require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+			require.Equal(t, "payment_outcome_unknown", first.problem(t).Code)
+			payment, found, err := before.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+			require.NoError(t, err)
+			require.True(t, found, "the first call created the payment")
+			if tc.soldOut {
+				require.NoError(t, env.DB.Exec(`UPDATE products SET stock = 0 WHERE id = 1`).Error)
+			}
+			cb := callbackFor(id, tc.callback, amount, "evt-forgotten")
+			cb.PaymentID = payment.ID
+			require.Equal(t, http.StatusOK, rp.postCallback(cb).Status)
+			require.Equal(t, tc.order, statusOf(t, env.DB, id))
 
-	after := newMock(t, nil) // the platform restarted: it knows nothing of the order
-	retrier := newReplica(t, env, replicaOpts{cfg: payTo(after, longLease)})
-	expireLease(t, env, "pay-forgotten")
-	expireLock(t, env, id)
-	again := retrier.pay(alice, id, "pay-forgotten")
-	require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
-	var b struct {
-		PaymentID string `json:"payment_id"`
+			after := newMock(t, nil) // the platform restarted: it knows nothing of the order
+			retrier := newReplica(t, env, replicaOpts{cfg: payTo(after, longLease)})
+			expireLease(t, env, "pay-forgotten")
+			expireLock(t, env, id)
+			again := retrier.pay(alice, id, "pay-forgotten")
+			require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+			var b struct {
+				PaymentID string `json:"payment_id"`
+			}
+			require.NoError(t, json.Unmarshal(again.Body, &b))
+			assert.Equal(t, payment.ID, b.PaymentID, "the order's own payment")
+			assert.Zero(t, after.creates(t), "no second charge")
+			assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-forgotten").State)
+			assert.Equal(t, tc.order, statusOf(t, env.DB, id))
+			replay := retrier.pay(alice, id, "pay-forgotten")
+			assert.Equal(t, string(again.Body), string(replay.Body))
+			assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+		})
 	}
-	require.NoError(t, json.Unmarshal(again.Body, &b))
-	assert.Equal(t, payment.ID, b.PaymentID, "the order's own payment")
-	assert.Zero(t, after.creates(t), "no second charge")
-	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-forgotten").State)
-	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
-	replay := retrier.pay(alice, id, "pay-forgotten")
-	assert.Equal(t, string(again.Body), string(replay.Body))
-	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 }
 
 // Redis came back empty (the soak's redis-restart): its fencing counter for the order starts again at 1,

@@ -218,15 +218,10 @@ func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, erro
 	return p.record(ctx, r.Route, rec, o, payment, rpcErr)
 }
 
-// hasItsPayment: o has a payment the platform took or is taking. A FAILED order's payment failed, and
-// a new one is what paying it means.
-func hasItsPayment(o orders.Order) bool {
-	switch o.Status {
-	case orders.StatusPaying, orders.StatusPaid, orders.StatusRefunded:
-		return o.PaymentID != nil
-	}
-	return false
-}
+// hasItsPayment: o knows its payment, whatever it has become since (PAYING, PAID, REFUND_REQUIRED,
+// REFUNDED, or FAILED: declined). An order has at most one payment, and the callbacks apply no other
+// (payment_mismatch): a second one's money would be taken and never recorded, nor refunded.
+func hasItsPayment(o orders.Order) bool { return o.PaymentID != nil }
 
 // lookup answers a known key from its record, unless the record may run again, and reads the order.
 // done: the answer or the error is final. It is also the local check: a new key for an order that

@@ -1,12 +1,14 @@
 package main_test
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,18 +20,19 @@ import (
 )
 
 // scripts/workshop.sh (docs/workshop.md) starts the three on the ports it is given, each on its own port
-// even with an HTTP_ADDR in the environment, with the platform calling back orders' port: an order
-// paid through it ends PAID. stop leaves nothing listening.
+// even with an HTTP_ADDR in the environment, on loopback only, with the platform calling back orders'
+// port: an order paid through it ends PAID. Its state directory is its orders port's own; status exits
+// 0 while all three are ready and 1 once stop has left nothing listening.
 func TestWorkshopScriptRunsTheStackOnItsOwnPorts(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	env.Topology("") // the stack's, deleted at the end whatever happens
 	port := func() string { _, p, _ := net.SplitHostPort(testenv.FreeAddr(t)); return p }
 	orders, payments, points := port(), port(), port()
-	bin, wsDir := t.TempDir(), t.TempDir()
+	bin, tmp := t.TempDir(), t.TempDir()
 	script := func(arg string) (string, error) {
 		cmd := exec.Command("bash", "../scripts/workshop.sh", arg)
-		cmd.Env = append(os.Environ(), "BIN="+bin, "WORKSHOP_DIR="+wsDir,
+		cmd.Env = append(os.Environ(), "BIN="+bin, "TMPDIR="+tmp, "WORKSHOP_DIR=",
 			"WORKSHOP_ORDERS_PORT="+orders, "WORKSHOP_PAYMENTS_PORT="+payments, "WORKSHOP_POINTS_PORT="+points,
 			"HTTP_ADDR=127.0.0.1:1", "DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL,
 			"AMQP_URL="+env.AMQPURL, "REDIS_KEY_PREFIX="+env.Prefix, "AMQP_NAME_PREFIX="+env.Prefix,
@@ -41,6 +44,13 @@ func TestWorkshopScriptRunsTheStackOnItsOwnPorts(t *testing.T) {
 	t.Cleanup(func() { _, _ = script("stop") })
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "export ORDERS_URL=http://127.0.0.1:"+orders+" PAYMENTS_URL=http://127.0.0.1:"+payments)
+	assert.FileExists(t, fmt.Sprintf("%s/idemshop-workshop-%d-%s/pids", tmp, os.Getuid(), orders))
+	for _, p := range []string{orders, payments, points} {
+		// Orders' lab routes reach payments-mock's admin API, which is for this machine alone.
+		assert.Equal(t, []string{"127.0.0.1"}, listeningOn(t, p), "port %s listens on loopback only", p)
+	}
+	out, err = script("status")
+	require.NoError(t, err, "status while all three are ready: %s", out)
 
 	base := "http://127.0.0.1:" + orders
 	call := func(method, path, key, body string) map[string]any {
@@ -82,6 +92,38 @@ func TestWorkshopScriptRunsTheStackOnItsOwnPorts(t *testing.T) {
 			t.Errorf("port %s still listening after stop", p)
 		}
 	}
+	out, err = script("status")
+	require.Error(t, err, "status with nothing running: %s", out)
+	assert.Contains(t, out, "orders           not answering")
+}
+
+// listeningOn returns the local addresses of the TCP sockets listening on port, from the kernel's
+// tables (/proc/net/tcp and tcp6): "127.0.0.1", "::1", "0.0.0.0" or "::" (every interface), and so on.
+func listeningOn(t *testing.T, port string) []string {
+	t.Helper()
+	var addrs []string
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 4 || f[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			hexIP, hexPort, _ := strings.Cut(f[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); err != nil || strconv.FormatUint(p, 10) != port {
+				continue
+			}
+			raw, err := hex.DecodeString(hexIP)
+			require.NoError(t, err)
+			// The kernel prints each 32-bit word of the address in host byte order (little-endian here).
+			for i := 0; i+4 <= len(raw); i += 4 {
+				raw[i], raw[i+1], raw[i+2], raw[i+3] = raw[i+3], raw[i+2], raw[i+1], raw[i]
+			}
+			addrs = append(addrs, net.IP(raw).String())
+		}
+	}
+	return addrs
 }
 
 // start refuses ports another program holds: the ready checks would be answered by it while the

@@ -3,23 +3,27 @@
 #   scripts/workshop.sh start   build bin/*, start payments-mock, orders (lab mode) and points-consumer
 #                               in the background, return once all three are ready
 #   scripts/workshop.sh stop    stop them (SIGTERM, then SIGKILL after 15 s), whatever they started
-#   scripts/workshop.sh status  print each one's /readyz
+#   scripts/workshop.sh status  print each one's /readyz; exit 1 unless all three are ready
 # Each binary runs in a process group of its own, recorded in $WORKSHOP_DIR/pids, and stop signals the
 # whole group: nothing is left listening on its ports (a `go run … &` would leave its child there).
 # Ports: WORKSHOP_ORDERS_PORT, WORKSHOP_PAYMENTS_PORT, WORKSHOP_POINTS_PORT (8080-8082); each binary gets
-# its own HTTP_ADDR, and CALLBACK_URL, PAYMENTS_URL and POINTS_METRICS_URL follow the ports unless set.
+# its own HTTP_ADDR, on 127.0.0.1 only, and CALLBACK_URL, PAYMENTS_URL and POINTS_METRICS_URL follow the
+# ports unless set. WORKSHOP_DIR (default: one per user and orders port, so that a second stack on other
+# ports is a stack of its own) holds the pids and the logs; stop and status take the same ports.
 # The environment passes through: DATABASE_URL (default: the workshop database), REDIS_KEY_PREFIX and
 # AMQP_NAME_PREFIX (a classroom sharing one server: docs/workshop.md), ORDERS_LAB (default true).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin="${BIN:-bin}"
-dir="${WORKSHOP_DIR:-${TMPDIR:-/tmp}/idemshop-workshop-$(id -u)}"
-pids="$dir/pids"
 export ORDERS_LAB="${ORDERS_LAB:-true}"
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/workshop?sslmode=disable}"
 orders_port="${WORKSHOP_ORDERS_PORT:-8080}"
 payments_port="${WORKSHOP_PAYMENTS_PORT:-8081}"
 points_port="${WORKSHOP_POINTS_PORT:-8082}"
+# One per orders port: with one per user, a second stack on other ports was told "already started", and
+# its stop would have stopped the first.
+dir="${WORKSHOP_DIR:-${TMPDIR:-/tmp}/idemshop-workshop-$(id -u)-$orders_port}"
+pids="$dir/pids"
 # Set per binary below: an HTTP_ADDR exported for one of them must not send all three to one port.
 unset HTTP_ADDR
 export CALLBACK_URL="${CALLBACK_URL:-http://127.0.0.1:$orders_port/v1/payments/callback}"
@@ -40,9 +44,16 @@ stop() {
 }
 
 status() {
+  local rc=0 out code
+  [ -f "$pids" ] || { echo "not started by this script on these ports (no $pids)"; rc=1; }
   for i in "${!names[@]}"; do
-    printf '%-16s %s\n' "${names[$i]}" "$(curl -s -m 3 "${urls[$i]}/readyz" || echo 'not answering')"
+    out="$(curl -s -m 3 -w '\n%{http_code}' "${urls[$i]}/readyz")"
+    code="${out##*$'\n'}"
+    [ "$code" = 200 ] || rc=1
+    [ "$code" = 000 ] && out=$'not answering\n'
+    printf '%-16s %s\n' "${names[$i]}" "${out%$'\n'*}"
   done
+  return "$rc"
 }
 
 # listening PORT: something accepts connections on 127.0.0.1:PORT.
@@ -63,7 +74,8 @@ start() {
   # Started together: orders creates and migrates the database, points-consumer waits for it.
   local started=()
   for i in "${!names[@]}"; do
-    HTTP_ADDR=":${ports[$i]}" setsid "$bin/${names[$i]}" >"$dir/${names[$i]}.log" 2>&1 </dev/null &
+    # Loopback only: orders' lab routes reach payments-mock's admin API, which is for this machine alone.
+    HTTP_ADDR="127.0.0.1:${ports[$i]}" setsid "$bin/${names[$i]}" >"$dir/${names[$i]}.log" 2>&1 </dev/null &
     started[i]=$!
     echo "${names[$i]} $!" >>"$pids"
   done

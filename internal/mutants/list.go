@@ -1188,6 +1188,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./loadtest"}, Run: "^TestWorkshopScriptRefusesATakenPort$", ReadsSource: true,
 	},
 	{
+		ID: "workshop-loopback", Guard: "workshop: loopback",
+		File: "scripts/workshop.sh",
+		// Every interface: orders' lab routes pass requests on to payments-mock's admin API, which
+		// takes them from loopback only; a classroom's network reached it through orders.
+		Original:    "HTTP_ADDR=\"127.0.0.1:${ports[$i]}\" setsid",
+		Replacement: "HTTP_ADDR=\":${ports[$i]}\" setsid",
+		Pkgs:        []string{"./loadtest"}, Run: "^TestWorkshopScriptRunsTheStackOnItsOwnPorts$", ReadsSource: true,
+	},
+	{
 		ID: "lab-keep-unconsumed", Guard: "lab: keep in flight",
 		File: "internal/lab/fixture.go",
 		// The lab deletes its user under events still on their way: each is poison, a dead letter

@@ -128,7 +128,7 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 		logger.Warn(ordersapp.LabWarning)
 	}
 	gate.Open(app.Echo)
-	logger.Info("orders ready", "addr", cfg.HTTPAddr)
+	logger.Info("orders ready", "addr", gate.Addr().String())
 
 	var workers sync.WaitGroup
 	workers.Go(func() { app.RunWorkers(ctx) })

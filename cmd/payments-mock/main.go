@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +32,11 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 {
+		// Refused, not ignored: `payments-mock --help` started serving.
+		return fmt.Errorf("takes no arguments, got %q (its settings are environment variables: docs/payments-mock.md)",
+			strings.Join(os.Args[1:], " "))
+	}
 	cfg, err := config.LoadPaymentsMock()
 	if err != nil {
 		return err
@@ -41,7 +47,8 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return serve(ctx, cfg, logger, nil)
+	// The address bound, not the one asked for: HTTP_ADDR=127.0.0.1:0 takes any free port.
+	return serve(ctx, cfg, logger, func(addr net.Addr) { logger.Info("payments-mock listening", "addr", addr.String()) })
 }
 
 // serve runs the platform until ctx ends. ready, when non-nil, receives the bound address.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"idemshop/internal/payclient"
 	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/testenv"
 )
 
 // TestServeEndToEnd runs the wired binary in-process: a payment is auto-approved, its callback arrives
@@ -280,4 +282,15 @@ func started(ctx context.Context, t *testing.T, cfg config.PaymentsMock, logger 
 		t.Fatal("server did not start")
 	}
 	return "", done
+}
+
+// Arguments are refused, not ignored: `payments-mock --help` started it (a helper's finding, 2026-12-06).
+func TestArgumentsAreRefused(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/payments-mock")
+	out, err := exec.Command(bin, "--help").CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(out), `takes no arguments, got "--help"`)
 }

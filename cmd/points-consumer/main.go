@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,6 +35,11 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 {
+		// Refused, not ignored: `points-consumer extra` started consuming.
+		return fmt.Errorf("takes no arguments, got %q (its settings are environment variables: docs/points.md)",
+			strings.Join(os.Args[1:], " "))
+	}
 	cfg, err := config.LoadPointsConsumer()
 	if err != nil {
 		return err
@@ -125,7 +131,7 @@ func run() error {
 		}},
 	)
 	gate.Open(e)
-	logger.Info("points-consumer ready", "addr", cfg.HTTPAddr)
+	logger.Info("points-consumer ready", "addr", gate.Addr().String())
 
 	var workers sync.WaitGroup
 	workers.Go(func() { _ = consumer.Run(ctx) })

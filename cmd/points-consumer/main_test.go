@@ -242,3 +242,14 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg string, 
 	t.Helper()
 	require.Eventually(t, cond, timeout, 25*time.Millisecond, append([]any{msg}, args...)...)
 }
+
+// Arguments are refused, not ignored: `points-consumer --help` started it (a helper's finding, 2026-12-06).
+func TestArgumentsAreRefused(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
+	out, err := exec.Command(bin, "--help").CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(out), `takes no arguments, got "--help"`)
+}

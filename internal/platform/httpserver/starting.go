@@ -2,14 +2,17 @@ package httpserver
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -58,6 +61,12 @@ func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(*h).ServeHTTP(w, r)
 		return
 	}
+	// As the application's answers (httpserver.New): the client's one id if it is valid, else a new one.
+	id := r.Header.Values(echo.HeaderXRequestID)
+	if len(id) != 1 || !validRequestID(id[0]) {
+		id = []string{rand.Text()}
+	}
+	w.Header().Set(echo.HeaderXRequestID, id[0])
 	switch r.URL.Path {
 	case "/healthz":
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -116,7 +125,12 @@ type Early struct {
 	stop   context.CancelFunc
 	logger *slog.Logger
 	served chan error
+	addr   net.Addr
 }
+
+// Addr is the address bound, which the ready line logs: with HTTP_ADDR=127.0.0.1:0 the port is the
+// kernel's choice, and the configured address named port 0.
+func (e *Early) Addr() net.Addr { return e.addr }
 
 // ServeEarly listens on cfg.Addr (a taken port fails at once) and serves a Starting gate with reg's
 // metrics until ctx is done. stop cancels ctx: a server that fails takes the wait and the workers down
@@ -127,7 +141,8 @@ func ServeEarly(ctx context.Context, stop context.CancelFunc, cfg Config, reg pr
 	if err != nil {
 		return nil, err
 	}
-	e := &Early{Starting: NewStarting(reg), name: name, ctx: ctx, stop: stop, logger: logger, served: make(chan error, 1)}
+	e := &Early{Starting: NewStarting(reg), name: name, ctx: ctx, stop: stop, logger: logger, served: make(chan error, 1),
+		addr: ln.Addr()}
 	go func() {
 		err := Serve(ctx, ln, e.Starting, cfg)
 		stop()

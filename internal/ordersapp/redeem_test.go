@@ -616,6 +616,50 @@ func TestRedeemPagesFormPost(t *testing.T) {
 	assert.Equal(t, http.StatusSeeOther, r.Status, "logged out")
 }
 
+// A form post that finds its token in flight polls until its wait ends (here the token stays held: its
+// submit is stuck), and is one submit: counted once, in_flight. Each poll counted one, 24 for one post
+// (a helper's finding, 2026-12-06), so the metric said a double-click was two dozen submits.
+func TestAFormPostThatWaitsIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { c.FormTokenInFlightLease = 600 * time.Millisecond }})
+	credit(t, env.DB, redeemAlice, 15)
+	c := browser(t)
+	require.Equal(t, http.StatusSeeOther, fetch(t, c, http.MethodPost, rp.srv.URL+"/login", url.Values{"user": {"alice"}}).Status)
+	tok := rp.issueFormToken("alice-token")
+	// A first submit that holds the token past the form's wait (600 ms, the lease): a lease of a minute.
+	held, err := formtoken.New(env.Redis, formtoken.Options{KeyPrefix: env.Prefix, TTL: time.Minute, Lease: time.Minute})
+	require.NoError(t, err)
+	claim, err := held.Begin(context.Background(), tok, redeemAlice, rewards.FormName)
+	require.NoError(t, err)
+	require.Equal(t, formtoken.Acquired, claim.Outcome)
+
+	r := fetch(t, c, http.MethodPost, rp.srv.URL+"/v1/rewards/redeem", url.Values{"reward": {"coupon-10"}, "form_token": {tok}})
+	require.Equal(t, http.StatusConflict, r.Status, "still in flight when the wait ended: %s", r.Body)
+	assert.Equal(t, 1.0, redeemCount(t, rp, rewards.OutcomeInFlight), "one post, one submit")
+	assertRedeemed(t, env.DB, redeemAlice, 0, 15)
+}
+
+// redeemCount reads idemshop_rewards_redeem_total{outcome} from the replica's registry.
+func redeemCount(t testing.TB, rp *replica, outcome string) float64 {
+	t.Helper()
+	mfs, err := rp.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "idemshop_rewards_redeem_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "outcome" && lp.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // A value from the database is escaped on the pages (html/template), never interpreted.
 func TestPagesEscape(t *testing.T) {
 	t.Parallel()

@@ -213,17 +213,22 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 // WaitForResult is Redeem for a browser form post. A double-click sends the form twice, and the browser
 // shows only the answer to the second request; a 409 there would hide the coupon the first one bought.
 // So while the token is in flight it polls, up to wait, until the first submit's result can be replayed.
+// An attempt under way when wait ends is finished, not cut: one held by a locked points account takes
+// up to DB_LOCK_TIMEOUT. The post is one submit, counted once, by its answer's outcome (each poll
+// counted one in_flight).
 func (s *Service) WaitForResult(ctx context.Context, userID int64, tokenID, rewardID string, wait time.Duration) (Answer, error) {
 	deadline := time.Now().Add(wait)
 	const step = 25 * time.Millisecond
-	// bounded: at most wait/step+1 submits
+	// bounded: at most wait/step+1 attempts
 	for i := 0; ; i++ {
-		a, err := s.Redeem(ctx, userID, tokenID, rewardID)
+		a, outcome, err := s.use.redeem(s, ctx, userID, tokenID, rewardID)
 		if !errors.Is(err, formtoken.ErrTokenInUse) || time.Now().Add(step).After(deadline) || i > int(wait/step) {
+			s.metrics.count(outcome)
 			return a, err
 		}
 		select {
 		case <-ctx.Done():
+			s.metrics.count(outcome)
 			return a, err
 		case <-time.After(step):
 		}

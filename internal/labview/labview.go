@@ -79,7 +79,8 @@ func New(bus *decisions.Bus, db *gorm.DB, cfg Config, logger *slog.Logger) (*Liv
 	}
 	l := &Live{bus: bus, db: db, ledger: ledger, cfg: cfg, logger: logger.With("component", "lab-live"),
 		client: &http.Client{Timeout: cfg.PaymentsTimeout}, page: page}
-	l.poller = &poller{live: l, client: &http.Client{Timeout: min(cfg.PollInterval*2, 5*time.Second)}}
+	l.poller = &poller{live: l, client: &http.Client{Timeout: min(cfg.PollInterval*2, 5*time.Second)},
+		holes: map[int64]time.Time{}}
 	return l, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -168,4 +169,58 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// A ledger row that commits after a row with a higher id (a redeem's debit waiting on a lock while a
+// credit commits) is shown: the poller reads the ids it passed over again. It read "id > the last
+// one" only, and the debit never showed (a helper's finding, 2026-12-06).
+func TestALedgerRowCommittedLateIsShown(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	bus := decisions.NewBus(100, 100)
+	cfg := labview.DefaultConfig()
+	cfg.PaymentsURL = "http://127.0.0.1:1" // never called here
+	cfg.PollInterval = 10 * time.Millisecond
+	live, err := labview.New(bus, env.DB, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { live.Run(ctx); close(ran) }()
+	t.Cleanup(func() { stop(); <-ran })
+	shown := func(bizID string) bool {
+		for _, d := range bus.Recent(0) {
+			if strings.HasPrefix(d.Detail, bizID+" ") {
+				return true
+			}
+		}
+		return false
+	}
+	// The poller is running once a row written after its start is shown (rows before it are history).
+	markers := 0
+	require.Eventually(t, func() bool {
+		for i := range markers {
+			if shown(fmt.Sprintf("marker-%d", i)) {
+				return true
+			}
+		}
+		require.NoError(t, env.DB.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (1, ?, 5, 'test')`,
+			fmt.Sprintf("marker-%d", markers)).Error)
+		markers++
+		return false
+	}, patience, 20*time.Millisecond)
+
+	late := env.DB.Begin()
+	t.Cleanup(func() { late.Rollback() })
+	require.NoError(t, late.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (1, 'late', -5, 'test')`).Error)
+	require.NoError(t, env.DB.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (1, 'early', 5, 'test')`).Error)
+	require.Eventually(t, func() bool { return shown("early") }, patience, 5*time.Millisecond)
+	require.NoError(t, late.Commit().Error)
+	require.Eventually(t, func() bool { return shown("late") }, 10*time.Second, 5*time.Millisecond, "the late row shown")
+	n := 0
+	for _, d := range bus.Recent(0) {
+		if strings.HasPrefix(d.Detail, "late ") {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "shown once")
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"idemshop/internal/decisions"
 	"idemshop/internal/platform/retry"
@@ -22,6 +23,15 @@ const metricsLimit = 1 << 20
 // the next polls.
 const ledgerBatch = 500
 
+// A ledger id is taken at INSERT and seen at COMMIT, so a row can appear below one already reported: a
+// redeem's debit waiting on a lock commits after a credit that took a later id. Reading "id > the last
+// one" alone never showed it. The ids passed over (holes) are read again, for holeWait, after which a
+// hole is taken for a rolled-back insert (its id is never used); at most maxHoles, the newest.
+const (
+	holeWait = time.Minute
+	maxHoles = 1000
+)
+
 // poller turns what points-consumer did, in another process, into decisions: each new points_ledger
 // row is a credit, reversal or debit (the ledger is the truth: a row is written once per biz_id), and
 // each rise of its idemshop_points_messages_total{outcome="duplicate"} is a message it suppressed
@@ -30,6 +40,7 @@ type poller struct {
 	live     *Live
 	client   *http.Client
 	lastRow  int64
+	holes    map[int64]time.Time // id passed over → when
 	dupes    float64
 	haveDups bool
 
@@ -80,13 +91,29 @@ type ledgerRow struct {
 }
 
 func (p *poller) ledger(ctx context.Context) error {
+	now := time.Now()
+	holes := make([]int64, 0, len(p.holes))
+	for id, at := range p.holes {
+		if now.Sub(at) > holeWait {
+			delete(p.holes, id)
+			continue
+		}
+		holes = append(holes, id)
+	}
 	var rows []ledgerRow
 	if err := p.live.db.WithContext(ctx).Raw(`SELECT id, user_id, biz_id, delta, reason FROM points_ledger
-		WHERE id > ? ORDER BY id LIMIT ?`, p.lastRow, ledgerBatch).Scan(&rows).Error; err != nil {
+		WHERE id > ? OR id IN ? ORDER BY id LIMIT ?`, p.lastRow, holes, ledgerBatch).Scan(&rows).Error; err != nil {
 		return fmt.Errorf("read points ledger: %w", err)
 	}
 	for _, r := range rows {
-		p.lastRow = r.ID
+		if r.ID <= p.lastRow {
+			delete(p.holes, r.ID) // a late commit
+		} else {
+			for id := max(p.lastRow+1, r.ID-maxHoles); id < r.ID; id++ {
+				p.holes[id] = now
+			}
+			p.lastRow = r.ID
+		}
 		outcome := "credited"
 		switch {
 		case r.Reason == points.ReasonOrderRefunded:
@@ -100,6 +127,11 @@ func (p *poller) ledger(ctx context.Context) error {
 		}
 		p.live.bus.Publish(decisions.Decision{Type: decisions.TypePoints, Outcome: outcome, UserID: r.UserID,
 			OrderID: orderID, Detail: fmt.Sprintf("%s %+d", r.BizID, r.Delta)})
+	}
+	for id := range p.holes {
+		if id <= p.lastRow-maxHoles {
+			delete(p.holes, id)
+		}
 	}
 	return nil
 }

@@ -1511,6 +1511,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/payments-mock"}, Run: "^TestShutdownEndsAHeldCreate$",
 	},
 	{
+		ID: "mock-admin-one-line", Guard: "mock admin: one line",
+		File: "internal/paymock/http.go",
+		// Two Authorization lines: the first is read, and a proxy that adds one lets it through.
+		Original:    "\t\t\tif len(c.Request().Header.Values(echo.HeaderAuthorization)) > 1 {",
+		Replacement: "\t\t\tif false {",
+		Pkgs:        []string{"./internal/paymock"}, Run: "^TestAdminAccess$",
+	},
+	{
 		ID: "points-attempt-timeout", Guard: "attempt: bounded",
 		File: "internal/points/consumer.go",
 		// An attempt without a bound: a half-open database connection holds the batch, and SIGTERM.

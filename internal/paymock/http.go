@@ -3,11 +3,14 @@ package paymock
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -246,6 +249,11 @@ type paymentList struct {
 }
 
 func (p *Platform) findPayments(c echo.Context) error {
+	// Sent twice, it is not one order: the first was answered, and a reader that takes the last would
+	// have asked about another.
+	if n := len(c.QueryParams()["merchant_order_no"]); n > 1 {
+		return invalid(fmt.Sprintf("merchant_order_no sent %d times: ask about one order", n))
+	}
 	no := c.QueryParam("merchant_order_no")
 	if err := validRef("merchant_order_no", no); err != nil {
 		return err
@@ -307,6 +315,10 @@ func (p *Platform) createRefund(c echo.Context) error {
 func (p *Platform) adminOnly(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if p.cfg.AdminToken != "" {
+			// One Authorization line, as orders wants: of two, which one counts depends on the reader.
+			if len(c.Request().Header.Values(echo.HeaderAuthorization)) > 1 {
+				return ErrAdminTokenRequired
+			}
 			got, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
 			// Hashing first makes the compare constant-time in the length too.
 			g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(p.cfg.AdminToken))
@@ -328,11 +340,25 @@ func (p *Platform) getChaos(c echo.Context) error {
 }
 
 // putChaos merges the given fields into the chaos settings (omitted fields keep their value) and
-// answers the result. A seed in the body re-seeds the RNG.
+// answers the result. A seed in the body re-seeds the RNG. A field set to null is refused: it read as
+// left out (the fields are pointers), so {"parallel":null} answered 200 and changed nothing.
 func (p *Platform) putChaos(c echo.Context) error {
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return fmt.Errorf("read request body: %w", err) // the body limit's 413 survives the wrap
+	}
 	var patch chaosPatch
-	if err := decode(c, &patch); err != nil {
+	if err := problem.DecodeJSON(body, &patch); err != nil {
 		return err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil {
+		return problem.ErrMalformedBody.Wrap(err) // DecodeJSON took it as an object: not reached
+	}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		if string(members[name]) == "null" {
+			return problem.ErrMalformedBody.WithDetail(fmt.Sprintf("field %q must not be null: leave it out to keep its value", name))
+		}
 	}
 	next, err := p.chaos.apply(patch)
 	if err != nil {

@@ -195,6 +195,7 @@ func TestBadInputIsA4xxProblemAndChangesNothing(t *testing.T) {
 		{"create: wrong method", "DELETE", "/v1/payments", "", 405, "method_not_allowed"},
 		{"find: no merchant_order_no", "GET", "/v1/payments", "", 400, "validation_failed"},
 		{"find: bad merchant_order_no", "GET", "/v1/payments?merchant_order_no=a%20b", "", 400, "validation_failed"},
+		{"find: merchant_order_no twice", "GET", "/v1/payments?merchant_order_no=order-fixture&merchant_order_no=o-new", "", 400, "validation_failed"},
 		{"get: unknown id", "GET", "/v1/payments/pay_999", "", 404, "payment_not_found"},
 		{"approve: unknown id", "POST", "/v1/payments/pay_999/approve", "", 404, "payment_not_found"},
 		{"decline: unknown id", "POST", "/v1/payments/pay_999/decline", "", 404, "payment_not_found"},
@@ -217,6 +218,8 @@ func TestBadInputIsA4xxProblemAndChangesNothing(t *testing.T) {
 		{"chaos: negative seed", "PUT", "/admin/chaos", `{"seed":-1}`, 400, "malformed_body"},
 		{"chaos: valid field with an invalid one", "PUT", "/admin/chaos", `{"duplicates":3,"ack_loss_rate":-0.1}`, 400, "validation_failed"},
 		{"chaos: unknown field", "PUT", "/admin/chaos", `{"dupes":3}`, 400, "malformed_body"},
+		{"chaos: null field", "PUT", "/admin/chaos", `{"parallel":null}`, 400, "malformed_body"},
+		{"chaos: null beside a valid field", "PUT", "/admin/chaos", `{"duplicates":3,"seed":null}`, 400, "malformed_body"},
 		{"replay: times 0", "POST", "/admin/payments/" + paid.ID + "/replay", `{"times":0}`, 400, "validation_failed"},
 		{"replay: times 21", "POST", "/admin/payments/" + paid.ID + "/replay", `{"times":21}`, 400, "validation_failed"},
 		{"replay: no body", "POST", "/admin/payments/" + paid.ID + "/replay", "", 400, "malformed_body"},
@@ -296,6 +299,17 @@ func TestAdminAccess(t *testing.T) {
 			resp.Body.Close()
 			assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "Authorization %q", auth)
 		}
+		// One line, as orders wants: two, even both right, are refused.
+		for _, lines := range [][]string{{"Bearer s3cret", "Bearer wrong"}, {"Bearer wrong", "Bearer s3cret"}, {"Bearer s3cret", "Bearer s3cret"}} {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, h.srv.URL+"/admin/chaos", strings.NewReader(`{"duplicates":2}`))
+			require.NoError(t, err)
+			req.Header["Authorization"] = lines
+			resp, err := h.http.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "Authorization %q", lines)
+		}
+		assert.Equal(t, 1, h.p.Chaos().Duplicates, "no refused request changed the chaos")
 		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, h.srv.URL+"/admin/chaos", nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer s3cret")

@@ -253,6 +253,13 @@ var transientCodes = map[string]bool{
 // TranslateError maps driver errors to the sentinels above, wrapped so the original stays in the chain
 // for logs. Other errors are returned unchanged.
 func TranslateError(err error) error {
+	// A connection that could not be opened wrote nothing, whatever the server said to refuse it: a
+	// database that does not exist (yet: the window of a recreate or a restore, 3D000), a role refused
+	// (28xxx). Its FATAL carries a SQLSTATE, which the switch below took for a failed statement: a 500.
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: connect: %w", ErrTransient, err)
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		if err != nil && connectionLost(err) {

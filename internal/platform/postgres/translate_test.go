@@ -1,17 +1,22 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
+	"idemshop/internal/testenv"
 )
 
 // The one classification of transient database errors: each becomes 503 unavailable with Retry-After;
@@ -40,4 +45,22 @@ func TestTranslateErrorTransient(t *testing.T) {
 		assert.Equal(t, problem.KindInternal, httpproblem.Resolve(err).Kind, code)
 	}
 	assert.Equal(t, problem.KindInternal, httpproblem.Resolve(postgres.TranslateError(errors.New("a bug"))).Kind)
+}
+
+// A connection the server refused with a FATAL (the database does not exist: the window of a recreate
+// or a restore) is 503, not 500: the error carries the FATAL's SQLSTATE, 3D000, which is not a
+// statement's (a helper's finding, 2026-12-06).
+func TestARefusedConnectionIsTransient(t *testing.T) {
+	t.Parallel()
+	svc := testenv.Find(t)
+	u, err := url.Parse(svc.PostgresURL)
+	require.NoError(t, err)
+	u.Path = "/idemshop_no_such_database"
+	_, err = pgx.Connect(context.Background(), u.String())
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "the server's FATAL")
+	require.Equal(t, "3D000", pgErr.Code)
+	translated := postgres.TranslateError(fmt.Errorf("list products: %w", err))
+	assert.ErrorIs(t, translated, postgres.ErrTransient)
+	assert.Equal(t, problem.KindUnavailable, httpproblem.Resolve(translated).Kind)
 }

@@ -1249,6 +1249,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARequestOnAHalfOpenDatabaseConnectionEndsAtTheWriteTimeout$",
 	},
 	{
+		ID: "connect-refused-503", Guard: "refused connect: 503",
+		File: "internal/platform/postgres/postgres.go",
+		// A FATAL at connect (the database missing) reads as a failed statement: 500 internal.
+		Original:    "\tvar ce *pgconn.ConnectError\n\tif errors.As(err, &ce) {\n\t\treturn fmt.Errorf(\"%w: connect: %w\", ErrTransient, err)",
+		Replacement: "\tvar ce *pgconn.ConnectError\n\tif false && errors.As(err, &ce) {\n\t\treturn fmt.Errorf(\"%w: connect: %w\", ErrTransient, err)",
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestARefusedConnectionIsTransient$",
+	},
+	{
 		ID: "client-gone-499", Guard: "client gone: 499",
 		File: "internal/platform/httpproblem/httpproblem.go",
 		// A client that hung up is logged as a server error, a 500 at ERROR.

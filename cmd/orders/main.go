@@ -192,7 +192,7 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 		return workLeft(done)
 	}
 	rep, err := app.Reconciler.RunOnce(ctx)
-	logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records)
+	logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records, "points", rep.Points)
 	if err == nil && rep.Orders[sweeper.ReconcileUnreachable]+rep.Records[sweeper.ReconcileUnreachable] > 0 {
 		err = errors.New("reconcile: the payment platform did not answer; the run stopped there, and the next one asks again")
 	}

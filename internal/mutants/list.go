@@ -1232,6 +1232,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment$",
 	},
 	{
+		ID: "points-missing-alert", Guard: "points: missing alert",
+		File: "internal/sweeper/reconcile.go",
+		// No check: a published event whose credit a purge or a restore lost stays lost in silence.
+		Original:    "\tif err := r.checkPoints(ctx, &rep); err != nil {\n\t\treturn rep, err\n\t}\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAPublishedEventWithoutItsLedgerRowIsAnAlert$",
+	},
+	{
+		ID: "points-reversal-check", Guard: "points: reversal check",
+		File: "internal/orders/points_check.go",
+		// The reversal's event is looked up as a credit: a lost reversal is never reported.
+		Original:    "CASE x.routing_key WHEN 'order.paid' THEN 'order-paid:' ELSE 'order-refunded:' END",
+		Replacement: "CASE x.routing_key WHEN 'order.paid' THEN 'order-paid:' ELSE 'order-paid:' END",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAPublishedEventWithoutItsLedgerRowIsAnAlert$",
+	},
+	{
 		ID: "request-deadline", Guard: "request: deadline",
 		File: "internal/ordersapp/ordersapp.go",
 		// No end to a request's work: a half-open database connection holds it, and its pooled

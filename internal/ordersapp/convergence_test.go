@@ -28,6 +28,7 @@ import (
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/postgres"
+	"idemshop/internal/points"
 	"idemshop/internal/sweeper"
 	"idemshop/internal/testenv"
 	"idemshop/internal/testenv/tcpproxy"
@@ -1224,4 +1225,62 @@ func TestCallbackWhoseCommitAnswerIsLostConvergesOnResend(t *testing.T) {
 	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", id))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'duplicate'", id))
+}
+
+// An order.paid or order.refunded event the relay published (the broker confirmed it), still without
+// its points ledger row RECONCILE_POINTS_AFTER later, is an alert of the reconciler: a purged queue, a
+// dead letter dropped for want of its exchange, a database restored from between the publish and the
+// credit lost it in silence (helpers' findings, 2026-12-06). One published just now is not (the
+// consumer may be behind), nor one whose row is there.
+func TestAPublishedEventWithoutItsLedgerRowIsAnAlert(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	var logs testenv.Output
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})),
+		cfg: func(c *config.Orders) {
+			c.ReconcilePointsAfter = time.Minute
+			c.ReconcileRecheck = time.Millisecond
+		}})
+	paid := func(eventID string) (int64, int64) {
+		id, amount := rp.newOrder(alice, 1, 1)
+		require.Equal(t, http.StatusOK, rp.postCallback(callbackFor(id, "SUCCESS", amount, eventID)).Status)
+		require.Equal(t, "PAID", statusOf(t, env.DB, id))
+		return id, amount
+	}
+	published := func(id int64, routingKey, ago string) {
+		require.NoError(t, env.DB.Exec(`UPDATE outbox SET published_at = now() - ?::interval
+			WHERE routing_key = ? AND (payload->>'order_id')::bigint = ?`, ago, routingKey, id).Error)
+	}
+	check := func(want int) {
+		t.Helper()
+		time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK: the check runs again
+		rep, err := rp.app.Reconciler.RunOnce(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, want, rep.Points[sweeper.ReconcilePointsMissing], "%+v", rep)
+	}
+	lost, amount := paid("evt-points-lost")
+	recent, _ := paid("evt-points-recent")
+	published(lost, "order.paid", "2 minutes")
+	published(recent, "order.paid", "0 seconds")
+	check(1)
+	assert.Contains(t, logs.String(), fmt.Sprintf("alert=points_missing order_id=%d", lost))
+	assert.NotContains(t, logs.String(), fmt.Sprintf("order_id=%d ", recent))
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_reconcile_points_missing_total", nil))
+
+	ledger, err := points.NewLedger(env.DB)
+	require.NoError(t, err)
+	_, err = ledger.Apply(context.Background(), []points.Credit{{BizID: points.BizIDOrderPaid(lost), UserID: redeemAlice,
+		Delta: amount / 100, Reason: points.ReasonOrderPaid}})
+	require.NoError(t, err)
+	check(0)
+
+	// The reversal's event, order.refunded, the same way.
+	cb := callbackFor(lost, "REFUNDED", amount, "evt-points-refund")
+	require.Equal(t, http.StatusOK, rp.postCallback(cb).Status)
+	require.Equal(t, "REFUNDED", statusOf(t, env.DB, lost))
+	published(lost, "order.refunded", "2 minutes")
+	check(1)
+	_, _, err = ledger.Reverse(context.Background(), points.Reversal{OrderID: lost, UserID: redeemAlice, Points: amount / 100})
+	require.NoError(t, err)
+	check(0)
 }

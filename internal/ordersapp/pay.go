@@ -60,7 +60,7 @@ func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Me
 	}
 	reconciler, err := sweeper.NewReconciler(sw, settler, repo, sweeper.ReconcileConfig{
 		Grace: cfg.ReconcileGrace, Recheck: cfg.ReconcileRecheck, Lookback: cfg.ReconcileLookback, Batch: cfg.ReconcileBatch,
-		RefundDriftAfter: cfg.ReconcileRefundDriftAfter,
+		RefundDriftAfter: cfg.ReconcileRefundDriftAfter, PointsAfter: cfg.ReconcilePointsAfter,
 	}, d.Logger, d.Registry)
 	if err != nil {
 		return nil, nil, err

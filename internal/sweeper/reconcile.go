@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,10 @@ type ReconcileConfig struct {
 	// between its refunded total and the order's is an alert (RECONCILE_REFUND_DRIFT_AFTER): until
 	// then a refund's callback may still be on its way, or in the platform's retries.
 	RefundDriftAfter time.Duration
+	// PointsAfter is how long after its publish an order.paid or order.refunded event may go without
+	// its points ledger row before that is an alert (RECONCILE_POINTS_AFTER): until then
+	// points-consumer may be behind, or restarting.
+	PointsAfter time.Duration
 }
 
 // Reconciler results, the label values of idemshop_reconcile_orders_total and
@@ -62,6 +67,11 @@ const (
 	// database; logged; a record's takeover may fail before the platform is asked): it is left for
 	// the next run, and the run goes on to the next one.
 	ReconcileFailed = "failed"
+	// ReconcilePointsMissing: an event the relay published has no points ledger row PointsAfter later
+	// (idemshop_reconcile_points_total): an operator alert, nothing applied. The repair is a republish
+	// of its outbox row, which the ledger's unique biz_id makes harmless if the row arrives meanwhile
+	// (docs/points.md).
+	ReconcilePointsMissing = "missing"
 )
 
 // Reconciler compares orders and unfinished pay records with the platform's query API and drives
@@ -75,6 +85,11 @@ type Reconciler struct {
 	logger  *slog.Logger
 	orders  *prometheus.CounterVec
 	records *prometheus.CounterVec
+	points  prometheus.Counter
+	// pointsChecked is when the points check last ran: it runs at most every Recheck in the service
+	// (an alert a run, every RECONCILE_INTERVAL, would repeat itself), and on every RunOnce of a
+	// one-shot command (0: never).
+	pointsChecked atomic.Int64 // unix ns
 }
 
 // NewReconciler returns the reconciler. It reuses the sweeper's fenced repair for pay records, applies
@@ -83,7 +98,8 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 	if sweeper == nil || svc == nil || repo == nil || logger == nil || reg == nil {
 		return nil, errors.New("sweeper: NewReconciler needs a sweeper, a callback service, an orders repository, a logger and a registry")
 	}
-	if cfg.Grace < 0 || cfg.Recheck <= 0 || cfg.Lookback <= 0 || cfg.Batch <= 0 || cfg.RefundDriftAfter < 0 {
+	if cfg.Grace < 0 || cfg.Recheck <= 0 || cfg.Lookback <= 0 || cfg.Batch <= 0 || cfg.RefundDriftAfter < 0 ||
+		cfg.PointsAfter <= 0 || cfg.PointsAfter >= cfg.Lookback {
 		return nil, fmt.Errorf("sweeper: bad reconcile config %+v", cfg)
 	}
 	r := &Reconciler{sweeper: sweeper, svc: svc, repo: repo, cfg: cfg, logger: logger.With("component", "reconciler"),
@@ -95,6 +111,10 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 			Name: "idemshop_reconcile_records_total",
 			Help: "Unfinished pay records (PROCESSING past their lease, FAILED_RETRYABLE) resolved by the reconciler, by result.",
 		}, []string{"result"}),
+		points: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemshop_reconcile_points_missing_total",
+			Help: "Published order.paid and order.refunded events found without their points ledger row RECONCILE_POINTS_AFTER later (each an alert, counted at every check that finds it).",
+		}),
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileMismatch,
 		ReconcileRefundDrift, ReconcilePaymentMissing, ReconcilePaymentNotTaken, ReconcileFailed} {
@@ -102,6 +122,9 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 	}
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileFailed} {
 		r.records.WithLabelValues(res)
+	}
+	if err := reg.Register(r.points); err != nil {
+		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
 	}
 	if err := reg.Register(r.orders); err != nil {
 		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
@@ -112,17 +135,23 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 	return r, nil
 }
 
-// Report is what one reconciler run did: per result, how many orders and how many pay records.
+// Report is what one reconciler run did: per result, how many orders, pay records and published
+// events without their points (ReconcilePointsMissing).
 type Report struct {
 	Orders  map[string]int `json:"orders"`
 	Records map[string]int `json:"records"`
+	Points  map[string]int `json:"points"`
 }
 
 // RunOnce makes one pass: first the unfinished pay records (their orders follow), then the orders.
 // It stops early, without error, when the platform stops answering, and with ctx's error, quietly,
 // when ctx ends (the process stopping).
 func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
-	rep := Report{Orders: map[string]int{}, Records: map[string]int{}}
+	rep := Report{Orders: map[string]int{}, Records: map[string]int{}, Points: map[string]int{}}
+	// First, as it does not ask the platform: a run the platform does not answer stops early.
+	if err := r.checkPoints(ctx, &rep); err != nil {
+		return rep, err
+	}
 	recs, err := r.sweeper.store.Unfinished(ctx, idempotency.KindPay, r.cfg.Grace, r.cfg.Batch)
 	if err != nil {
 		return rep, err
@@ -165,6 +194,29 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// checkPoints raises an alert for each event the relay published more than PointsAfter ago whose points
+// ledger row is missing (orders.Repository.UncreditedEvents). It applies nothing: points-consumer
+// writes the ledger, and a republish of the outbox row, which an operator decides on, hands it the
+// event again. In the service it runs at most every Recheck.
+func (r *Reconciler) checkPoints(ctx context.Context, rep *Report) error {
+	if last := r.pointsChecked.Load(); last != 0 && time.Since(time.Unix(0, last)) < r.cfg.Recheck {
+		return nil
+	}
+	missing, err := r.repo.UncreditedEvents(ctx, r.cfg.PointsAfter, r.cfg.Lookback, r.cfg.Batch)
+	if err != nil {
+		return err
+	}
+	r.pointsChecked.Store(time.Now().UnixNano())
+	for _, ev := range missing {
+		r.logger.Error("ALERT: a published event has no points ledger row; republish its outbox row (docs/points.md)",
+			"alert", "points_missing", "order_id", ev.OrderID, "event_id", ev.EventID, "routing_key", ev.RoutingKey,
+			"published_at", ev.PublishedAt)
+		rep.Points[ReconcilePointsMissing]++
+		r.points.Inc()
+	}
+	return nil
 }
 
 // recordResult maps the sweeper's repair results onto the reconciler's.

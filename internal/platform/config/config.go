@@ -117,6 +117,9 @@ type Orders struct {
 	// payment the platform has not touched for this long, is an ALERT (refund_drift). Longer than the
 	// platform's callback retries (payments-mock's take about a minute).
 	ReconcileRefundDriftAfter time.Duration `env:"RECONCILE_REFUND_DRIFT_AFTER" envDefault:"10m"`
+	// ReconcilePointsAfter: a published order.paid or order.refunded event still without its points
+	// ledger row this long after the publish is an alert (alert=points_missing).
+	ReconcilePointsAfter time.Duration `env:"RECONCILE_POINTS_AFTER" envDefault:"10m"`
 	// PayFault arms a crash point of the pay flow (crash-after-claim, crash-after-rpc,
 	// crash-before-write). Honoured only with ORDERS_LAB=true.
 	PayFault          string        `env:"PAY_FAULT"`
@@ -206,6 +209,11 @@ func (c Orders) Validate() error {
 	}
 	ck.atLeastOne("RECONCILE_BATCH", int64(c.ReconcileBatch))
 	ck.notNegative("RECONCILE_REFUND_DRIFT_AFTER", c.ReconcileRefundDriftAfter)
+	ck.positive("RECONCILE_POINTS_AFTER", c.ReconcilePointsAfter)
+	if c.ReconcilePointsAfter >= c.ReconcileLookback {
+		// The check looks at events published inside the lookback only: it would find none.
+		ck.add(fmt.Errorf("RECONCILE_POINTS_AFTER (%s) must be shorter than RECONCILE_LOOKBACK (%s)", c.ReconcilePointsAfter, c.ReconcileLookback))
+	}
 	ck.redisMillis("PAY_LEASE", c.PayLease)
 	ck.positive("PAYMENTS_TIMEOUT", c.PaymentsTimeout)
 	if c.PaymentsTimeout >= c.PayLease {

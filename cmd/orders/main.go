@@ -200,6 +200,9 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 		err = fmt.Errorf("reconcile: bringing %d unfinished pay record(s) and %d order(s) to the platform's state failed "+
 			"(logged above); the next run tries again", recs, ords)
 	}
+	if err == nil && rep.Points[sweeper.ReconcileFailed] > 0 {
+		err = errors.New("reconcile: the points check failed (logged above); the next run tries again")
+	}
 	return err
 }
 

@@ -99,7 +99,7 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 		return nil, errors.New("sweeper: NewReconciler needs a sweeper, a callback service, an orders repository, a logger and a registry")
 	}
 	if cfg.Grace < 0 || cfg.Recheck <= 0 || cfg.Lookback <= 0 || cfg.Batch <= 0 || cfg.RefundDriftAfter < 0 ||
-		cfg.PointsAfter <= 0 || cfg.PointsAfter >= cfg.Lookback {
+		cfg.PointsAfter <= 0 {
 		return nil, fmt.Errorf("sweeper: bad reconcile config %+v", cfg)
 	}
 	r := &Reconciler{sweeper: sweeper, svc: svc, repo: repo, cfg: cfg, logger: logger.With("component", "reconciler"),
@@ -148,10 +148,9 @@ type Report struct {
 // when ctx ends (the process stopping).
 func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	rep := Report{Orders: map[string]int{}, Records: map[string]int{}, Points: map[string]int{}}
-	// First, as it does not ask the platform: a run the platform does not answer stops early.
-	if err := r.checkPoints(ctx, &rep); err != nil {
-		return rep, err
-	}
+	// First, as it does not ask the platform: a run the platform does not answer stops early. A check
+	// that fails is counted and logged; the passes that move orders go on.
+	r.checkPoints(ctx, &rep)
 	recs, err := r.sweeper.store.Unfinished(ctx, idempotency.KindPay, r.cfg.Grace, r.cfg.Batch)
 	if err != nil {
 		return rep, err
@@ -199,14 +198,19 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 // checkPoints raises an alert for each event the relay published more than PointsAfter ago whose points
 // ledger row is missing (orders.Repository.UncreditedEvents). It applies nothing: points-consumer
 // writes the ledger, and a republish of the outbox row, which an operator decides on, hands it the
-// event again. In the service it runs at most every Recheck.
-func (r *Reconciler) checkPoints(ctx context.Context, rep *Report) error {
+// event again. In the service it runs at most every Recheck; one that failed (ReconcileFailed, logged)
+// runs again at the next run.
+func (r *Reconciler) checkPoints(ctx context.Context, rep *Report) {
 	if last := r.pointsChecked.Load(); last != 0 && time.Since(time.Unix(0, last)) < r.cfg.Recheck {
-		return nil
+		return
 	}
 	missing, err := r.repo.UncreditedEvents(ctx, r.cfg.PointsAfter, r.cfg.Lookback, r.cfg.Batch)
 	if err != nil {
-		return err
+		if ctx.Err() == nil {
+			r.logger.Error("reconcile: points check failed", "err", err)
+			rep.Points[ReconcileFailed]++
+		}
+		return
 	}
 	r.pointsChecked.Store(time.Now().UnixNano())
 	for _, ev := range missing {
@@ -216,7 +220,6 @@ func (r *Reconciler) checkPoints(ctx context.Context, rep *Report) error {
 		rep.Points[ReconcilePointsMissing]++
 		r.points.Inc()
 	}
-	return nil
 }
 
 // recordResult maps the sweeper's repair results onto the reconciler's.

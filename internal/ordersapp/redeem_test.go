@@ -636,28 +636,9 @@ func TestAFormPostThatWaitsIsCountedOnce(t *testing.T) {
 
 	r := fetch(t, c, http.MethodPost, rp.srv.URL+"/v1/rewards/redeem", url.Values{"reward": {"coupon-10"}, "form_token": {tok}})
 	require.Equal(t, http.StatusConflict, r.Status, "still in flight when the wait ended: %s", r.Body)
-	assert.Equal(t, 1.0, redeemCount(t, rp, rewards.OutcomeInFlight), "one post, one submit")
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_rewards_redeem_total", map[string]string{"outcome": rewards.OutcomeInFlight}),
+		"one post, one submit")
 	assertRedeemed(t, env.DB, redeemAlice, 0, 15)
-}
-
-// redeemCount reads idemshop_rewards_redeem_total{outcome} from the replica's registry.
-func redeemCount(t testing.TB, rp *replica, outcome string) float64 {
-	t.Helper()
-	mfs, err := rp.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "idemshop_rewards_redeem_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "outcome" && lp.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 // A value from the database is escaped on the pages (html/template), never interpreted.

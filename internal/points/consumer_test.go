@@ -219,21 +219,10 @@ func TestADeadLetterMovedBackIsCredited(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	pub := newPublisher(t, env.AMQPURL, top)
-	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
-	var userID int64
-	require.NoError(t, env.DB.Raw(`SELECT max(id) + 1 FROM users`).Scan(&userID).Error)
-	pub.event(orderPaid(77, userID, 4200)) // no such user yet: poison
-	ch := channel(t, env.AMQPURL)
-	waitDeadLettered(t, c, ch, top, 1, "the credit for a user who does not exist")
+	c, ch, userID := deadLetterForAnUnknownUser(t, env, top, 77)
 
 	require.NoError(t, env.DB.Exec(`INSERT INTO users (id, name, token_hash) VALUES (?, 'late', 'late-hash')`, userID).Error)
-	d, ok, err := ch.Get(top.DeadLetterQueue, false)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.NoError(t, ch.Publish("", top.Queue, true, false, amqp.Publishing{Headers: d.Headers,
-		ContentType: d.ContentType, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body}))
-	require.NoError(t, d.Ack(false))
+	moveBack(t, ch, top, getDeadLetter(t, ch, top))
 
 	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the moved dead letter credited")
 	assert.Equal(t, account{Balance: 42, Ledger: map[string]int64{"order-paid:77": 42}}, accountOf(t, env, userID))
@@ -249,28 +238,14 @@ func TestADeadLetterInspectedThenMovedIsCountedDeadLetteredOnce(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	pub := newPublisher(t, env.AMQPURL, top)
-	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
-	var userID int64
-	require.NoError(t, env.DB.Raw(`SELECT max(id) + 1 FROM users`).Scan(&userID).Error)
-	pub.event(orderPaid(78, userID, 4200)) // no such user, before and after the move: poison both times
-	ch := channel(t, env.AMQPURL)
-	waitDeadLettered(t, c, ch, top, 1, "the credit for a user who does not exist")
+	c, ch, userID := deadLetterForAnUnknownUser(t, env, top, 78) // unknown before and after the move
 
-	get := func() amqp.Delivery {
-		d, ok, err := ch.Get(top.DeadLetterQueue, false)
-		require.NoError(t, err)
-		require.True(t, ok, "the dead letter in the DLQ")
-		return d
-	}
 	for i := 0; i < events.DeliveryLimit+1; i++ {
-		require.NoError(t, get().Nack(false, true), "inspected and put back")
+		require.NoError(t, getDeadLetter(t, ch, top).Nack(false, true), "inspected and put back")
 	}
-	d := get()
+	d := getDeadLetter(t, ch, top)
 	require.GreaterOrEqual(t, rabbitmq.DeliveryCount(d), int64(events.DeliveryLimit), "the DLQ's own count is past the limit")
-	require.NoError(t, ch.Publish("", top.Queue, true, false, amqp.Publishing{Headers: d.Headers,
-		ContentType: d.ContentType, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body}))
-	require.NoError(t, d.Ack(false))
+	moveBack(t, ch, top, d)
 
 	waitCount(t, 20*time.Second, 2*(events.DeliveryLimit+1), func() int {
 		return c.count(points.OutcomeFailed) + c.count(points.OutcomeDeadLettered)
@@ -279,6 +254,38 @@ func TestADeadLetterInspectedThenMovedIsCountedDeadLetteredOnce(t *testing.T) {
 	assert.Equal(t, 2, c.count(points.OutcomeDeadLettered), "the two nacks that dead-lettered it")
 	assert.Equal(t, 2*events.DeliveryLimit, c.count(points.OutcomeFailed), "every other delivery a failure")
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{}}, accountOf(t, env, userID))
+}
+
+// deadLetterForAnUnknownUser starts a consumer, publishes order orderID's credit for a user who does not
+// exist (poison) and waits until it is dead-lettered. It returns the consumer, a channel and the user id.
+func deadLetterForAnUnknownUser(t *testing.T, env *testenv.Env, top rabbitmq.Topology, orderID int64) (*running, *amqp.Channel, int64) {
+	t.Helper()
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	var userID int64
+	require.NoError(t, env.DB.Raw(`SELECT max(id) + 1 FROM users`).Scan(&userID).Error)
+	pub.event(orderPaid(orderID, userID, 4200))
+	ch := channel(t, env.AMQPURL)
+	waitDeadLettered(t, c, ch, top, 1, "the credit for a user who does not exist")
+	return c, ch, userID
+}
+
+// getDeadLetter takes the DLQ's first message, unacked.
+func getDeadLetter(t *testing.T, ch *amqp.Channel, top rabbitmq.Topology) amqp.Delivery {
+	t.Helper()
+	d, ok, err := ch.Get(top.DeadLetterQueue, false)
+	require.NoError(t, err)
+	require.True(t, ok, "a dead letter in the DLQ")
+	return d
+}
+
+// moveBack does what the management UI's "Move messages" or a shovel does with dead letter d: publish it
+// with its headers to the queue through the default exchange, then ack it in the DLQ.
+func moveBack(t *testing.T, ch *amqp.Channel, top rabbitmq.Topology, d amqp.Delivery) {
+	t.Helper()
+	require.NoError(t, ch.Publish("", top.Queue, true, false, amqp.Publishing{Headers: d.Headers,
+		ContentType: d.ContentType, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Body: d.Body}))
+	require.NoError(t, d.Ack(false))
 }
 
 // SIGTERM while busy: the consumer stops taking messages, finishes the batches it holds and returns.

@@ -68,7 +68,7 @@ const (
 	// the next run, and the run goes on to the next one.
 	ReconcileFailed = "failed"
 	// ReconcilePointsMissing: an event the relay published has no points ledger row PointsAfter later
-	// (idemshop_reconcile_points_total): an operator alert, nothing applied. The repair is a republish
+	// (idemshop_reconcile_points_missing_total): an operator alert, nothing applied. The repair is a republish
 	// of its outbox row, which the ledger's unique biz_id makes harmless if the row arrives meanwhile
 	// (docs/points.md).
 	ReconcilePointsMissing = "missing"

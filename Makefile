@@ -17,7 +17,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 .PHONY: help demo build test test-short lint fmt vet staticcheck mutants-check bench bench-quick migrate run-orders
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-20s %s\n", $$1, $$2}'
 
 demo: ## build, start the three binaries in lab mode on a fresh database, run loadtest incident, replay, lab all
 	BIN=$(BIN) ./scripts/demo.sh

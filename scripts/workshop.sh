@@ -3,7 +3,8 @@
 #   scripts/workshop.sh start   build bin/*, start payments-mock, orders (lab mode) and points-consumer
 #                               in the background, return once all three are ready
 #   scripts/workshop.sh stop    stop them (SIGTERM, then SIGKILL after 15 s), whatever they started
-#   scripts/workshop.sh status  print each one's /readyz; exit 1 unless all three are ready
+#   scripts/workshop.sh status  print each one's /readyz; exit 1 unless this script started the three
+#                               (on these ports) and all three are ready
 # Each binary runs in a process group of its own, recorded in $WORKSHOP_DIR/pids, and stop signals the
 # whole group: nothing is left listening on its ports (a `go run … &` would leave its child there).
 # Ports: WORKSHOP_ORDERS_PORT, WORKSHOP_PAYMENTS_PORT, WORKSHOP_POINTS_PORT (8080-8082); each binary gets
@@ -51,7 +52,8 @@ status() {
     code="${out##*$'\n'}"
     [ "$code" = 200 ] || rc=1
     [ "$code" = 000 ] && out=$'not answering\n'
-    printf '%-16s %s\n' "${names[$i]}" "${out%$'\n'*}"
+    out="${out%$'\n'*}"
+    printf '%-16s %s\n' "${names[$i]}" "${out%$'\n'}"
   done
   return "$rc"
 }

@@ -168,13 +168,12 @@ func (c Orders) Validate() error {
 	c.Redis.check(&ck)
 	c.Startup.check(&ck)
 	ck.absoluteURL("AMQP_URL", c.AMQPURL)
-	ck.httpURL("PAYMENTS_URL", c.PaymentsURL)
 	ck.httpURL("CALLBACK_URL", c.CallbackURL)
 	if len(c.CallbackURL) > MaxNotifyURLBytes {
 		// Sent as notify_url with every payment: the platform refuses it, and every pay with it.
 		ck.add(fmt.Errorf("CALLBACK_URL must be at most %d bytes (the platform's notify_url limit), got %d", MaxNotifyURLBytes, len(c.CallbackURL)))
 	}
-	ck.baseURL("PAYMENTS_URL", c.PaymentsURL)
+	ck.baseURL("PAYMENTS_URL", c.PaymentsURL) // httpURL's checks too: called twice, each error came twice
 	ck.httpURL("POINTS_METRICS_URL", c.PointsMetricsURL)
 	ck.bearerToken("PAYMENTS_ADMIN_TOKEN", c.PaymentsAdminToken)
 	if c.PaymentWebhookSecret == "" {

@@ -87,6 +87,15 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 	}
 }
 
+// Each bad value is named once: PAYMENTS_URL went through httpURL twice (once more inside baseURL), and
+// its port 0 was reported twice (a newcomer's finding, 2026-12-06).
+func TestABadPaymentsURLIsNamedOnce(t *testing.T) {
+	t.Setenv("PAYMENTS_URL", "http://127.0.0.1:0")
+	_, err := config.LoadOrders()
+	require.Error(t, err)
+	assert.Equal(t, 1, strings.Count(err.Error(), "PAYMENTS_URL has port 0"), "%v", err)
+}
+
 // The other binaries that sign or check callbacks refuse an empty secret too, instead of the parser's
 // default (the public demo secret).
 func TestEmptyWebhookSecretIsRefusedEverywhere(t *testing.T) {

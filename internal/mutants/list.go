@@ -1369,8 +1369,8 @@ var List = []Mutant{
 		ID: "request-id-twice", Guard: "X-Request-ID: one",
 		File: "internal/platform/httpserver/httpserver.go",
 		// Two X-Request-ID values: the first is echoed and logged as the client's.
-		Original:    "len(ids) > 1 || len(ids) == 1 && !validRequestID(ids[0])",
-		Replacement: "len(ids) > 0 && !validRequestID(ids[0])",
+		Original:    "if len(ids) != 1 || !validRequestID(ids[0]) {",
+		Replacement: "if len(ids) == 0 || !validRequestID(ids[0]) {",
 		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestClientsCannotGrowTheMetricsOrChooseTwoRequestIDs$",
 	},
 	{

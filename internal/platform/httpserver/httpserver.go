@@ -90,8 +90,7 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 	// ASCII; otherwise a fresh one replaces it.
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			// Sent twice, it is not "one" id: neither is the client's.
-			if ids := c.Request().Header.Values(echo.HeaderXRequestID); len(ids) > 1 || len(ids) == 1 && !validRequestID(ids[0]) {
+			if _, ok := clientRequestID(c.Request().Header); !ok {
 				c.Request().Header.Del(echo.HeaderXRequestID)
 			}
 			return next(c)
@@ -286,6 +285,16 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) err
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// clientRequestID returns the client's X-Request-ID when it sent exactly one and it is valid. Sent
+// twice, it is not "one" id: neither is the client's.
+func clientRequestID(h http.Header) (string, bool) {
+	ids := h.Values(echo.HeaderXRequestID)
+	if len(ids) != 1 || !validRequestID(ids[0]) {
+		return "", false
+	}
+	return ids[0], true
 }
 
 // validRequestID accepts 1..128 visible ASCII characters (0x21–0x7E: no space, no control).

@@ -62,11 +62,11 @@ func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// As the application's answers (httpserver.New): the client's one id if it is valid, else a new one.
-	id := r.Header.Values(echo.HeaderXRequestID)
-	if len(id) != 1 || !validRequestID(id[0]) {
-		id = []string{rand.Text()}
+	id, ok := clientRequestID(r.Header)
+	if !ok {
+		id = rand.Text()
 	}
-	w.Header().Set(echo.HeaderXRequestID, id[0])
+	w.Header().Set(echo.HeaderXRequestID, id)
 	switch r.URL.Path {
 	case "/healthz":
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

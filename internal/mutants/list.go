@@ -1307,6 +1307,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestOnlyPoisonIsRejected$",
 	},
 	{
+		ID: "republish-retried", Guard: "last delivery: retry",
+		File: "internal/points/consumer.go",
+		// Held in place at its last delivery, not republished: a crash meanwhile dead-letters it.
+		Original:    "\t\tif attempt == 1 {\n\t\t\tc.republishLast(ms)",
+		Replacement: "\t\tif attempt == 0 {\n\t\t\tc.republishLast(ms)",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAGoodMessageHeldThroughCrashesIsNotDeadLettered$",
+	},
+	{
+		ID: "republish-set-aside", Guard: "last delivery: aside",
+		File: "internal/points/consumer.go",
+		// Set aside at its last delivery, not republished: a crash meanwhile dead-letters it.
+		Original:    "\t\t\t\tc.republishLast([]*message{m})\n",
+		Replacement: "\t\t\t\t_ = []*message{m}\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAMessageSetAsideThroughCrashesIsNotDeadLettered$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

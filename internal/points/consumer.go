@@ -94,6 +94,10 @@ type Consumer struct {
 	logger   *slog.Logger
 	messages *prometheus.CounterVec
 	dedup    Dedup
+	// republisher is the session's, nil between sessions; republishedTotal counts its copies
+	// (republish.go). Only the session's goroutine touches republisher.
+	republisher      *republisher
+	republishedTotal prometheus.Counter
 	// marking is closed once the done marks of the last batch are written; nil when none are in
 	// flight. Only the session's goroutine touches it (markDoneBeside, waitMarks).
 	marking chan struct{}
@@ -133,7 +137,11 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 		Name: "idemshop_points_messages_total",
 		Help: "order.paid and order.refunded messages handled by points-consumer, by outcome (a redelivery counts again).",
 	}, []string{"outcome"})
-	if err := reg.Register(messages); err != nil {
+	republished := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idemshop_points_republished_total",
+		Help: "Messages republished at their last delivery, before being held (a locked ledger, a lease held elsewhere), so that a crash or restart does not dead-letter them.",
+	})
+	if err := errors.Join(reg.Register(messages), reg.Register(republished)); err != nil {
 		return nil, fmt.Errorf("points: register metrics: %w", err)
 	}
 	for _, o := range []string{OutcomeApplied, OutcomeDuplicate, OutcomeFailed, OutcomeDeadLettered} {
@@ -150,7 +158,7 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 	c := &Consumer{
 		ledger: ledger, cfg: cfg, logger: logger.With("component", "points-consumer"), messages: messages,
 		leases: &leases{rdb: rdb, prefix: cfg.KeyPrefix, ttl: cfg.LeaseTTL, doneTTL: cfg.DoneTTL},
-		dedup:  dedup,
+		dedup:  dedup, republishedTotal: republished,
 	}
 	if c.cfg.AttemptTimeout <= 0 {
 		c.cfg.AttemptTimeout = DefaultAttemptTimeout
@@ -204,6 +212,12 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch: %w", err)
 	}
+	r, err := newRepublisher(conn, ch)
+	if err != nil {
+		return err
+	}
+	c.republisher = r
+	defer func() { c.republisher = nil }()
 	tag := "points-consumer-" + uuid.NewString()
 	deliveries, err := ch.Consume(c.cfg.Topology.Queue, tag, false /* manual ack */, false, false, false, nil)
 	if err != nil {
@@ -305,10 +319,14 @@ func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery)
 // and reversal (order.refunded).
 type message struct {
 	d        amqp.Delivery
+	kind     string // the event's routing key (order.paid or order.refunded), set by decode
 	eventID  string // for log lines only, so clipped (logging.Clip): the body may be as long as the broker allows
 	credit   Credit
 	reversal *Reversal
 	leased   bool // we hold its Redis lease: mark it done or release it
+	// republished: a copy is in the queue and this delivery is acked already (republish.go); settle
+	// counts its outcome and leaves it alone.
+	republished bool
 	// maybeDone: its lease said "done". The ledger still decides; an applied one is worth a warning,
 	// because it means Redis remembered a credit the database did not have.
 	maybeDone bool
@@ -532,6 +550,7 @@ func (m *message) decode() error {
 	default:
 		return fmt.Errorf("%w: unknown routing key %q", errPoison, m.d.RoutingKey)
 	}
+	m.kind = kind
 	return nil
 }
 
@@ -628,6 +647,8 @@ func (c *Consumer) setAside(ctx context.Context, held *deferredSet, ms []*messag
 			m.retryAt = now.Add(c.cfg.LeasePoll)
 			held.add(m)
 			if newlyHeld {
+				// Held at its last delivery, it would be dead-lettered by a crash or restart meanwhile.
+				c.republishLast([]*message{m})
 				c.logger.Info("points message set aside: another consumer holds its lease; the rest of the batch goes on",
 					"event_id", m.eventID, "biz_id", m.bizID(), "give_up_at", m.giveUpAt)
 			}
@@ -694,7 +715,7 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 		credits[i] = m.credit
 	}
 	var applied Applied
-	err := c.retry(ctx, work, "applying credits", len(ms), func(attempt context.Context) (err error) {
+	err := c.retry(ctx, work, "applying credits", ms, func(attempt context.Context) (err error) {
 		applied, err = c.ledger.Apply(attempt, credits)
 		return err
 	})
@@ -727,7 +748,7 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 	var applied bool
 	var delta int64
-	err := c.retry(ctx, work, "applying a reversal", 1, func(attempt context.Context) (err error) {
+	err := c.retry(ctx, work, "applying a reversal", []*message{m}, func(attempt context.Context) (err error) {
 		applied, delta, err = c.ledger.Reverse(attempt, *m.reversal)
 		return err
 	})
@@ -754,8 +775,9 @@ func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 // nineteenth session of 2026-12-06 the retries stopped after 8 attempts, about 30 s, and a 3-minute
 // outage did exactly that). The messages stay unacknowledged meanwhile, within the prefetch, and come
 // back to another consumer if this one dies. Each attempt runs under work (which outlives shutdown)
-// bounded by AttemptTimeout.
-func (c *Consumer) retry(ctx, work context.Context, what string, messages int, fn func(attempt context.Context) error) error {
+// bounded by AttemptTimeout. After the first failed attempt the messages of ms at their last delivery
+// are republished (republishLast): held in place, a crash or restart would dead-letter them.
+func (c *Consumer) retry(ctx, work context.Context, what string, ms []*message, fn func(attempt context.Context) error) error {
 	bo := c.newBackoff()
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(work, c.cfg.AttemptTimeout)
@@ -764,7 +786,10 @@ func (c *Consumer) retry(ctx, work context.Context, what string, messages int, f
 		if err == nil || errors.Is(err, ErrRejected) {
 			return err
 		}
-		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", messages)
+		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", len(ms))
+		if attempt == 1 {
+			c.republishLast(ms)
+		}
 		if !retry.Sleep(ctx, bo.NextBackOff()) {
 			return err
 		}
@@ -813,6 +838,10 @@ func (c *Consumer) settle(ch *amqp.Channel, held *deferredSet, msgs []*message) 
 			default:
 				m.outcome = OutcomeDuplicate
 			}
+		}
+		if m.republished { // acked already, its copy in the queue: only counted
+			c.messages.WithLabelValues(m.outcome).Inc()
+			continue
 		}
 		if m.outcome != OutcomeFailed {
 			oks = append(oks, m.d.DeliveryTag)

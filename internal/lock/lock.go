@@ -149,8 +149,17 @@ func (l *Locker) FenceKey(name string) string { return l.prefix + "fence:{" + na
 // new holder's writes would be rejected until the counter caught up again. Refreshed at every
 // acquisition, it only runs out once the name has not been locked for the whole TTL.
 //
+// A lock key without expiry (PTTL -1) is a broken lease, deleted first and taken like a free one: no
+// Locker wrote it (every SET and PEXPIRE here has a TTL), so it would block the name for ever. It comes
+// from a PERSIST, a restore or a hand-made key; the sweeper skipped such an order's stuck pay record
+// for good, and its retries got 409 (a helper's finding, 2026-12-06). Breaking it is safe for the same
+// reason a lease may expire at all: the new holder's token is higher, and the fence refuses the old.
+//
 // In Lua, a SET NX that did not set returns false; fences start at 1, so 0 can mean "busy".
 var acquireScript = redis.NewScript(`
+if redis.call('PTTL', KEYS[1]) == -1 then
+  redis.call('DEL', KEYS[1])
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('INCR', KEYS[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])

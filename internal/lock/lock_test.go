@@ -118,6 +118,28 @@ func TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease(t *
 	assert.NoError(t, l.Release(ctx, b))
 }
 
+// A lease whose expiry was removed (PERSIST) would block its name for ever: the next Acquire breaks it,
+// with a higher token, and the old holder can no longer touch the lease.
+func TestAcquire_BreaksALeaseWithoutExpiry(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx := context.Background()
+
+	a, err := l.Acquire(ctx, "rec", held)
+	require.NoError(t, err)
+	require.True(t, env.Redis.Persist(ctx, l.LockKey("rec")).Val())
+
+	b, err := l.Acquire(ctx, "rec", held)
+	require.NoError(t, err)
+	assert.Greater(t, b.Fence, a.Fence)
+	assert.Equal(t, b.Owner, owner(t, env, l, "rec"))
+	pttl, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
+	require.NoError(t, err)
+	assert.Positive(t, pttl, "the new lease expires")
+	assert.ErrorIs(t, l.Release(ctx, a), lock.ErrLost)
+	assert.NoError(t, l.Release(ctx, b))
+}
+
 // The fence counter is bounded: every acquisition sets its TTL again (in the acquire script), so it
 // only expires once the name has not been locked for FenceTTL. A busy attempt does not touch it.
 func TestFence_HasATTLRefreshedOnEveryAcquisition(t *testing.T) {

@@ -1469,6 +1469,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/lock"}, Run: "^TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease$",
 	},
 	{
+		ID: "lock-no-ttl-broken", Guard: "lock: no TTL is broken",
+		File: "internal/lock/lock.go",
+		// A lock key without expiry waited for: its name is blocked for ever.
+		Original:    "if redis.call('PTTL', KEYS[1]) == -1 then",
+		Replacement: "if redis.call('PTTL', KEYS[1]) == -3 then",
+		Pkgs:        []string{"./internal/lock"}, Run: "^TestAcquire_BreaksALeaseWithoutExpiry$",
+	},
+	{
+		ID: "lease-no-ttl-taken", Guard: "lease: no TTL is taken",
+		File: "internal/points/lease.go",
+		// A claim without expiry waited for: its message fails each LeaseTTL until the DLQ takes it.
+		Original:    "elseif redis.call('PTTL', key) == -1 then",
+		Replacement: "elseif redis.call('PTTL', key) == -3 then",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestALeaseThatNeverExpiresIsTaken$",
+	},
+	{
 		ID: "points-ledger-unique", Guard: "ledger: ON CONFLICT",
 		File:        "internal/points/ledger.go",
 		Original:    "\t\tON CONFLICT (biz_id) DO NOTHING\n\t\tRETURNING biz_id, user_id, delta\n",

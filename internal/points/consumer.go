@@ -336,7 +336,7 @@ type message struct {
 	// to be claimed again at retryAt; it fails if the lease is still held at giveUpAt.
 	waiting           bool
 	retryAt, giveUpAt time.Time
-	leaseLeft         time.Duration // at the last claim, how long the holder's lease had left (negative: no expiry)
+	leaseLeft         time.Duration // at the last claim, how long the holder's lease had left
 	outcome           string
 	err               error
 }
@@ -626,7 +626,7 @@ func (c *Consumer) claim(work context.Context, ms []*message, token string) (toA
 // So each one waits in held, unacknowledged (the prefetch bounds how many), and is claimed again
 // every LeasePoll (retryHeld) until its lease is ours, done (the ledger decides) or gone; the rest of
 // its batch goes on now. One LeasePoll after the lease it first found held was due to run out (its
-// PTTL, or LeaseTTL if that is longer or the lease never expires), it fails like any failure (nack,
+// PTTL, or LeaseTTL if that is longer), it fails like any failure (nack,
 // requeue): a lease that outlives that was taken again, not left by a crash. While shutting down it
 // fails at once.
 func (c *Consumer) setAside(ctx context.Context, held *deferredSet, ms []*message) {

@@ -76,28 +76,65 @@ func TestHeldLeaseDoesNotStallTheBatch(t *testing.T) {
 	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue))
 }
 
-// A lease that never runs out (a stuck holder; a lease with a longer TTL is waited out instead:
-// TestALongerLeaseIsWaitedOutToItsEnd) is not waited for forever: after LeaseTTL+LeasePoll the
-// message fails as before (nack, requeue), comes back, waits again, and is credited once the lease
-// is gone.
+// A lease held past the TTL (a holder that keeps claiming it again; a lease with a longer TTL is waited
+// out instead: TestALongerLeaseIsWaitedOutToItsEnd; one that never expires is broken:
+// TestALeaseThatNeverExpiresIsTaken) is not waited for forever: after LeaseTTL+LeasePoll the message
+// fails as before (nack, requeue), comes back, waits again, and is credited once the lease is gone.
 func TestLeaseHeldPastTheTTLFailsAndComesBack(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.LeaseTTL = 300 * time.Millisecond
-	key := holdLease(t, env, 1, 0) // no expiry
+	key := holdLease(t, env, 1, cfg.LeaseTTL)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() { // the holder claims it again and again
+		defer close(stopped)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = env.Redis.Set(context.Background(), key, "token-of-a-busy-consumer", cfg.LeaseTTL).Err()
+			}
+		}
+	}()
 	c := startConsumer(t, env, cfg)
 	pub := newPublisher(t, env.AMQPURL, top)
 	pub.event(orderPaid(1, 1, 1000))
 	pub.event(orderPaid(2, 2, 2000))
 
 	waitFor(t, 10*time.Second, func() bool { return c.count(points.OutcomeFailed) >= 1 }, "A gave up after one lease TTL")
-	require.NoError(t, env.Redis.Del(context.Background(), key).Err()) // the stuck holder lets go
+	close(stop)
+	<-stopped
+	require.NoError(t, env.Redis.Del(context.Background(), key).Err()) // the holder lets go
 	waitCount(t, 10*time.Second, 2, func() int { return c.count(points.OutcomeApplied) }, "both credited in the end")
 	assert.Equal(t, ledgerState{Rows: 2, Distinct: 2, Sum: 30, Balances: 30}, state(t, env))
 	ch := channel(t, env.AMQPURL)
 	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue))
+}
+
+// A claim without expiry (a PERSIST, a restore, a hand-made key: no consumer writes one) would never be
+// freed. Waited for, it failed its message after each LeaseTTL until the DLQ took it (a helper's
+// finding, 2026-12-06). It is taken at once, like an expired one; the ledger still decides.
+func TestALeaseThatNeverExpiresIsTaken(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.LeaseTTL = time.Minute // waited for, it would outlast the test
+	key := holdLease(t, env, 1, 0)
+	c := startConsumer(t, env, cfg)
+	newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 1000))
+
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "credited")
+	assert.Zero(t, c.count(points.OutcomeFailed))
+	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 10, Balances: 10}, state(t, env))
+	waitFor(t, 5*time.Second, func() bool { return env.Redis.Get(context.Background(), key).Val() == "done" },
+		"the lease marked done")
+	assert.Positive(t, env.Redis.PTTL(context.Background(), key).Val(), "with an expiry")
 }
 
 // While A waits, its lease's holder commits A's credit and marks the lease done. The set-aside message

@@ -37,8 +37,13 @@ const (
 
 // claimScript takes each lease in KEYS that is free and otherwise says whether it is done or held,
 // without a window between the two checks: two answers per key, in order: 1 claimed, 2 done or 3
-// held, then for a held lease the milliseconds it has left (PTTL; -1 if it never expires), else 0.
-// One script for the whole batch is one command for Redis to parse and run instead of one per message.
+// held, then for a held lease the milliseconds it has left (PTTL), else 0. One script for the whole
+// batch is one command for Redis to parse and run instead of one per message.
+//
+// A claim that never expires (PTTL -1) is broken and taken like a free one: no consumer wrote it (every
+// claim has PX), so nothing would ever free it. It comes from a PERSIST, a restore or a hand-made key;
+// waited for, it failed the message after each LeaseTTL until the DLQ took it (a helper's finding,
+// 2026-12-06). Taking it is safe for the same reason the lease may expire at all: the ledger decides.
 var claimScript = redis.NewScript(`
 local out = {}
 for i, key in ipairs(KEYS) do
@@ -46,6 +51,9 @@ for i, key in ipairs(KEYS) do
     out[2*i-1], out[2*i] = 1, 0
   elseif redis.call('GET', key) == 'done' then
     out[2*i-1], out[2*i] = 2, 0
+  elseif redis.call('PTTL', key) == -1 then
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+    out[2*i-1], out[2*i] = 1, 0
   else
     out[2*i-1], out[2*i] = 3, redis.call('PTTL', key)
   end
@@ -69,9 +77,9 @@ func (l *leases) key(bizID string) string { return l.prefix + "points:dedup:" + 
 // right now; the caller then goes to the database without leases, which is slower but still exactly
 // once.
 //
-// left is, for each held lease, how long it has to run (0 for the others, negative for one that
-// never expires): a holder with a longer POINTS_LEASE_TTL than this consumer's (a rolling change of the
-// setting, replicas that differ) must be waited out to its end, not to this consumer's TTL.
+// left is, for each held lease, how long it has to run (0 for the others): a holder with a longer
+// POINTS_LEASE_TTL than this consumer's (a rolling change of the setting, replicas that differ) must be
+// waited out to its end, not to this consumer's TTL.
 func (l *leases) claim(ctx context.Context, bizIDs []string, token string) (states []claimState, left []time.Duration, err error) {
 	keys := make([]string, len(bizIDs))
 	for i, id := range bizIDs {

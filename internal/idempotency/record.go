@@ -57,7 +57,8 @@ type Record struct {
 	// Fence is the highest fencing token that has written this row; a write carrying a lower token is
 	// rejected by the WHERE clause of the UPDATE (docs/design.md, "The ladder", step 4).
 	Fence int64
-	// LockedUntil is the PROCESSING lease: until then the holder is presumed alive.
+	// LockedUntil is the PROCESSING lease: until then the holder is presumed alive. On a FAILED_RETRYABLE
+	// record the platform said it has no payment for, when the reconciler may ask again (Store.FinishRetryable).
 	LockedUntil *time.Time
 	// Attempts counts takeovers of a PROCESSING or FAILED_RETRYABLE record (retries and sweeper alike).
 	Attempts int

@@ -21,6 +21,9 @@ import (
 //	                        ▼  │ Claim (takeover: retry or sweeper)
 //	                FAILED_RETRYABLE, or PROCESSING past locked_until
 //
+// locked_until is the claimer's lease while PROCESSING; on a FAILED_RETRYABLE record the platform said it
+// has no payment for, when the reconciler may ask about it again (FinishRetryable); NULL otherwise.
+//
 // Every write after the claim carries the claimer's fencing token and only applies while the row's
 // fence is not higher (WHERE fence <= $token): a holder that was paused past its lease, and replaced,
 // can never overwrite the newer holder's result.
@@ -136,10 +139,30 @@ func (st *Store) Finish(ctx context.Context, tx *gorm.DB, id, fence int64, state
 	if state == StateProcessing {
 		return errors.New("idempotency: Finish needs a final state")
 	}
+	return st.finish(ctx, tx, id, fence, state, status, body, nil)
+}
+
+// FinishRetryable is Finish with FAILED_RETRYABLE for a platform that said it has no payment: the
+// reconciler asks it again not before askAgain from now (0: after its grace, as for any
+// FAILED_RETRYABLE record). The time is kept in locked_until, which a FAILED_RETRYABLE record has no
+// other use for: a client's retry claims the record at once whatever it says (Claim). Without it, a
+// record its client abandoned was claimed, asked about and given back every RECONCILE_GRACE (1 min)
+// for the whole retention (a helper's finding, 2026-12-06).
+func (st *Store) FinishRetryable(ctx context.Context, tx *gorm.DB, id, fence int64, status int, body []byte, askAgain time.Duration) error {
+	var secs any // NULL: locked_until NULL
+	if askAgain > 0 {
+		secs = askAgain.Seconds()
+	}
+	return st.finish(ctx, tx, id, fence, StateFailedRetryable, status, body, secs)
+}
+
+// finish is Finish, with locked_until set askAgainSecs seconds from now (NULL when it is nil).
+func (st *Store) finish(ctx context.Context, tx *gorm.DB, id, fence int64, state State, status int, body []byte, askAgainSecs any) error {
 	res := tx.WithContext(ctx).Exec(`UPDATE idempotency_keys
-		SET state = ?, response_status = ?, response_body = ?, locked_until = NULL, updated_at = now()
+		SET state = ?, response_status = ?, response_body = ?, updated_at = now(),
+		    locked_until = now() + make_interval(secs => ?)
 		WHERE id = ? AND state = ? AND fence <= ?`,
-		state, status, body, id, StateProcessing, fence)
+		state, status, body, askAgainSecs, id, StateProcessing, fence)
 	if res.Error != nil {
 		return fmt.Errorf("finish idempotency record %d: %w", id, res.Error)
 	}
@@ -167,12 +190,13 @@ func (st *Store) Stuck(ctx context.Context, kind string, maxSweeps, limit int) (
 // Unfinished returns up to limit records of kind that are FAILED_RETRYABLE, or
 // PROCESSING past their lease, and untouched for at least grace: what the reconciler settles with the
 // platform whatever the sweeper's bound (a FAILED_RETRYABLE payment may exist after all: the platform
-// may have committed before its connection broke).
+// may have committed before its connection broke). A FAILED_RETRYABLE record the platform last said it
+// has no payment for waits until its locked_until (FinishRetryable).
 func (st *Store) Unfinished(ctx context.Context, kind string, grace time.Duration, limit int) ([]Record, error) {
 	var recs []Record
 	err := st.db.WithContext(ctx).
 		Where(`kind = ? AND updated_at < now() - make_interval(secs => ?)
-			AND (state = ? OR (state = ? AND locked_until < now()))`,
+			AND state IN (?, ?) AND (locked_until IS NULL OR locked_until < now())`,
 			kind, grace.Seconds(), StateFailedRetryable, StateProcessing).
 		Order("updated_at").Limit(limit).Find(&recs).Error
 	if err != nil {

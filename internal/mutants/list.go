@@ -915,9 +915,17 @@ var List = []Mutant{
 		ID: "reconcile-give-back", Guard: "reconciler: give back",
 		File: "internal/sweeper/sweeper.go",
 		// An unanswered reconcile leaves a FAILED_RETRYABLE record PROCESSING: the client's retry gets 409.
-		Original:    "\t\t\treturn fenced(s.payer.NoPayment(ctx, rec), RepairUnreachable)",
+		Original:    "\t\t\treturn fenced(s.payer.NoPayment(ctx, rec, 0), RepairUnreachable)",
 		Replacement: "\t\t\treturn RepairUnreachable, nil",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerGivesBackARetryableRecordItCouldNotAsk$",
+	},
+	{
+		ID: "reconcile-ask-again", Guard: "reconciler: ask again",
+		File: "internal/idempotency/store.go",
+		// A FAILED_RETRYABLE record without payment is asked about at every run, for its whole retention.
+		Original:    "AND state IN (?, ?) AND (locked_until IS NULL OR locked_until < now())",
+		Replacement: "AND (state = ? OR (state = ? AND locked_until < now()))",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAsksAboutARetryableRecordWithoutPaymentOnlyAfterTheRecheck$",
 	},
 	{
 		ID: "sweeper-stop-quiet", Guard: "sweeper: stopping",

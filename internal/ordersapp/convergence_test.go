@@ -1053,6 +1053,43 @@ func TestReconcilerGivesBackARetryableRecordItCouldNotAsk(t *testing.T) {
 	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
 }
 
+// A FAILED_RETRYABLE record the platform has no payment for is asked about again after
+// RECONCILE_RECHECK, not at every run: one its client abandoned was claimed, asked about and given back
+// every RECONCILE_GRACE for the whole retention (a helper's finding, 2026-12-06). The client's own retry
+// is not held by that: it runs at once.
+func TestReconcilerAsksAboutARetryableRecordWithoutPaymentOnlyAfterTheRecheck(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, longLease)(c)
+		c.ReconcileGrace = 0
+		c.ReconcileRecheck = time.Hour
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	mock.setChaos(t, `{"error_rate":1}`)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-abandoned").Status)
+	mock.setChaos(t, `{"error_rate":0}`)
+
+	run := func() map[string]int {
+		t.Helper()
+		rep, err := rp.app.Reconciler.RunOnce(context.Background())
+		require.NoError(t, err)
+		return rep.Records
+	}
+	assert.Equal(t, map[string]int{sweeper.ReconcileNoPayment: 1}, run(), "asked once")
+	assert.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-abandoned").State)
+	assert.Empty(t, run(), "not asked again before the recheck")
+	require.NoError(t, env.DB.Exec(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second'
+		WHERE idempotency_key = 'pay-abandoned'`).Error) // the recheck passed
+	assert.Equal(t, map[string]int{sweeper.ReconcileNoPayment: 1}, run(), "asked again after it")
+
+	r := rp.pay(alice, id, "pay-abandoned")
+	require.Equal(t, http.StatusCreated, r.Status, "the client's retry runs at once: %s", r.Body)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-abandoned").State)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+}
+
 // Case 6: text PostgreSQL refuses. A signed callback whose event_id holds a NUL, or whose payment_id a
 // broken UTF-8 byte, is applied and audited; one whose event_id is longer than can be stored is refused
 // (400) and audited; a forged one leaves its audit row too.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -82,13 +83,14 @@ func (p *Payer) Complete(ctx context.Context, rec idempotency.Record, orderID in
 }
 
 // NoPayment finishes rec FAILED_RETRYABLE with the stored 503 payment_unavailable: the platform has no
-// payment for the order, so a retry runs again. idempotency.ErrFenced: a newer holder owns rec.
-func (p *Payer) NoPayment(ctx context.Context, rec idempotency.Record) error {
+// payment for the order, so a retry runs again. The reconciler asks about it again not before askAgain
+// (0: after its grace; idempotency.Store.FinishRetryable). idempotency.ErrFenced: a newer holder owns rec.
+func (p *Payer) NoPayment(ctx context.Context, rec idempotency.Record, askAgain time.Duration) error {
 	body, err := httpproblem.Document(ErrPaymentUnavailable, rec.Path)
 	if err != nil {
 		return err
 	}
-	return p.store.Finish(ctx, p.db, rec.ID, rec.Fence, idempotency.StateFailedRetryable, http.StatusServiceUnavailable, body)
+	return p.store.FinishRetryable(ctx, p.db, rec.ID, rec.Fence, http.StatusServiceUnavailable, body, askAgain)
 }
 
 // NoteUnanswered counts one more unanswered question to the platform about rec and returns the count.

@@ -342,7 +342,10 @@ func Check(s Snapshot) []Violation {
 	// No pay record left in flight or retryable.
 	for _, k := range s.OpenKeys {
 		lease := "no lease"
-		if k.LockedUntil != nil {
+		switch {
+		case k.LockedUntil != nil && k.State == "FAILED_RETRYABLE": // the platform said it has no payment
+			lease = "the reconciler asks again after " + k.LockedUntil.UTC().Format("15:04:05.000")
+		case k.LockedUntil != nil:
 			lease = "lease until " + k.LockedUntil.UTC().Format("15:04:05.000")
 		}
 		add("no open idempotency key", fmt.Sprintf("key %d", k.ID), "user %d key %q (%s) is %s, %s", k.UserID, k.Key, k.Path, k.State, lease)

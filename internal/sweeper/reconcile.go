@@ -156,7 +156,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	for _, rec := range recs {
-		res, err := r.sweeper.repair(ctx, rec, false)
+		res, err := r.sweeper.repair(ctx, rec, false, r.cfg.Recheck)
 		if err != nil && ctx.Err() != nil {
 			return rep, ctx.Err() // the process is stopping: not a failure, and the next run goes on
 		}

@@ -116,7 +116,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 	}
 	done := map[string]int{}
 	for _, rec := range recs {
-		result, err := s.repair(ctx, rec, true)
+		result, err := s.repair(ctx, rec, true, 0)
 		if err != nil && ctx.Err() != nil {
 			return done, ctx.Err() // the process is stopping: not a failure, and the next sweep goes on
 		}
@@ -165,8 +165,10 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
 
 // repair takes one stuck record over (fenced, like a live retry would) and asks the platform whether
 // the payment exists. "" means it did nothing (someone else holds it). bounded counts an unanswered
-// question towards maxAttempts (the sweeper); the reconciler asks without a bound.
-func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record, bounded bool) (string, error) {
+// question towards maxAttempts (the sweeper); the reconciler asks without a bound. A record the
+// platform has no payment for is left FAILED_RETRYABLE, and the reconciler asks about it again not
+// before askAgain (its RECONCILE_RECHECK; 0 from the sweeper: after RECONCILE_GRACE).
+func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record, bounded bool, askAgain time.Duration) (string, error) {
 	rec, release, ok, err := s.payer.TakeOver(logging.With(ctx, s.logger), stuck)
 	if err != nil || !ok {
 		return "", err
@@ -186,7 +188,7 @@ func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record, bounded 
 			// The reconciler took over a record whose last answer was "nothing was sent", and learnt
 			// nothing: give that answer back, so that the client's retry runs again at once. Left
 			// PROCESSING under the takeover's lease, the retry got 409 until the lease ran out.
-			return fenced(s.payer.NoPayment(ctx, rec), RepairUnreachable)
+			return fenced(s.payer.NoPayment(ctx, rec, 0), RepairUnreachable)
 		}
 		if !bounded {
 			return RepairUnreachable, nil
@@ -207,7 +209,7 @@ func (s *Sweeper) repair(ctx context.Context, stuck idempotency.Record, bounded 
 		return RepairUnreachable, nil
 	}
 	if !found {
-		return fenced(s.payer.NoPayment(ctx, rec), RepairRetryable)
+		return fenced(s.payer.NoPayment(ctx, rec, askAgain), RepairRetryable)
 	}
 	// The payment exists: COMPLETED with the answer the client would have got; the order becomes
 	// PAYING, or stays PAID if the callback came first.

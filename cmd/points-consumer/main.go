@@ -102,7 +102,7 @@ func run() error {
 	consumer, err := points.NewConsumer(db, rdb, points.ConsumerConfig{
 		AMQPURL: cfg.AMQPURL, Topology: rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix),
 		Prefetch: cfg.Prefetch, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, KeyPrefix: cfg.Redis.KeyPrefix,
-		LeaseTTL: cfg.LeaseTTL, DoneTTL: cfg.DoneTTL, LeasePoll: cfg.LeasePoll,
+		LeaseTTL: cfg.LeaseTTL, DoneTTL: cfg.DoneTTL, LeasePoll: cfg.LeasePoll, TopologyCheck: cfg.TopologyCheck,
 		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: crash,
 		// The server's statement_timeout first; this one for a server that never sees the statement.
 		AttemptTimeout: cfg.Postgres.StatementTimeout + 2*time.Second,

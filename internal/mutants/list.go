@@ -1477,6 +1477,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/lock"}, Run: "^TestFence_IncreasesAcrossExpiry_AndTheStaleHolderCannotTouchTheNewLease$",
 	},
 	{
+		ID: "topology-check", Guard: "topology: redeclare",
+		File: "internal/points/consumer.go",
+		// The topology declared only at connect: a deleted DLX or DLQ stays missing, dead letters dropped.
+		Original:    "\t\t\tc.checkTopology(conn)\n",
+		Replacement: "\t\t\t_ = conn\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestADeadLetterQueueDeletedWhileTheConsumerRunsIsDeclaredAgain$",
+	},
+	{
 		ID: "lock-no-ttl-broken", Guard: "lock: no TTL is broken",
 		File: "internal/lock/lock.go",
 		// A lock key without expiry waited for: its name is blocked for ever.

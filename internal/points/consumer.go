@@ -52,6 +52,11 @@ type ConsumerConfig struct {
 	// attempt fails as a transient error, on a connection the pool then drops. 0 is
 	// DefaultAttemptTimeout; cmd/points-consumer passes DB_STATEMENT_TIMEOUT + 2 s.
 	AttemptTimeout time.Duration
+	// TopologyCheck is how often a session declares the topology again, on a channel of its own: a DLX
+	// or DLQ deleted while the consumer runs was missing until it reconnected, and the broker dropped
+	// every dead letter meanwhile (a quorum queue dead-letters at most once; a helper's finding,
+	// 2026-12-06). 0 is DefaultTopologyCheck.
+	TopologyCheck time.Duration
 	// Fault is called at each crash window (Points; internal/platform/fault). Nil in production.
 	Fault fault.Hook
 	// Dedup is the consumer's dedup; nil is Guarded(). Only the lab passes one of its broken twins
@@ -76,6 +81,9 @@ func (c ConsumerConfig) validate() error {
 
 // DefaultAttemptTimeout is ConsumerConfig.AttemptTimeout when it is 0.
 const DefaultAttemptTimeout = 30 * time.Second
+
+// DefaultTopologyCheck is ConsumerConfig.TopologyCheck when it is 0.
+const DefaultTopologyCheck = time.Minute
 
 // Outcomes of a message, the label values of idemshop_points_messages_total.
 const (
@@ -163,6 +171,9 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 	if c.cfg.AttemptTimeout <= 0 {
 		c.cfg.AttemptTimeout = DefaultAttemptTimeout
 	}
+	if c.cfg.TopologyCheck <= 0 {
+		c.cfg.TopologyCheck = DefaultTopologyCheck
+	}
 	c.setUnsubscribed(errNotYetSubscribed)
 	return c, nil
 }
@@ -246,6 +257,8 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
+	topologyCheck := time.NewTicker(c.cfg.TopologyCheck)
+	defer topologyCheck.Stop()
 	for {
 		var due <-chan time.Time
 		if at, ok := held.next(); ok {
@@ -268,6 +281,8 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 			c.handle(ctx, work, ch, held, c.collect(d, deliveries))
 		case <-due:
 			c.retryHeld(ctx, work, ch, held)
+		case <-topologyCheck.C:
+			c.checkTopology(conn)
 		}
 	}
 }

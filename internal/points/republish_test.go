@@ -92,3 +92,31 @@ func assertInTheQueueNotTheDLQ(t *testing.T, env *testenv.Env, top rabbitmq.Topo
 	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue), "not dead-lettered")
 	assert.Equal(t, 1, republished, "republished once, at its last delivery")
 }
+
+// A DLX and DLQ an operator deleted while the consumer ran stayed missing until it reconnected, and the
+// broker dropped every dead letter meanwhile (a quorum queue dead-letters at most once; a helper's
+// finding, 2026-12-06). The consumer declares its topology again every TopologyCheck, with an alert for
+// what was missing, so the next poison message reaches the DLQ.
+func TestADeadLetterQueueDeletedWhileTheConsumerRunsIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.TopologyCheck = 50 * time.Millisecond
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	pub := newPublisher(t, env.AMQPURL, top)
+	pub.event(orderPaid(1, 1, 100))
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "the consumer runs")
+
+	ch := channel(t, env.AMQPURL)
+	_, err := ch.QueueDelete(top.DeadLetterQueue, false, false, false)
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDelete(top.DeadLetterExchange, false, false))
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "alert=topology_missing") },
+		"the missing DLX and DLQ reported")
+	assert.Contains(t, logs.String(), top.DeadLetterQueue)
+
+	pub.raw("poison", []byte(`{"event_id":`))
+	waitDeadLettered(t, c, channel(t, env.AMQPURL), top, 1, "the poison")
+}

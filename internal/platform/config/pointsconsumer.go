@@ -95,6 +95,9 @@ type PointsConsumer struct {
 	DoneTTL time.Duration `env:"POINTS_DONE_TTL" envDefault:"24h"`
 	// LeasePoll is how often a message whose order is claimed by someone else re-checks the lease.
 	LeasePoll time.Duration `env:"POINTS_LEASE_POLL" envDefault:"100ms"`
+	// TopologyCheck is how often the consumer declares its exchanges and queues again, so that a DLX or
+	// DLQ deleted while it runs is back within it (points.ConsumerConfig.TopologyCheck).
+	TopologyCheck time.Duration `env:"POINTS_TOPOLOGY_CHECK" envDefault:"1m"`
 	// Fault names a lab crash point: crash-after-claim or crash-after-commit. Needs ORDERS_LAB=true.
 	Fault             string        `env:"POINTS_FAULT"`
 	ReadyProbeTimeout time.Duration `env:"READY_PROBE_TIMEOUT" envDefault:"2s"`
@@ -127,6 +130,7 @@ func (c PointsConsumer) Validate() error {
 	ck.notNegative("POINTS_BATCH_WAIT", c.BatchWait)
 	ck.redisMillis("POINTS_DONE_TTL", c.DoneTTL)
 	ck.positive("POINTS_LEASE_POLL", c.LeasePoll)
+	ck.positive("POINTS_TOPOLOGY_CHECK", c.TopologyCheck)
 	ck.positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		ck.add(fmt.Errorf("POINTS_PREFETCH must be 1..65535, got %d", c.Prefetch))

@@ -218,3 +218,43 @@ func deleteOne(conn *amqp.Connection, kind, name string) error {
 	}
 	return fmt.Errorf("delete %s %s: %w", kind, name, err)
 }
+
+// Missing returns the names of t's exchanges and queues that do not exist on the broker, each looked up
+// with a passive declare on a channel of its own (a declare of a missing name closes its channel).
+func Missing(conn *amqp.Connection, t Topology) ([]string, error) {
+	var missing []string
+	for _, n := range []struct{ kind, name string }{
+		{"exchange", t.Exchange}, {"queue", t.Queue}, {"exchange", t.DeadLetterExchange}, {"queue", t.DeadLetterQueue},
+	} {
+		ok, err := exists(conn, n.kind, n.name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			missing = append(missing, n.name)
+		}
+	}
+	return missing, nil
+}
+
+// exists looks kind name up with a passive declare.
+func exists(conn *amqp.Connection, kind, name string) (bool, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("look up %s %s: %w", kind, name, err)
+	}
+	defer ch.Close() // already closed if it is missing
+	if kind == "queue" {
+		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	} else {
+		err = ch.ExchangeDeclarePassive(name, "", true, false, false, false, nil)
+	}
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("look up %s %s: %w", kind, name, err)
+}

@@ -658,8 +658,17 @@ func (s *Service) report(cb Callback, orderID int64, outcome Outcome, reason str
 
 // audit inserts the audit row on its own, outside any business transaction, and only logs a failure:
 // the business tables are the truth, the audit is what an operator reads ("3 received, 1 applied").
+// It outlives a sender that hung up (the request's cancellation, not its deadline): the row of a
+// callback that waited on the database and whose sender gave up went in under a cancelled context and
+// was lost, and the audit counted fewer callbacks than the platform sent (2026-12-06).
 func (s *Service) audit(ctx context.Context, lg *slog.Logger, cb Callback, orderID int64, sigOK bool, outcome Outcome, reason string) {
-	if err := record(ctx, s.db, cb, orderID, sigOK, outcome, reason); err != nil {
+	actx := context.WithoutCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(actx, deadline)
+		defer cancel()
+	}
+	if err := record(actx, s.db, cb, orderID, sigOK, outcome, reason); err != nil {
 		lg.Error("record payment callback audit row", "err", err, "outcome", outcome)
 	}
 }

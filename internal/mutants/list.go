@@ -778,6 +778,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRefundBeforeItsSuccessEndsRefunded$",
 	},
 
+	{
+		ID: "audit-outlives-sender", Guard: "audit: after hang-up",
+		File: "internal/callback/callback.go",
+		// The audit row under the request's cancellation: a sender that hung up leaves no row.
+		Original:    "actx := context.WithoutCancel(ctx)",
+		Replacement: "actx := ctx",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestACallbackWhoseSenderHungUpIsStillAudited$",
+	},
 	// ── Signatures (internal/paysig) ──
 	{
 		ID: "sig-mismatch", Guard: "signature: MAC",

@@ -26,6 +26,7 @@ import (
 	"idemshop/internal/callback"
 	"idemshop/internal/payclient"
 	"idemshop/internal/paymock"
+	"idemshop/internal/paysig"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/points"
@@ -361,6 +362,47 @@ func TestRefundOfAnotherPaymentThatWaitedOnTheRowLockIsRefused(t *testing.T) {
 	assert.Equal(t, "payment_mismatch", r.problem(t).Code)
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND refunded_cents = 0", id))
 	assert.Zero(t, count(t, env.DB, "order_refund_events", "order_id = ?", id))
+}
+
+// A callback whose sender hung up while it waited on the database still leaves its audit row: the
+// row went in under the request's context, already cancelled, and was lost (a carried low finding,
+// 2026-12-06). The operator's "3 received, 1 applied" must count what the platform sent.
+func TestACallbackWhoseSenderHungUpIsStillAudited(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{})
+	id, body := rp.orderAndItsSuccess("evt-hung-up")
+
+	holder := env.DB.Begin()
+	require.NoError(t, holder.Error)
+	defer holder.Rollback()
+	require.NoError(t, holder.Exec(`SELECT 1 FROM orders WHERE id = ? FOR UPDATE`, id).Error)
+
+	ctx, hangUp := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rp.srv.URL+"/v1/payments/callback", strings.NewReader(string(body)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(paysig.Header, paysig.Sign(demoSecret, time.Now(), body))
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := rp.srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	eventually(t, patience, "the callback to wait on the order's row lock", func() bool {
+		return count(t, env.DB, "pg_stat_activity", "datname = current_database() AND wait_event_type = 'Lock'") > 0
+	})
+	hangUp()
+	require.Error(t, <-sent, "the sender hung up")
+
+	eventually(t, 15*time.Second, "the callback's audit row", func() bool {
+		return count(t, env.DB, "payment_callbacks", "event_id = 'evt-hung-up'") > 0
+	})
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "event_id = 'evt-hung-up' AND NOT applied AND outcome = 'rejected'"))
+	require.NoError(t, holder.Rollback().Error)
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id), "nothing applied: the platform resends")
 }
 
 // Another payment's SUCCESS and FAILED that read the order while it still knew no payment, then waited

@@ -710,6 +710,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsAnOrderWhosePaymentThePlatformDoesNotKnow$",
 	},
 	{
+		ID: "apply-amount-check", Guard: "platform pay: amount",
+		File: "internal/callback/platform.go",
+		// A platform payment of another amount or currency applied: the order paid, stock and points taken.
+		Original:    "if pay.AmountCents != o.AmountCents || pay.Currency != o.Currency {",
+		Replacement: "if pay.AmountCents != o.AmountCents && pay.Currency != o.Currency {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerNeverAppliesAPaymentOfAnotherAmountOrCurrency$",
+	},
+	{
 		ID: "reconcile-other-pay", Guard: "reconciler: other pay",
 		File: "internal/sweeper/reconcile.go",
 		// Another payment than the order's is counted as a database failure, logged at every run, and
@@ -1014,6 +1022,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemInsufficientPointsKeepsTokenUsable$",
 	},
 
+	{
+		ID: "redeem-spent-replays", Guard: "redeem: spent = dup",
+		File: "internal/rewards/repository.go",
+		// Too few points after the token's own commit spent them answered 409: the bought coupon refused.
+		Original:    "if errors.Is(err, postgres.ErrDuplicate) || errors.Is(err, ErrInsufficientPoints) {",
+		Replacement: "if errors.Is(err, postgres.ErrDuplicate) {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemCrashWhileInFlight$",
+	},
 	// ── The outbox relay: a row is marked published only on the broker's ack (internal/outbox) ──
 	{
 		ID: "relay-confirm-wait", Guard: "relay: awaits confirm",

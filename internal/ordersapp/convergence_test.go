@@ -1095,6 +1095,46 @@ func TestReconcilerGivesBackARetryableRecordItCouldNotAsk(t *testing.T) {
 	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
 }
 
+// A platform payment for the order's number whose amount or currency is not the order's is never
+// applied, by the reconciler or anyone: it is a mismatch for a person, and the order keeps its state,
+// its stock and its points. No test broke when the check was removed (a helper's finding, 2026-12-06).
+func TestReconcilerNeverAppliesAPaymentOfAnotherAmountOrCurrency(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, longLease)(c)
+		c.ReconcileGrace = 0
+	}})
+	ctx := context.Background()
+	var stock int64
+	require.NoError(t, env.DB.Raw(`SELECT stock FROM products WHERE id = 1`).Scan(&stock).Error)
+
+	for _, c := range []struct {
+		name     string
+		plus     int64
+		currency string
+	}{{"another amount", 1, "EUR"}, {"another currency", 0, "USD"}} {
+		id, amount := rp.newOrder(alice, 1, 1)
+		require.NoError(t, env.DB.Exec(`UPDATE orders SET status = 'PAYING' WHERE id = ?`, id).Error)
+		pay, _, err := mock.client.CreatePayment(ctx, payclient.CreatePaymentRequest{
+			MerchantOrderNo: strconv.FormatInt(id, 10), AmountCents: amount + c.plus, Currency: c.currency,
+			NotifyURL: "http://" + testenv.FreeAddr(t) + "/nowhere"})
+		require.NoError(t, err, c.name)
+		_, err = mock.client.Approve(ctx, pay.ID)
+		require.NoError(t, err, c.name)
+
+		rep, err := rp.app.Reconciler.RunOnce(ctx)
+		require.NoError(t, err, c.name)
+		assert.Equal(t, map[string]int{sweeper.ReconcileMismatch: 1}, rep.Orders, c.name)
+		assert.Equal(t, "PAYING", statusOf(t, env.DB, id), c.name)
+		assert.Zero(t, count(t, env.DB, "outbox", "payload->>'order_id' = ?", strconv.FormatInt(id, 10)), "%s: no event", c.name)
+	}
+	var after int64
+	require.NoError(t, env.DB.Raw(`SELECT stock FROM products WHERE id = 1`).Scan(&after).Error)
+	assert.Equal(t, stock, after, "no stock taken")
+}
+
 // A FAILED_RETRYABLE record the platform has no payment for is asked about again after
 // RECONCILE_RECHECK, not at every run: one its client abandoned was claimed, asked about and given back
 // every RECONCILE_GRACE for the whole retention (a helper's finding, 2026-12-06). The client's own retry

@@ -342,6 +342,23 @@ func TestRedeemCrashWhileInFlight(t *testing.T) {
 		assert.Equal(t, committed, decodeResult(t, r.Body))
 		assertRedeemed(t, env.DB, redeemAlice, 3, 20)
 	})
+
+	// The same when the commit spent the last points: the resubmit's debit now finds too few, which
+	// says what a duplicate says (the token's own transaction spent them), and its coupon is the answer.
+	// Answered 409 insufficient_points, the user was told the coupon they had bought was refused; no
+	// test broke when that case was removed (a helper's finding, 2026-12-06).
+	t.Run("crash after the commit that spent the last points", func(t *testing.T) {
+		r := rp.redeem("alice-token", rp.issueFormToken("alice-token"), "coupon-10")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body) // 10 points left
+		tok, committed := committedThenCrashed(t)                          // 0 left
+
+		expireFormLease(t, env, store, tok)
+		r = rp.redeem("alice-token", tok, "coupon-10")
+		require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
+		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+		assert.Equal(t, committed, decodeResult(t, r.Body))
+		assertRedeemed(t, env.DB, redeemAlice, 5, 0)
+	})
 }
 
 // expireFormLease runs the in-flight lease of form token tok out by hand: its key goes, as when its TTL

@@ -1342,9 +1342,33 @@ var List = []Mutant{
 		ID: "republish-retried", Guard: "last delivery: retry",
 		File: "internal/points/consumer.go",
 		// Held in place at its last delivery, not republished: a crash meanwhile dead-letters it.
-		Original:    "\t\tif attempt == 1 {\n\t\t\tc.republishLast(ms)",
-		Replacement: "\t\tif attempt == 0 {\n\t\t\tc.republishLast(ms)",
-		Pkgs:        []string{"./internal/points"}, Run: "^TestAGoodMessageHeldThroughCrashesIsNotDeadLettered$",
+		Original:    "\t\tc.republishHeld()\n",
+		Replacement: "\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestGoodMessagesHeldThroughCrashesAreNotDeadLettered$",
+	},
+	{
+		ID: "republish-to-queue", Guard: "last delivery: queue",
+		File: "internal/points/republish.go",
+		// The copy sent through the events exchange: it reaches every queue bound there, or only those.
+		Original:    "PublishWithDeferredConfirmWithContext(ctx, \"\", c.cfg.Topology.Queue,",
+		Replacement: "PublishWithDeferredConfirmWithContext(ctx, c.cfg.Topology.Exchange, m.kind,",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAMessageSetAsideThroughCrashesIsNotDeadLettered$",
+	},
+	{
+		ID: "republish-batch", Guard: "last delivery: batch",
+		File: "internal/points/republish.go",
+		// The stuck batch's own messages not republished: a crash dead-letters them.
+		Original:    "\tc.republishLast(r.batch)\n",
+		Replacement: "\t_ = r.batch\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestGoodMessagesHeldThroughCrashesAreNotDeadLettered$",
+	},
+	{
+		ID: "republish-inbox", Guard: "last delivery: inbox",
+		File: "internal/points/republish.go",
+		// The deliveries waiting behind a stuck batch not republished: a crash dead-letters them.
+		Original:    "waiting := r.inbox.takeIf(c.lastDelivery)",
+		Replacement: "waiting := r.inbox.takeIf(func(amqp.Delivery) bool { return false })",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestGoodMessagesHeldThroughCrashesAreNotDeadLettered$",
 	},
 	{
 		ID: "republish-set-aside", Guard: "last delivery: aside",

@@ -223,17 +223,21 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch: %w", err)
 	}
-	r, err := newRepublisher(conn, ch)
-	if err != nil {
-		return err
-	}
-	c.republisher = r
-	defer func() { c.republisher = nil }()
 	tag := "points-consumer-" + uuid.NewString()
 	deliveries, err := ch.Consume(c.cfg.Topology.Queue, tag, false /* manual ack */, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.Topology.Queue, err)
 	}
+	// Every delivery goes into the inbox as it arrives, so that the ones behind a batch stuck on the
+	// database are within reach of a republish at their last delivery (republish.go).
+	in := newInbox()
+	go in.fill(deliveries)
+	r, err := newRepublisher(conn, ch, in)
+	if err != nil {
+		return err
+	}
+	c.republisher = r
+	defer func() { c.republisher = nil }()
 	// On shutdown the subscription is cancelled at once, even while a batch is being handled. A batch
 	// the shutdown interrupts is nacked, and an open subscription handed its messages straight back to
 	// this consumer to fail again, a delivery spent each time: one SIGTERM during a database outage
@@ -267,18 +271,25 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 		}
 		select {
 		case <-ctx.Done():
-			return c.drain(ctx, work, ch, unsubscribe, deliveries, held)
-		case d, ok := <-deliveries:
-			if !ok && ctx.Err() != nil {
-				return c.drain(ctx, work, ch, unsubscribe, deliveries, held) // closed by the shutdown's cancel
+			return c.drain(ctx, work, ch, unsubscribe, in, held)
+		case <-in.ready:
+			first, closed := in.take(c.cfg.BatchSize)
+			if closed && ctx.Err() != nil {
+				return c.drain(ctx, work, ch, unsubscribe, in, held) // closed by the shutdown's cancel
 			}
-			if !ok {
-				// amqp091 closes the delivery channel when the channel or the connection is lost.
-				// Returning (instead of reading again) is what keeps this from spinning. The deferred
-				// messages go back to the queue with the channel.
+			if closed || in.isClosed() && ctx.Err() == nil {
+				// amqp091 closes the delivery channel when the channel or the connection is lost (or the
+				// broker cancelled the subscription). Returning (instead of reading again) is what keeps
+				// this from spinning; what the inbox still holds, the deferred messages with it, goes
+				// back to the queue with the channel.
 				return errors.New("delivery channel closed (connection or channel lost)")
 			}
-			c.handle(ctx, work, ch, held, c.collect(d, deliveries))
+			if len(first) > 0 {
+				c.handle(ctx, work, ch, held, c.collect(first, in))
+			}
+			if in.len() > 0 || in.isClosed() {
+				in.signal() // the rest, or the close: after a look at the other cases
+			}
 		case <-due:
 			c.retryHeld(ctx, work, ch, held)
 		case <-topologyCheck.C:
@@ -291,38 +302,44 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 // delivery channel after the cancel once that buffer is empty. Deferred messages are given back
 // first (nack, requeue), never acked: their leases are someone else's and the ledger may not have
 // their credit. A held lease met while draining fails the same way at once (claim sees ctx done).
-func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, unsubscribe func() error, deliveries <-chan amqp.Delivery, held *deferredSet) error {
+func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, unsubscribe func() error, in *inbox, held *deferredSet) error {
 	if err := unsubscribe(); err != nil {
 		return nil // channel already gone: the broker requeues whatever was unacknowledged
 	}
 	c.giveBack(ch, held, "shutting down while another consumer holds the lease")
-	for d := range deliveries {
-		c.handle(ctx, work, ch, held, c.collect(d, deliveries))
+	for {
+		first, closed := in.take(c.cfg.BatchSize)
+		if len(first) > 0 {
+			c.handle(ctx, work, ch, held, c.collect(first, in))
+			continue
+		}
+		if closed {
+			return nil
+		}
+		<-in.ready // the client closes deliveries once its buffer is handed over, and fill signals it
 	}
-	return nil
 }
 
 // collect adds to first the deliveries that arrive within BatchWait, up to BatchSize. Under a
-// backlog the batch fills in microseconds; a lone message waits BatchWait at most. (A non-blocking read
-// would not do: amqp091's delivery channel is unbuffered, so a read only succeeds while its buffering
-// goroutine happens to be parked on the send, and batches would stay at one or two.)
+// backlog the batch fills in microseconds; a lone message waits BatchWait at most.
 //
-// A shutdown ends the wait too: it cancels the subscription (session), and the client then closes
-// deliveries, so a long BatchWait does not hold SIGTERM.
-func (c *Consumer) collect(first amqp.Delivery, deliveries <-chan amqp.Delivery) []amqp.Delivery {
-	batch := []amqp.Delivery{first}
-	if c.cfg.BatchSize == 1 {
+// A shutdown ends the wait too: it cancels the subscription (session), the client then closes
+// deliveries, and the inbox signals it, so a long BatchWait does not hold SIGTERM.
+func (c *Consumer) collect(first []amqp.Delivery, in *inbox) []amqp.Delivery {
+	batch := first
+	if len(batch) >= c.cfg.BatchSize {
 		return batch
 	}
 	linger := time.NewTimer(c.cfg.BatchWait)
 	defer linger.Stop()
 	for len(batch) < c.cfg.BatchSize {
+		more, closed := in.take(c.cfg.BatchSize - len(batch))
+		batch = append(batch, more...)
+		if closed || len(batch) == c.cfg.BatchSize {
+			return batch
+		}
 		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				return batch // the next read in session sees the close
-			}
-			batch = append(batch, d)
+		case <-in.ready:
 		case <-linger.C:
 			return batch
 		}
@@ -458,6 +475,10 @@ func (c *Consumer) retryHeld(ctx, work context.Context, ch *amqp.Channel, held *
 // deliveries to settle (firsts, their copies, and poison messages).
 func (c *Consumer) process(ctx, work context.Context, ch *amqp.Channel, held *deferredSet, msgs, firsts []*message) {
 	token := uuid.NewString()
+	if r := c.republisher; r != nil {
+		r.batch = msgs
+		defer func() { r.batch = nil }()
+	}
 	c.waitMarks() // the last batch's done marks, so that this claim sees them
 	toApply, waiting := c.claim(work, firsts, token)
 	c.setAside(ctx, held, waiting)
@@ -533,9 +554,12 @@ func (m *message) logAttrs() []any {
 func (m *message) decode() error {
 	kind := m.d.RoutingKey
 	if kind != events.RoutingKeyOrderPaid && kind != events.RoutingKeyRefunded {
-		// A dead letter an operator moved back to the queue (docs/points.md, "Replaying dead letters")
-		// comes under the queue's name; the event's routing key is in its x-death header.
-		if orig, ok := rabbitmq.DeadLetteredFrom(m.d); ok {
+		// A copy republished at its last delivery (republish.go) and a dead letter an operator moved
+		// back to the queue (docs/points.md, "Replaying dead letters") come under the queue's name; the
+		// event's routing key is in the copy's RoutingKeyHeader, or in the dead letter's x-death header.
+		if k, ok := m.d.Headers[RoutingKeyHeader].(string); ok {
+			kind = k
+		} else if orig, ok := rabbitmq.DeadLetteredFrom(m.d); ok {
 			kind = orig
 		}
 	}
@@ -730,7 +754,7 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 		credits[i] = m.credit
 	}
 	var applied Applied
-	err := c.retry(ctx, work, "applying credits", ms, func(attempt context.Context) (err error) {
+	err := c.retry(ctx, work, "applying credits", len(ms), func(attempt context.Context) (err error) {
 		applied, err = c.ledger.Apply(attempt, credits)
 		return err
 	})
@@ -763,7 +787,7 @@ func (c *Consumer) applyCredits(ctx, work context.Context, ms []*message) {
 func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 	var applied bool
 	var delta int64
-	err := c.retry(ctx, work, "applying a reversal", []*message{m}, func(attempt context.Context) (err error) {
+	err := c.retry(ctx, work, "applying a reversal", 1, func(attempt context.Context) (err error) {
 		applied, delta, err = c.ledger.Reverse(attempt, *m.reversal)
 		return err
 	})
@@ -790,9 +814,9 @@ func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 // nineteenth session of 2026-12-06 the retries stopped after 8 attempts, about 30 s, and a 3-minute
 // outage did exactly that). The messages stay unacknowledged meanwhile, within the prefetch, and come
 // back to another consumer if this one dies. Each attempt runs under work (which outlives shutdown)
-// bounded by AttemptTimeout. After the first failed attempt the messages of ms at their last delivery
-// are republished (republishLast): held in place, a crash or restart would dead-letter them.
-func (c *Consumer) retry(ctx, work context.Context, what string, ms []*message, fn func(attempt context.Context) error) error {
+// bounded by AttemptTimeout. After each failed attempt what the session holds at its last delivery is
+// republished (republishHeld): held in place, a crash or restart would dead-letter it.
+func (c *Consumer) retry(ctx, work context.Context, what string, messages int, fn func(attempt context.Context) error) error {
 	bo := c.newBackoff()
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(work, c.cfg.AttemptTimeout)
@@ -801,10 +825,8 @@ func (c *Consumer) retry(ctx, work context.Context, what string, ms []*message, 
 		if err == nil || errors.Is(err, ErrRejected) {
 			return err
 		}
-		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", len(ms))
-		if attempt == 1 {
-			c.republishLast(ms)
-		}
+		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", messages)
+		c.republishHeld()
 		if !retry.Sleep(ctx, bo.NextBackOff()) {
 			return err
 		}

@@ -17,41 +17,60 @@ import (
 	"idemshop/internal/testenv/tcpproxy"
 )
 
-// On RabbitMQ 3.x every return counts toward x-delivery-limit, a crash's too. A good message that a
-// consumer holds while the ledger cannot take it (retried in place), then a crash, six times over: the
-// sixth return dead-lettered it, and its credit waited in the DLQ for a person (a helper's finding,
-// 2026-12-06). At its last delivery it is now republished before it is held: a copy with a new count
-// is in the queue, and the next consumer credits it once.
-func TestAGoodMessageHeldThroughCrashesIsNotDeadLettered(t *testing.T) {
+// On RabbitMQ 3.x every return counts toward x-delivery-limit, a crash's too. Good messages that a
+// consumer holds while the ledger cannot take them, then a crash, six times over: the sixth return
+// dead-lettered them, and their credits waited in the DLQ for a person (a helper's finding, 2026-12-06).
+// Held means the batch retried in place (its credits, and the reversal that waits for them) and the
+// deliveries waiting behind it: at their last delivery they are now republished, and the next consumer
+// credits each once.
+func TestGoodMessagesHeldThroughCrashesAreNotDeadLettered(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
 	dbProxy, db := databaseViaProxy(t, env)
 	dbProxy.Cut()
-	newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 100))
+	pub := newPublisher(t, env.AMQPURL, top)
+	pub.event(orderPaid(1, 1, 100))
+	pub.refunded(orderRefunded(1, 1, 100)) // in the first batch, behind its credits
+	for i := int64(2); i <= 5; i++ {
+		pub.event(orderPaid(i, i%3+1, 100)) // order 2 in the first batch, the rest behind it
+	}
+	const n = 6
 
-	crashes := crashHoldingTheMessage(t, env, db, top, "applying credits failed; retrying", 2)
-	assertInTheQueueNotTheDLQ(t, env, top, crashes)
+	crashes := crashHolding(t, env, db, top, n, func(logs string) bool {
+		return strings.Count(logs, "applying credits failed; retrying") >= 2
+	})
+	assertInTheQueueNotTheDLQ(t, env, top, n, crashes)
 
 	dbProxy.Restore()
 	c := startConsumerOn(t, db, env.Redis, testLogger(), testConfig(env.AMQPURL, env.Prefix, top))
-	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "credited after the crashes")
-	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 1, Balances: 1}, state(t, env))
+	waitCount(t, 10*time.Second, n, func() int { return c.count(points.OutcomeApplied) }, "credited and reversed after the crashes")
+	assert.Equal(t, ledgerState{Rows: 6, Distinct: 6, Sum: 4, Balances: 4}, state(t, env))
 	assert.Zero(t, queueDepth(t, channel(t, env.AMQPURL), top.DeadLetterQueue), "nothing dead-lettered")
 }
 
 // The same for a message set aside because another consumer holds its lease: held unacknowledged in
-// the consumer (setAside), it came back with each crash, and the sixth dead-lettered it.
+// the consumer (setAside), it came back with each crash, and the sixth dead-lettered it. The copy goes
+// to the consumer's queue alone: sent through the events exchange, it reached every queue bound there
+// (a tap here), and with the queue's own binding gone, only those (a helper's finding, 2026-12-06).
 func TestAMessageSetAsideThroughCrashesIsNotDeadLettered(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
+	tap := env.Queue("tap")
+	tapCh := channel(t, env.AMQPURL)
+	_, err := tapCh.QueueDeclare(tap, false, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, tapCh.QueueBind(tap, "#", top.Exchange, false, nil))
 	lease := env.Prefix + "points:dedup:" + points.BizIDOrderPaid(1)
 	require.NoError(t, env.Redis.Set(t.Context(), lease, "another-consumer", time.Minute).Err())
 	newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 100))
 
-	crashes := crashHoldingTheMessage(t, env, env.DB, top, "points message set aside", 1)
-	assertInTheQueueNotTheDLQ(t, env, top, crashes)
+	crashes := crashHolding(t, env, env.DB, top, 1, func(logs string) bool {
+		return strings.Contains(logs, "points message set aside")
+	})
+	assertInTheQueueNotTheDLQ(t, env, top, 1, crashes)
+	assert.Equal(t, 1, queueDepth(t, tapCh, tap), "the tap has the event once: the copy went to the queue alone")
 
 	require.NoError(t, env.Redis.Del(t.Context(), lease).Err()) // the other consumer let go
 	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
@@ -60,19 +79,28 @@ func TestAMessageSetAsideThroughCrashesIsNotDeadLettered(t *testing.T) {
 	assert.Zero(t, queueDepth(t, channel(t, env.AMQPURL), top.DeadLetterQueue), "nothing dead-lettered")
 }
 
-// crashHoldingTheMessage starts a consumer on db, waits until its log shows the message held (the
-// line held, times times: a republish comes before it), and crashes it: its broker connection is cut,
-// so the broker takes back what it held, as after kill -9. It does so once more than the delivery
-// limit allows, and returns how many of the consumers republished the message.
-func crashHoldingTheMessage(t *testing.T, env *testenv.Env, db *gorm.DB, top rabbitmq.Topology, held string, times int) (republished int) {
+// crashHolding starts a consumer on db (batches of 3, prefetch 10), waits until it has every one of the
+// n messages (none ready in the queue) and its log says it holds them (held), and crashes it: its
+// broker connection is cut, so the broker takes back what it held, as after kill -9. It does so once
+// more than the delivery limit allows; the last consumer is waited for until it has republished n
+// messages. It returns how many republishes the consumers logged.
+func crashHolding(t *testing.T, env *testenv.Env, db *gorm.DB, top rabbitmq.Topology, n int, held func(logs string) bool) (republished int) {
 	t.Helper()
+	ch := channel(t, env.AMQPURL)
 	for i := range events.DeliveryLimit + 1 {
 		amqpProxy, amqpURL := tcpproxy.ForURL(t, env.AMQPURL)
 		logs := &testenv.Output{}
 		cfg := testConfig(amqpURL, env.Prefix, top)
+		cfg.Prefetch, cfg.BatchSize = 10, 3
 		cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
 		c := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
-		waitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), held) >= times }, "delivery %d held", i+1)
+		last := i == events.DeliveryLimit
+		waitFor(t, 10*time.Second, func() bool {
+			if last {
+				return strings.Count(logs.String(), "republished at its last delivery") >= n
+			}
+			return held(logs.String()) && queueDepth(t, ch, top.Queue) == 0
+		}, "delivery %d held", i+1)
 		amqpProxy.Cut()
 		c.stop(t)
 		republished += strings.Count(logs.String(), "republished at its last delivery")
@@ -80,17 +108,17 @@ func crashHoldingTheMessage(t *testing.T, env *testenv.Env, db *gorm.DB, top rab
 	return republished
 }
 
-// assertInTheQueueNotTheDLQ waits until the crashes' returns have settled (one message in the queue
-// or its DLQ), and asserts it is in the queue, republished by the last consumer alone.
-func assertInTheQueueNotTheDLQ(t *testing.T, env *testenv.Env, top rabbitmq.Topology, republished int) {
+// assertInTheQueueNotTheDLQ waits until the crashes' returns have settled (n messages in the queue or
+// its DLQ), and asserts they are in the queue, each republished once, at its last delivery.
+func assertInTheQueueNotTheDLQ(t *testing.T, env *testenv.Env, top rabbitmq.Topology, n, republished int) {
 	t.Helper()
 	ch := channel(t, env.AMQPURL)
 	waitFor(t, 10*time.Second, func() bool {
-		return queueDepth(t, ch, top.Queue)+queueDepth(t, ch, top.DeadLetterQueue) == 1
-	}, "the message back in the queue or in its DLQ")
-	assert.Equal(t, 1, queueDepth(t, ch, top.Queue), "in the queue")
+		return queueDepth(t, ch, top.Queue)+queueDepth(t, ch, top.DeadLetterQueue) == n
+	}, "the messages back in the queue or in its DLQ")
+	assert.Equal(t, n, queueDepth(t, ch, top.Queue), "in the queue")
 	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue), "not dead-lettered")
-	assert.Equal(t, 1, republished, "republished once, at its last delivery")
+	assert.Equal(t, n, republished, "each republished once, at its last delivery")
 }
 
 // A DLX and DLQ an operator deleted while the consumer ran stayed missing until it reconnected, and the

@@ -1693,6 +1693,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestPoisonMessagesAreDeadLetteredAndDoNotBlock$",
 	},
 	{
+		ID: "points-paid-points", Guard: "order.paid: points",
+		File: "internal/points/consumer.go",
+		// An order.paid's points taken as they come: one that says more than its amount earns is credited.
+		Original:    "ev.AmountCents, ev.Points); err != nil {\n\t\t\treturn fmt.Errorf(\"%w: order.paid: %w\"",
+		Replacement: "ev.AmountCents, events.PointsFor(ev.AmountCents)); err != nil {\n\t\t\treturn fmt.Errorf(\"%w: order.paid: %w\"",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAnOrderPaidThatDoesNotAddUpIsDeadLettered$",
+	},
+	{
+		ID: "points-event-ids", Guard: "event: ids > 0",
+		File: "internal/points/consumer.go",
+		// An order.paid with order_id 0 or below is credited under a biz_id no order has.
+		Original:    "if orderID <= 0 || userID <= 0 {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAnOrderPaidThatDoesNotAddUpIsDeadLettered$",
+	},
+	{
 		ID: "points-balance-read", Guard: "balance: one read",
 		File: "internal/points/ledger.go",
 		// The balance read again in a statement of its own: a credit that commits between the two is in

@@ -211,6 +211,38 @@ func TestPoisonMessagesAreDeadLetteredAndDoNotBlock(t *testing.T) {
 	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
 }
 
+// An order.paid that does not add up is poison like one without an amount: points other than its
+// amount earns (one more, here), an order_id of 0 or below, a user_id below 0. Each is dead-lettered
+// and credits nothing, and a good event behind them goes through. Only the reversal's points and ids
+// were tested: with the order.paid check skipped, or the id check gone, no test failed, and the extra
+// point or the made-up order's credit was in the ledger (a helper's finding, 2026-12-06).
+func TestAnOrderPaidThatDoesNotAddUpIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	pub := newPublisher(t, env.AMQPURL, top)
+	c := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+
+	onePointMore := orderPaid(70, 1, 1000)
+	onePointMore.Points = events.PointsFor(1000) + 1
+	pub.event(onePointMore)
+	pub.event(orderPaid(0, 1, 1000))   // no order
+	pub.event(orderPaid(-71, 1, 1000)) // nor this one
+	pub.event(orderPaid(72, -1, 1000)) // no user
+	pub.event(orderPaid(73, 1, 1000))  // a good one among them still goes through
+
+	ch := channel(t, env.AMQPURL)
+	waitCount(t, 20*time.Second, 5, func() int {
+		return c.count(points.OutcomeApplied) + c.count(points.OutcomeDeadLettered)
+	}, "every event applied or dead-lettered")
+	assert.Equal(t, 1, c.count(points.OutcomeApplied), "only the good one applied")
+	assert.Equal(t, account{Balance: 10, Ledger: map[string]int64{"order-paid:73": 10}}, accountOf(t, env, 1))
+	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 10, Balances: 10}, state(t, env), "no poison credited")
+	waitDeadLettered(t, c, ch, top, 4, "the four poisons")
+	assert.Equal(t, 4*events.DeliveryLimit, c.count(points.OutcomeFailed), "each retried up to the limit")
+	assert.Equal(t, 0, queueDepth(t, ch, top.Queue))
+}
+
 // A dead letter an operator moves back to the queue once its cause is fixed (here: its user did not
 // exist yet) is credited. A move (the management UI's "Move messages", a shovel) publishes it through
 // the default exchange under the queue's name; the consumer reads the event's routing key from the

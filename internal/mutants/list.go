@@ -944,6 +944,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAsksAboutARetryableRecordWithoutPaymentOnlyAfterTheRecheck$",
 	},
 	{
+		ID: "records-grace", Guard: "reconciler: rec grace",
+		File: "internal/idempotency/store.go",
+		// A pay record is settled by the reconciler the moment it fails, inside RECONCILE_GRACE.
+		Original:    "Where(`kind = ? AND updated_at < now() - make_interval(secs => ?)",
+		Replacement: "Where(`kind = ? AND (updated_at < now() - make_interval(secs => ?) OR TRUE)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerLeavesARetryableRecordToItsGrace$",
+	},
+	{
 		ID: "sweeper-stop-quiet", Guard: "sweeper: stopping",
 		File: "internal/sweeper/sweeper.go",
 		// A sweep that a shutdown ends is logged at ERROR and counted failed.

@@ -1064,6 +1064,57 @@ func TestReconcilerSettlesRetryableRecords(t *testing.T) {
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 }
 
+// A FAILED_RETRYABLE pay record is the reconciler's only once it has been left alone for
+// RECONCILE_GRACE: inside it, the client's own retry is what runs the payment again, and the reconciler
+// neither claims the record nor asks the platform about it, even with the payment there. Once older, it
+// is settled. Every test ran with no grace, and with the records' grace gone no test failed (a helper's
+// finding, 2026-12-06).
+func TestReconcilerLeavesARetryableRecordToItsGrace(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, longLease)(c)
+		c.ReconcileGrace = time.Hour
+	}})
+	id, amount := rp.newOrder(alice, 1, 1)
+	mock.setChaos(t, `{"error_rate":1}`)
+	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-in-grace").Status)
+	mock.setChaos(t, `{"error_rate":0}`)
+	_, _, err := mock.client.CreatePayment(context.Background(), payclient.CreatePaymentRequest{
+		MerchantOrderNo: strconv.FormatInt(id, 10), AmountCents: amount, Currency: "EUR",
+		NotifyURL: "http://" + testenv.FreeAddr(t) + "/nowhere"})
+	require.NoError(t, err)
+	type row struct {
+		State     string
+		Fence     int64
+		Attempts  int
+		UpdatedAt time.Time
+	}
+	read := func() row {
+		var r row
+		require.NoError(t, env.DB.Raw(`SELECT state, fence, attempts, updated_at FROM idempotency_keys
+			WHERE idempotency_key = 'pay-in-grace'`).Scan(&r).Error)
+		return r
+	}
+	before := read()
+	require.Equal(t, "FAILED_RETRYABLE", before.State)
+
+	rep, err := rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, rep.Records, "a record inside its grace is not taken: %+v", rep)
+	assert.Equal(t, before, read(), "nor touched")
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+
+	require.NoError(t, env.DB.Exec(`UPDATE idempotency_keys SET updated_at = now() - interval '2 hours'
+		WHERE idempotency_key = 'pay-in-grace'`).Error)
+	rep, err = rp.app.Reconciler.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.ReconcileChanged: 1}, rep.Records, "past its grace it is settled")
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-in-grace").State)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+}
+
 // A reconcile run that cannot reach the platform gives a FAILED_RETRYABLE record back as it found it, so
 // the client's retry runs again at once. The takeover used to leave it PROCESSING under a fresh lease:
 // the retry got 409 idempotency_key_in_use for PAY_LEASE, and the sweeper then treated it as an outcome

@@ -219,3 +219,48 @@ func TestRecordsAreFoundByKind(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, counts)
 }
+
+// A takeover is of the same request only: a FAILED_RETRYABLE record, or one PROCESSING past its lease,
+// is not taken over by a claim of its key with another fingerprint, whatever token it carries (a newer
+// one from the lock, or none). The claim answers the record as it is, for the caller's 422, and the row
+// keeps its state, fence, fingerprint and attempts. Without `fingerprint = ?` no test failed, and the
+// other request ran under the first one's record (a helper's finding, 2026-12-06).
+func TestClaimNeverTakesOverTheRecordOfAnotherRequest(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	ctx := context.Background()
+	const otherFP = "fingerprint-of-another-pay-request"
+	other := func(key string, fence int64) idempotency.Claim {
+		t.Helper()
+		c, err := st.Claim(ctx, idempotency.Scope{UserID: 1, Key: key}, paySubject, "POST", payPath, otherFP, fence, lease)
+		require.NoError(t, err, "token %d", fence)
+		return c
+	}
+
+	retryable := claim(t, st, "retryable", 1)
+	require.True(t, retryable.Claimed)
+	require.NoError(t, st.Finish(ctx, env.DB, retryable.Record.ID, 1, idempotency.StateFailedRetryable, 503, []byte(`{"first":true}`)))
+	expired := claim(t, st, "expired", 1)
+	require.True(t, expired.Claimed)
+	expire(t, env, expired.Record.ID)
+
+	for key, state := range map[string]idempotency.State{
+		"retryable": idempotency.StateFailedRetryable, "expired": idempotency.StateProcessing,
+	} {
+		for _, fence := range []int64{2, 0} {
+			c := other(key, fence)
+			assert.False(t, c.Claimed, "%s: another request took the record over with token %d", key, fence)
+			assert.Equal(t, payFP, c.Record.Fingerprint, "%s: the record answered is the first request's", key)
+		}
+		rec := stored(t, env, key)
+		assert.Equal(t, state, rec.State, key)
+		assert.EqualValues(t, 1, rec.Fence, "%s: no token written", key)
+		assert.Equal(t, payFP, rec.Fingerprint, key)
+		assert.Zero(t, rec.Attempts, "%s: no takeover happened", key)
+	}
+
+	// The same request takes it over.
+	c := claim(t, st, "retryable", 2)
+	assert.True(t, c.Claimed)
+	assert.EqualValues(t, 2, c.Record.Fence)
+}

@@ -848,6 +848,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestClaimLeavesALiveLeaseAlone$",
 	},
 	{
+		ID: "pay-claim-fingerprint", Guard: "pay claim: fingerprint",
+		File: "internal/idempotency/store.go",
+		// A claim of the key with another fingerprint takes a retryable or expired record over.
+		Original:    "AND fingerprint = ?\n\t\t  AND (state = ?",
+		Replacement: "AND (fingerprint = ? OR TRUE)\n\t\t  AND (state = ?",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestClaimNeverTakesOverTheRecordOfAnotherRequest$",
+	},
+	{
 		ID: "pay-claim-fence", Guard: "pay claim: fence < ?",
 		File:        "internal/idempotency/store.go",
 		Original:    "AND (? = 0 OR fence < ?)",

@@ -140,6 +140,39 @@ func TestAcquire_BreaksALeaseWithoutExpiry(t *testing.T) {
 	assert.NoError(t, l.Release(ctx, b))
 }
 
+// RaiseFence only ever raises the counter: a floor below it (a resource that stored an older token, a
+// raise that comes late, after other holders drew theirs) leaves it as it is, and the next token is
+// still above every earlier one; a floor above it is passed. The raise set the counter to the floor
+// whatever it was, and with that broken no test failed: tokens went back, and a holder fenced out
+// before was let in again (a helper's finding, 2026-12-06).
+func TestRaiseFence_NeverLowersTheCounter(t *testing.T) {
+	t.Parallel()
+	l, _ := newLocker(t)
+	ctx := context.Background()
+
+	var last int64
+	for i := range 5 {
+		lease, err := l.Acquire(ctx, "rec", held)
+		require.NoError(t, err, "cycle %d", i)
+		last = lease.Fence
+		require.NoError(t, l.Release(ctx, lease), "cycle %d", i)
+	}
+	require.Equal(t, int64(5), last)
+
+	require.NoError(t, l.RaiseFence(ctx, "rec", 2))
+	lease, err := l.Acquire(ctx, "rec", held)
+	require.NoError(t, err)
+	assert.Equal(t, last+1, lease.Fence, "a floor below the counter lowered it")
+	require.NoError(t, l.Release(ctx, lease))
+	last = lease.Fence
+
+	require.NoError(t, l.RaiseFence(ctx, "rec", 40))
+	lease, err = l.Acquire(ctx, "rec", held)
+	require.NoError(t, err)
+	assert.Equal(t, int64(41), lease.Fence, "the next token is above the floor")
+	assert.Greater(t, lease.Fence, last)
+}
+
 // The fence counter is bounded: every acquisition sets its TTL again (in the acquire script), so it
 // only expires once the name has not been locked for FenceTTL. A busy attempt does not touch it.
 func TestFence_HasATTLRefreshedOnEveryAcquisition(t *testing.T) {

@@ -1527,6 +1527,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/lock"}, Run: "^TestFence_IncreasesAcrossReleaseCycles$",
 	},
 	{
+		ID: "lock-raise-only-up", Guard: "lock: raise never down",
+		File: "internal/lock/lock.go",
+		// RaiseFence sets the counter to its floor whatever it was: a floor below it sends tokens back.
+		Original:    "if (tonumber(redis.call('GET', KEYS[1])) or 0) < tonumber(ARGV[1]) then",
+		Replacement: "if true then",
+		Pkgs:        []string{"./internal/lock"}, Run: "^TestRaiseFence_NeverLowersTheCounter$",
+	},
+	{
 		ID: "lock-release-owner", Guard: "lock: release if owner",
 		File:        "internal/platform/redisx/redisx.go", // the lock, the marker and the points lease share it
 		Original:    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('DEL', KEYS[1])",

@@ -991,6 +991,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperSendsEachRefundOnce$",
 	},
 	{
+		ID: "refund-mark-pending", Guard: "refund: REQUESTED once",
+		File: "internal/refunds/refunds.go",
+		// A refund whose callback closed it while it was being sent is set back from DONE to REQUESTED.
+		Original:    "WHERE id = ? AND status = 'PENDING'`, id).Error; err != nil {\n\t\treturn fmt.Errorf(\"mark refund %s requested",
+		Replacement: "WHERE id = ?`, id).Error; err != nil {\n\t\treturn fmt.Errorf(\"mark refund %s requested",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestARefundClosedWhileItIsSentStaysDone$",
+	},
+	{
 		ID: "reconcile-settle-steps", Guard: "reconciler: settle",
 		File:     "internal/callback/platform.go",
 		Original: "case StatusSuccess:\n\t\treturn s.settleSuccess(ctx, tx, o, pay.ID, s.orders.DecrementStock)",

@@ -331,3 +331,34 @@ func TestRefundCappedWhileItIsSentStaysDue(t *testing.T) {
 	assert.Equal(t, map[string]int{refunds.ResultRequested: 1}, sent)
 	assert.Equal(t, []int64{100, left}, p.amounts())
 }
+
+// The platform's refund callback can close a request (DONE) before the platform's answer to the send
+// reaches the sweeper: marking it requested then leaves it DONE, and it is not sent again. Marked from
+// any status, it went back to REQUESTED, a refund the shop still waits for although the money is back,
+// and no test failed (a helper's finding, 2026-12-06).
+func TestARefundClosedWhileItIsSentStaysDone(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	var orderID int64
+	var closeOnce sync.Once
+	p, client := newPlatform(t, byRefundNo(nil), func() {
+		// The callback of the refund, in its own transaction (assert: not the test's goroutine).
+		closeOnce.Do(func() { assert.NoError(t, refunds.CloseAll(ctx, env.DB, orderID)) })
+	})
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 10,
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+	require.NoError(t, err)
+	orderID = owe(t, env, "closed-in-flight")
+
+	sent, err := e.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{refunds.ResultRequested: 1}, sent, "the platform took it")
+	status, _, _, _ := request(t, env, "closed-in-flight")
+	assert.Equal(t, "DONE", status, "the callback's DONE was set back")
+
+	sent, err = e.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, sent, "a DONE request is not sent again")
+	assert.Equal(t, 1, p.requests("closed-in-flight"))
+}

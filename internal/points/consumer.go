@@ -273,18 +273,17 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 		case <-ctx.Done():
 			return c.drain(ctx, work, ch, unsubscribe, in, held)
 		case <-in.ready:
-			first, closed := in.take(c.cfg.BatchSize)
-			if closed && ctx.Err() != nil {
+			if in.isClosed() && ctx.Err() != nil {
 				return c.drain(ctx, work, ch, unsubscribe, in, held) // closed by the shutdown's cancel
 			}
-			if closed || in.isClosed() && ctx.Err() == nil {
+			if in.isClosed() {
 				// amqp091 closes the delivery channel when the channel or the connection is lost (or the
 				// broker cancelled the subscription). Returning (instead of reading again) is what keeps
 				// this from spinning; what the inbox still holds, the deferred messages with it, goes
 				// back to the queue with the channel.
 				return errors.New("delivery channel closed (connection or channel lost)")
 			}
-			if len(first) > 0 {
+			if first, _ := in.take(c.cfg.BatchSize); len(first) > 0 {
 				c.handle(ctx, work, ch, held, c.collect(first, in))
 			}
 			if in.len() > 0 || in.isClosed() {

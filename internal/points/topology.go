@@ -10,7 +10,8 @@ import (
 
 // checkTopology declares the topology again every TopologyCheck, on channels of its own (a failed
 // declare closes its channel; the consuming one must stay open), and raises an alert for each exchange
-// or queue that was missing. Declaring again also binds the queue again (a binding cannot be looked up). A session declares it once, when it connects; a DLX or DLQ an operator deleted afterwards
+// or queue that was missing. Declaring again also binds the queue again (a binding cannot be looked
+// up). A session declares it once, when it connects; a DLX or DLQ an operator deleted afterwards
 // stayed missing until the consumer reconnected, and RabbitMQ dropped every dead letter meanwhile: a
 // quorum queue dead-letters at most once, and a dead letter it cannot route is gone (a helper's
 // finding, 2026-12-06). The dead letters of the gap are lost still; the alert says so, and the

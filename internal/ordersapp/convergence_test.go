@@ -383,21 +383,14 @@ func TestACallbackWhoseSenderHungUpIsStillAudited(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(paysig.Header, paysig.Sign(demoSecret, time.Now(), body))
-	sent := make(chan error, 1)
-	go func() {
-		resp, err := rp.srv.Client().Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		sent <- err
-	}()
+	sent := rp.sendInBackground(req)
 	eventually(t, patience, "the callback to wait on the order's row lock", func() bool {
 		return count(t, env.DB, "pg_stat_activity", "datname = current_database() AND wait_event_type = 'Lock'") > 0
 	})
 	hangUp()
 	require.Error(t, <-sent, "the sender hung up")
 
-	eventually(t, 15*time.Second, "the callback's audit row", func() bool {
+	eventually(t, 5*time.Second, "the callback's audit row", func() bool {
 		return count(t, env.DB, "payment_callbacks", "event_id = 'evt-hung-up'") > 0
 	})
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "event_id = 'evt-hung-up' AND NOT applied AND outcome = 'rejected'"))

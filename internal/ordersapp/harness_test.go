@@ -159,6 +159,20 @@ func (rp *replica) createOrder(token, key, body string) response {
 	return rp.call(http.MethodPost, "/v1/orders", token, key, []byte(body))
 }
 
+// sendInBackground sends req on rp's client and returns the error of the exchange once it ends: a test
+// hangs up by cancelling req's context.
+func (rp *replica) sendInBackground(req *http.Request) <-chan error {
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := rp.srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	return sent
+}
+
 // count returns SELECT count(*) FROM table [WHERE ...].
 func count(t testing.TB, db *gorm.DB, table string, where ...any) int64 {
 	t.Helper()

@@ -549,14 +549,7 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+alice)
 	req.Header.Set("Idempotency-Key", "pay-hangup")
-	sent := make(chan error, 1)
-	go func() {
-		resp, err := rp.srv.Client().Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		sent <- err
-	}()
+	sent := rp.sendInBackground(req)
 	g.wait(t)
 	hangUp()
 	require.Error(t, <-sent, "the client gave up")

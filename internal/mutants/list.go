@@ -1379,6 +1379,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAMessageSetAsideThroughCrashesIsNotDeadLettered$",
 	},
 	{
+		ID: "inbox-delivery-order", Guard: "inbox: delivery order",
+		File: "internal/points/republish.go",
+		// Put back at the front: the next batch's multiple-ack acks earlier deliveries still unread.
+		Original:    "if j == len(ds) || i < len(in.ds) && in.ds[i].DeliveryTag < ds[j].DeliveryTag {",
+		Replacement: "if j == len(ds) {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAnInboxPutBackKeepsDeliveryOrder$",
+	},
+	{
+		ID: "republish-bound", Guard: "last delivery: bound",
+		File: "internal/points/republish.go",
+		// Republished without a bound: a lease kept taken again sends its message round the queue for ever.
+		Original:    "return c.lastDelivery(d) && republishes(d) < int64(c.cfg.MaxRepublish)",
+		Replacement: "return c.lastDelivery(d)",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAMessageRepublishedMaxRepublishTimesIsDeadLettered$",
+	},
+	{
 		ID: "republish-batch", Guard: "last delivery: batch",
 		File: "internal/points/republish.go",
 		// The stuck batch's own messages not republished: a crash dead-letters them.
@@ -1390,7 +1406,7 @@ var List = []Mutant{
 		ID: "republish-inbox", Guard: "last delivery: inbox",
 		File: "internal/points/republish.go",
 		// The deliveries waiting behind a stuck batch not republished: a crash dead-letters them.
-		Original:    "waiting := r.inbox.takeIf(c.lastDelivery)",
+		Original:    "waiting := r.inbox.takeIf(c.mayRepublish)",
 		Replacement: "waiting := r.inbox.takeIf(func(amqp.Delivery) bool { return false })",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestGoodMessagesHeldThroughCrashesAreNotDeadLettered$",
 	},

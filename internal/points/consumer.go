@@ -57,6 +57,9 @@ type ConsumerConfig struct {
 	// every dead letter meanwhile (a quorum queue dead-letters at most once; a helper's finding,
 	// 2026-12-06). 0 is DefaultTopologyCheck.
 	TopologyCheck time.Duration
+	// MaxRepublish bounds how many times one message is republished at its last delivery
+	// (RepublishedHeader); 0 is DefaultMaxRepublish.
+	MaxRepublish int
 	// Fault is called at each crash window (Points; internal/platform/fault). Nil in production.
 	Fault fault.Hook
 	// Dedup is the consumer's dedup; nil is Guarded(). Only the lab passes one of its broken twins
@@ -84,6 +87,10 @@ const DefaultAttemptTimeout = 30 * time.Second
 
 // DefaultTopologyCheck is ConsumerConfig.TopologyCheck when it is 0.
 const DefaultTopologyCheck = time.Minute
+
+// DefaultMaxRepublish is ConsumerConfig.MaxRepublish when it is 0: a message is delivered at most
+// (1 + 3) × 6 = 24 times before the DLQ takes it.
+const DefaultMaxRepublish = 3
 
 // Outcomes of a message, the label values of idemshop_points_messages_total.
 const (
@@ -173,6 +180,9 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 	}
 	if c.cfg.TopologyCheck <= 0 {
 		c.cfg.TopologyCheck = DefaultTopologyCheck
+	}
+	if c.cfg.MaxRepublish <= 0 {
+		c.cfg.MaxRepublish = DefaultMaxRepublish
 	}
 	c.setUnsubscribed(errNotYetSubscribed)
 	return c, nil
@@ -586,7 +596,7 @@ func (m *message) decode() error {
 		}
 		m.reversal = &Reversal{OrderID: ev.OrderID, UserID: ev.UserID, Points: ev.Points}
 	default:
-		return fmt.Errorf("%w: unknown routing key %q", errPoison, m.d.RoutingKey)
+		return fmt.Errorf("%w: unknown routing key %q", errPoison, kind)
 	}
 	m.kind = kind
 	return nil
@@ -683,10 +693,13 @@ func (c *Consumer) setAside(ctx context.Context, held *deferredSet, ms []*messag
 			m.outcome, m.err = OutcomeFailed, errors.New("lease still held after one lease TTL")
 		default:
 			m.retryAt = now.Add(c.cfg.LeasePoll)
-			held.add(m)
 			if newlyHeld {
 				// Held at its last delivery, it would be dead-lettered by a crash or restart meanwhile.
+				// Before add, which hands its copies (dups) to a message of its order already waiting.
 				c.republishLast([]*message{m})
+			}
+			held.add(m)
+			if newlyHeld {
 				c.logger.Info("points message set aside: another consumer holds its lease; the rest of the batch goes on",
 					"event_id", m.eventID, "biz_id", m.bizID(), "give_up_at", m.giveUpAt)
 			}
@@ -857,8 +870,9 @@ func giveBackFailed(ch *amqp.Channel, m *message) error {
 // the successes are acked. One multiple-ack
 // of the highest success acknowledges every outstanding delivery up to its tag: exactly the
 // successes, because this goroutine is the only one settling on ch and every earlier delivery is
-// settled already, unless it waits in held. So the multiple-ack is used only when no waiting message
-// has a lower tag; otherwise each success is acked on its own.
+// settled already, unless it waits in held (the inbox holds only later ones: inbox.putBack keeps it in
+// delivery order). So the multiple-ack is used only when no waiting message has a lower tag; otherwise
+// each success is acked on its own.
 func (c *Consumer) settle(ch *amqp.Channel, held *deferredSet, msgs []*message) {
 	var oks []uint64
 	var lastOK uint64

@@ -1,6 +1,7 @@
 package points
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,26 @@ import (
 // RoutingKeyHeader carries a republished copy's event routing key (order.paid or order.refunded): the
 // copy comes through the default exchange under the queue's name.
 const RoutingKeyHeader = "x-idemshop-routing-key"
+
+// RepublishedHeader counts how many times a message was republished (an integer, absent: 0). A message
+// republished MaxRepublish times is not republished again: without a bound, one whose lease another
+// consumer kept taking again, or a poison one that only the ledger judges and whose sixth delivery kept
+// meeting a failed attempt, went round the queue for ever instead of reaching the DLQ (a helper's
+// finding, 2026-12-06).
+const RepublishedHeader = "x-idemshop-republished"
+
+// republishes returns d's RepublishedHeader.
+func republishes(d amqp.Delivery) int64 {
+	switch v := d.Headers[RepublishedHeader].(type) {
+	case int64:
+		return v
+	case int32:
+		return int64(v)
+	case int:
+		return int64(v)
+	}
+	return 0
+}
 
 // inbox holds the deliveries the client has handed over and the session has not taken yet. fill, a
 // goroutine of the session, moves each one here as it arrives, so that the ones behind a batch stuck on
@@ -116,13 +137,31 @@ func (in *inbox) takeIf(keep func(amqp.Delivery) bool) []amqp.Delivery {
 	return out
 }
 
-// putBack returns ds to the front of the inbox, in their order.
+// putBack returns ds to the inbox, each at its place in delivery order (by delivery tag). The inbox
+// must stay in that order: settle's multiple-ack acknowledges every outstanding delivery up to a
+// batch's highest tag, and that is right only while every lower tag is settled or set aside. Put back at
+// the front, a later delivery whose republish failed went into the next batch ahead of earlier ones
+// still waiting, and that batch's multiple-ack acked them unread; a crash then lost their credits (41
+// of 141 in a helper's run, 2026-12-06).
 func (in *inbox) putBack(ds []amqp.Delivery) {
 	if len(ds) == 0 {
 		return
 	}
+	ds = slices.Clone(ds)
+	slices.SortFunc(ds, func(a, b amqp.Delivery) int { return cmp.Compare(a.DeliveryTag, b.DeliveryTag) })
 	in.mu.Lock()
-	in.ds = append(slices.Clone(ds), in.ds...)
+	merged := make([]amqp.Delivery, 0, len(in.ds)+len(ds))
+	i, j := 0, 0
+	for i < len(in.ds) || j < len(ds) {
+		if j == len(ds) || i < len(in.ds) && in.ds[i].DeliveryTag < ds[j].DeliveryTag {
+			merged = append(merged, in.ds[i])
+			i++
+		} else {
+			merged = append(merged, ds[j])
+			j++
+		}
+	}
+	in.ds = merged
 	in.mu.Unlock()
 	in.signal()
 }
@@ -159,6 +198,11 @@ func (c *Consumer) lastDelivery(d amqp.Delivery) bool {
 	return rabbitmq.DeliveryCount(d) >= int64(c.cfg.Topology.DeliveryLimit)
 }
 
+// mayRepublish reports whether d is at its last delivery and may be republished once more.
+func (c *Consumer) mayRepublish(d amqp.Delivery) bool {
+	return c.lastDelivery(d) && republishes(d) < int64(c.cfg.MaxRepublish)
+}
+
 // republishHeld republishes what a batch stuck on the database holds at its last delivery: the batch's
 // messages and the deliveries waiting in the inbox behind it. Called after each failed attempt (the
 // inbox fills while the batch waits).
@@ -168,7 +212,7 @@ func (c *Consumer) republishHeld() {
 		return
 	}
 	c.republishLast(r.batch)
-	waiting := r.inbox.takeIf(c.lastDelivery)
+	waiting := r.inbox.takeIf(c.mayRepublish)
 	var keep []amqp.Delivery
 	for _, d := range waiting {
 		m := &message{d: d}
@@ -187,7 +231,7 @@ func (c *Consumer) republishLast(ms []*message) {
 	}
 	for _, m := range ms {
 		for _, x := range append([]*message{m}, m.dups...) {
-			if !x.republished && x.kind != "" && c.lastDelivery(x.d) {
+			if !x.republished && x.kind != "" && c.mayRepublish(x.d) {
 				x.republished = c.republishOne(x)
 			}
 		}
@@ -227,7 +271,7 @@ func (c *Consumer) republish(m *message) error {
 		true, // mandatory: a copy no queue takes comes back, and the original is kept
 		false,
 		amqp.Publishing{
-			Headers:      amqp.Table{RoutingKeyHeader: m.kind},
+			Headers:      amqp.Table{RoutingKeyHeader: m.kind, RepublishedHeader: republishes(m.d) + 1},
 			DeliveryMode: amqp.Persistent,
 			MessageId:    m.d.MessageId,
 			ContentType:  m.d.ContentType,

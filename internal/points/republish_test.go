@@ -1,6 +1,7 @@
 package points_test
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -147,4 +148,40 @@ func TestADeadLetterQueueDeletedWhileTheConsumerRunsIsDeclaredAgain(t *testing.T
 
 	pub.raw("poison", []byte(`{"event_id":`))
 	waitDeadLettered(t, c, channel(t, env.AMQPURL), top, 1, "the poison")
+}
+
+// A message whose lease another consumer keeps taking again is set aside, gives up after each lease
+// TTL, and at its last delivery is republished: without a bound the copy did the same, round the queue
+// for ever, where it used to reach the DLQ (a helper's finding, 2026-12-06). After MaxRepublish copies
+// the DLQ takes it.
+func TestAMessageRepublishedMaxRepublishTimesIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.LeaseTTL, cfg.MaxRepublish = 200*time.Millisecond, 1
+	key := env.Prefix + "points:dedup:" + points.BizIDOrderPaid(1)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() { // the other consumer takes the lease again and again
+		defer close(stopped)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = env.Redis.Set(context.Background(), key, "token-of-a-busy-consumer", cfg.LeaseTTL).Err()
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 100))
+
+	waitDeadLettered(t, c, channel(t, env.AMQPURL), top, 1, "the message")
+	assert.Equal(t, 1, strings.Count(logs.String(), "republished at its last delivery"), "republished once, then left to the DLQ")
+	assert.Equal(t, 2*events.DeliveryLimit+1, c.count(points.OutcomeFailed), "the original's six deliveries and the copy's first five failed")
+	assert.Zero(t, state(t, env).Rows)
 }

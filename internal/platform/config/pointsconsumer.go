@@ -130,7 +130,11 @@ func (c PointsConsumer) Validate() error {
 	ck.notNegative("POINTS_BATCH_WAIT", c.BatchWait)
 	ck.redisMillis("POINTS_DONE_TTL", c.DoneTTL)
 	ck.positive("POINTS_LEASE_POLL", c.LeasePoll)
-	ck.positive("POINTS_TOPOLOGY_CHECK", c.TopologyCheck)
+	// Each check opens channels and looks the four names up: at 1ms a backlog drained 2.8 times slower
+	// (a helper's finding, 2026-12-06).
+	if c.TopologyCheck < time.Second {
+		ck.add(fmt.Errorf("POINTS_TOPOLOGY_CHECK must be >= 1s, got %s", c.TopologyCheck))
+	}
 	ck.positive("READY_PROBE_TIMEOUT", c.ReadyProbeTimeout)
 	if c.Prefetch < 1 || c.Prefetch > 65535 {
 		ck.add(fmt.Errorf("POINTS_PREFETCH must be 1..65535, got %d", c.Prefetch))

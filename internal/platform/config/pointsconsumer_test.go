@@ -36,8 +36,9 @@ func TestLoadPointsConsumerNamesTheBadVariable(t *testing.T) {
 		"reconnect max below min": {map[string]string{"AMQP_RECONNECT_MIN": "2s", "AMQP_RECONNECT_MAX": "1s"},
 			"AMQP_RECONNECT_MAX"},
 		// Redis keeps TTLs in milliseconds: go-redis sent 100us as 1ms.
-		"done TTL under 1 ms":  {map[string]string{"POINTS_DONE_TTL": "100us"}, "POINTS_DONE_TTL must be >= 1ms (the Redis TTL resolution), got 100µs"},
-		"lease TTL under 1 ms": {map[string]string{"POINTS_LEASE_TTL": "500us", "POINTS_LEASE_POLL": "100us"}, "POINTS_LEASE_TTL must be >= 1ms"},
+		"done TTL under 1 ms":      {map[string]string{"POINTS_DONE_TTL": "100us"}, "POINTS_DONE_TTL must be >= 1ms (the Redis TTL resolution), got 100µs"},
+		"lease TTL under 1 ms":     {map[string]string{"POINTS_LEASE_TTL": "500us", "POINTS_LEASE_POLL": "100us"}, "POINTS_LEASE_TTL must be >= 1ms"},
+		"topology check under 1 s": {map[string]string{"POINTS_TOPOLOGY_CHECK": "1ms"}, "POINTS_TOPOLOGY_CHECK must be >= 1s, got 1ms"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -49,17 +49,7 @@ const RoutingKeyHeader = "x-idemshop-routing-key"
 const RepublishedHeader = "x-idemshop-republished"
 
 // republishes returns d's RepublishedHeader.
-func republishes(d amqp.Delivery) int64 {
-	switch v := d.Headers[RepublishedHeader].(type) {
-	case int64:
-		return v
-	case int32:
-		return int64(v)
-	case int:
-		return int64(v)
-	}
-	return 0
-}
+func republishes(d amqp.Delivery) int64 { return rabbitmq.IntHeader(d.Headers, RepublishedHeader) }
 
 // inbox holds the deliveries the client has handed over and the session has not taken yet. fill, a
 // goroutine of the session, moves each one here as it arrives, so that the ones behind a batch stuck on

@@ -132,7 +132,13 @@ func DeliveryCount(d amqp.Delivery) int64 {
 	if !d.Redelivered {
 		return 0
 	}
-	switch v := d.Headers["x-delivery-count"].(type) {
+	return IntHeader(d.Headers, "x-delivery-count")
+}
+
+// IntHeader returns the integer header name of h, whatever width the publisher encoded it in, and 0
+// when it is absent or not an integer.
+func IntHeader(h amqp.Table, name string) int64 {
+	switch v := h[name].(type) {
 	case int64:
 		return v
 	case int32:

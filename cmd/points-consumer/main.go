@@ -103,7 +103,7 @@ func run() error {
 		AMQPURL: cfg.AMQPURL, Topology: rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix),
 		Prefetch: cfg.Prefetch, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, KeyPrefix: cfg.Redis.KeyPrefix,
 		LeaseTTL: cfg.LeaseTTL, DoneTTL: cfg.DoneTTL, LeasePoll: cfg.LeasePoll, TopologyCheck: cfg.TopologyCheck,
-		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: crash,
+		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: crash, DrainTimeout: cfg.HTTP.ShutdownTimeout,
 		// The server's statement_timeout first; this one for a server that never sees the statement.
 		AttemptTimeout: cfg.Postgres.StatementTimeout + 2*time.Second,
 	}, logger, reg)
@@ -136,8 +136,9 @@ func run() error {
 	var workers sync.WaitGroup
 	workers.Go(func() { _ = consumer.Run(ctx) })
 	err = gate.Wait()
-	// On SIGTERM the consumer cancels its subscription, finishes the messages it holds and returns;
-	// connections close after it (deferred, in reverse order).
+	// On SIGTERM the consumer cancels its subscription, finishes the messages it holds (for
+	// SHUTDOWN_TIMEOUT at most; the rest go back to the queue) and returns; connections close after it
+	// (deferred, in reverse order).
 	stop()
 	workers.Wait()
 	logger.Info("points-consumer stopped")

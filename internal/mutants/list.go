@@ -1711,6 +1711,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^(TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage|TestShutdownDoesNotWaitForTheBatchToFill)$",
 	},
 	{
+		ID: "points-drain-bound", Guard: "shutdown: drain bound",
+		File: "internal/points/consumer.go",
+		// The drain works on until its buffer is empty: one attempt per batch, however long an outage.
+		Original:    "\tdefer context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.DrainTimeout, cancelWork) })()\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout$",
+	},
+	{
 		ID: "points-ledger-conflict", Guard: "ledger: other credit",
 		File: "internal/points/ledger.go",
 		// The skipped rows are not compared: a credit unlike the one in the ledger is a duplicate.

@@ -60,6 +60,14 @@ type ConsumerConfig struct {
 	// MaxRepublish bounds how many times one message is republished at its last delivery
 	// (RepublishedHeader); 0 is DefaultMaxRepublish.
 	MaxRepublish int
+	// DrainTimeout bounds a shutdown's drain: once ctx ends, the messages already received are worked
+	// on for this long at most; then the database attempt under way is cancelled (its batch is
+	// nacked), and what the session still holds goes back to the queue with the channel, one delivery
+	// each, as after a crash. Without it a drain during a database outage gave every batch in the
+	// buffer one attempt: prefetch 30 at batch 1 with a 1 s lock timeout held SIGTERM for 31 s, and
+	// prefetch 500 would have held it for minutes (a helper's finding, 2026-12-06). 0 is
+	// DefaultDrainTimeout; cmd/points-consumer passes SHUTDOWN_TIMEOUT.
+	DrainTimeout time.Duration
 	// Fault is called at each crash window (Points; internal/platform/fault). Nil in production.
 	Fault fault.Hook
 	// Dedup is the consumer's dedup; nil is Guarded(). Only the lab passes one of its broken twins
@@ -84,6 +92,9 @@ func (c ConsumerConfig) validate() error {
 
 // DefaultAttemptTimeout is ConsumerConfig.AttemptTimeout when it is 0.
 const DefaultAttemptTimeout = 30 * time.Second
+
+// DefaultDrainTimeout is ConsumerConfig.DrainTimeout when it is 0 (SHUTDOWN_TIMEOUT's default).
+const DefaultDrainTimeout = 15 * time.Second
 
 // DefaultTopologyCheck is ConsumerConfig.TopologyCheck when it is 0.
 const DefaultTopologyCheck = time.Minute
@@ -184,6 +195,9 @@ func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slo
 	if c.cfg.MaxRepublish <= 0 {
 		c.cfg.MaxRepublish = DefaultMaxRepublish
 	}
+	if c.cfg.DrainTimeout <= 0 {
+		c.cfg.DrainTimeout = DefaultDrainTimeout
+	}
 	c.setUnsubscribed(errNotYetSubscribed)
 	return c, nil
 }
@@ -263,8 +277,12 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 	c.unsubscribed.Store(nil)
 	c.logger.Info("points consumer connected", "queue", c.cfg.Topology.Queue, "prefetch", c.cfg.Prefetch,
 		"batch_size", c.cfg.BatchSize)
-	// Work already received is finished even after shutdown begins; every step of it is bounded.
-	work := context.WithoutCancel(ctx)
+	// Work already received is finished after shutdown begins, for DrainTimeout at most; every step
+	// of it is bounded too. Only that timer ends work, not the session's end: the done marks of its
+	// last batch go on beside a reconnect (cancelled with a lost connection, the redelivered batch
+	// waited out the leases instead of reading "done").
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.DrainTimeout, cancelWork) })()
 	// Messages whose lease another holder has wait here, unacknowledged, while the session goes on;
 	// wake fires when the earliest of them is due for another claim, even if no delivery arrives.
 	held := &deferredSet{}
@@ -311,12 +329,19 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 // delivery channel after the cancel once that buffer is empty. Deferred messages are given back
 // first (nack, requeue), never acked: their leases are someone else's and the ledger may not have
 // their credit. A held lease met while draining fails the same way at once (claim sees ctx done).
+// Once work ends (DrainTimeout after the shutdown began) the rest is left unsettled: the session
+// closes the channel, and the broker requeues it.
 func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, unsubscribe func() error, in *inbox, held *deferredSet) error {
 	if err := unsubscribe(); err != nil {
 		return nil // channel already gone: the broker requeues whatever was unacknowledged
 	}
 	c.giveBack(ch, held, "shutting down while another consumer holds the lease")
 	for {
+		if work.Err() != nil {
+			c.logger.Warn("shutdown: the drain timeout passed; the messages not yet handled go back to the queue",
+				"drain_timeout", c.cfg.DrainTimeout, "left", in.len())
+			return nil
+		}
 		first, closed := in.take(c.cfg.BatchSize)
 		if len(first) > 0 {
 			c.handle(ctx, work, ch, held, c.collect(first, in))
@@ -325,7 +350,10 @@ func (c *Consumer) drain(ctx, work context.Context, ch *amqp.Channel, unsubscrib
 		if closed {
 			return nil
 		}
-		<-in.ready // the client closes deliveries once its buffer is handed over, and fill signals it
+		select {
+		case <-in.ready: // the client closes deliveries once its buffer is handed over, and fill signals it
+		case <-work.Done():
+		}
 	}
 }
 

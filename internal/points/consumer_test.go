@@ -501,6 +501,63 @@ func TestAShutdownDuringAnOutageSpendsOneDeliveryAMessage(t *testing.T) {
 	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
 }
 
+// SIGTERM during an outage ends within DrainTimeout. The drain gave every batch in the buffer one
+// attempt at the database: at batch 1, 40 messages whose credits each wait out a 300 ms attempt held
+// the shutdown for 12 s (prefetch 500 would have held it for minutes; a helper's finding,
+// 2026-12-06). What the drain did not finish goes back to the queue once, and is credited once later.
+func TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	// Every credit waits on this lock until its attempt's timeout.
+	lock := env.DB.Begin()
+	require.NoError(t, lock.Error)
+	t.Cleanup(func() { lock.Rollback() })
+	require.NoError(t, lock.Exec(`LOCK TABLE points_ledger IN ACCESS EXCLUSIVE MODE`).Error)
+
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.Prefetch, cfg.BatchSize = 40, 1
+	cfg.AttemptTimeout, cfg.DrainTimeout = 300*time.Millisecond, time.Second
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	pub := newPublisher(t, env.AMQPURL, top)
+	const n = 40
+	for i := 1; i <= n; i++ {
+		pub.event(orderPaid(int64(i), int64(i%3+1), 100))
+	}
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 10*time.Second, func() bool {
+		return queueDepth(t, ch, top.Queue) == 0 && strings.Contains(logs.String(), "applying credits failed; retrying")
+	}, "all %d delivered to the consumer, which waits on the lock", n)
+
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		// Without the bound: 40 attempts of 300 ms, one after another.
+		t.Fatalf("the drain held the shutdown past 5 s; DrainTimeout is %s", cfg.DrainTimeout)
+	}
+	assert.Contains(t, logs.String(), "the drain timeout passed")
+	waitFor(t, 10*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == n }, "all %d back in the queue", n)
+	var last amqp.Delivery
+	for range n {
+		d, ok, err := ch.Get(top.Queue, false)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.LessOrEqual(t, rabbitmq.DeliveryCount(d), int64(1), "returned once by one shutdown: %s", d.MessageId)
+		last = d
+	}
+	require.NoError(t, last.Nack(true, true)) // all n back, for the consumer below
+	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue))
+
+	require.NoError(t, lock.Rollback().Error)
+	assert.Zero(t, state(t, env).Rows, "nothing credited during the outage")
+	again := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	waitCount(t, 20*time.Second, n, func() int { return again.count(points.OutcomeApplied) }, "credited after the outage")
+	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: 40, Balances: 40}, state(t, env))
+	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue))
+}
+
 // A poison message's event_id is written to the log clipped: each delivery of it logs a WARN line,
 // and a 1 MB event_id written whole made every line a megabyte (20 MB ones, six lines: 120 MB).
 func TestAPoisonMessagesLongEventIDIsClippedInTheLog(t *testing.T) {

@@ -1715,7 +1715,7 @@ var List = []Mutant{
 		File: "internal/points/consumer.go",
 		// The drain works on until its buffer is empty: one attempt per batch, however long an outage.
 		Original:    "\tdefer context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.DrainTimeout, cancelWork) })()\n",
-		Replacement: "",
+		Replacement: "\t_ = cancelWork\n",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout$",
 	},
 	{

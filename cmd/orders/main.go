@@ -271,7 +271,8 @@ func redisPrefixOwnsNoDefaultKey(redisPrefix string) error {
 // without both prefixes set explicitly, with a Redis prefix that covers the default one
 // (redisPrefixOwnsNoDefaultKey; an AMQP prefix that covers a default name does not load), or with a
 // name outside AMQP_NAME_PREFIX or one that looks like a flag:
-// the defaults are a shop's real names, never a run's.
+// the defaults are a shop's real names, never a run's. It also refuses while one of the queues has a
+// consumer: the stack is still running.
 func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names []string) error {
 	// The environment, not cfg: an empty REDIS_KEY_PREFIX parses as the shop's default prefix.
 	if os.Getenv("REDIS_KEY_PREFIX") == "" || os.Getenv("AMQP_NAME_PREFIX") == "" {
@@ -292,7 +293,20 @@ func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	top := rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix)
 	var errs []error
+	conn, dialErr := rabbitmq.Dial(ctx, cfg.AMQPURL)
+	if dialErr == nil {
+		defer conn.Close()
+		// A queue someone consumes belongs to a stack still running: its points-consumer declares the
+		// topology again at once, and teardown said "done" over names that were back 300 ms later (a
+		// newcomer's, 2026-12-06). A name it cannot look up is left to the delete, which reports it.
+		for _, q := range append([]string{top.Queue, top.DeadLetterQueue}, names...) {
+			if n, err := rabbitmq.Consumers(conn, q); err == nil && n > 0 {
+				return fmt.Errorf("teardown: queue %s has %d consumer(s): stop the stack that uses these prefixes first (nothing was deleted)", q, n)
+			}
+		}
+	}
 	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout)
 	if err != nil {
 		return err
@@ -301,14 +315,11 @@ func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names
 	if err := redisx.DeletePrefix(ctx, rdb, cfg.Redis.KeyPrefix); err != nil {
 		errs = append(errs, err)
 	}
-	conn, err := rabbitmq.Dial(ctx, cfg.AMQPURL)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("delete AMQP objects %s*: %w", cfg.NamePrefix, err))
+	if dialErr != nil {
+		errs = append(errs, fmt.Errorf("delete AMQP objects %s*: %w", cfg.NamePrefix, dialErr))
 		return errors.Join(errs...)
 	}
-	defer conn.Close()
-	errs = append(errs, rabbitmq.Delete(conn, rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix)),
-		rabbitmq.DeleteNames(conn, names...))
+	errs = append(errs, rabbitmq.Delete(conn, top), rabbitmq.DeleteNames(conn, names...))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("teardown: not everything was deleted: %w", err)
 	}

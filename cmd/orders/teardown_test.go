@@ -150,3 +150,49 @@ func TestTeardownSaysWhatItCouldNotDelete(t *testing.T) {
 		assert.Error(t, err, "queue %s deleted all the same", q)
 	}
 }
+
+// While a queue of the run has a consumer, its stack is still running, and teardown refuses before it
+// deletes anything: a running points-consumer declared the topology again at once, and teardown had
+// said "done" (a newcomer's, 2026-12-06). Once the consumer is gone, it deletes.
+func TestTeardownRefusesWhileTheStackRuns(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	env := testenv.New(t)
+	ctx := context.Background()
+	run := env.Prefix + "run:"
+	require.NoError(t, env.Redis.Set(ctx, run+"idem:1", "x", time.Hour).Err())
+	top := env.Topology("run:")
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, rabbitmq.Declare(ch, top))
+	_, err = ch.Consume(top.Queue, "running-stack", false, false, false, false, nil)
+	require.NoError(t, err)
+
+	teardown := func() ([]byte, error) {
+		cmd := exec.Command(bin, "teardown")
+		cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
+			"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL)
+		return cmd.CombinedOutput()
+	}
+	queueThere := func() bool {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		defer ch.Close()
+		_, err = ch.QueueDeclarePassive(top.Queue, true, false, false, false, nil)
+		return err == nil
+	}
+	out, err := teardown()
+	require.Error(t, err, string(out))
+	assert.Contains(t, string(out), "queue "+top.Queue+" has 1 consumer(s): stop the stack")
+	assert.Equal(t, int64(1), env.Redis.Exists(ctx, run+"idem:1").Val(), "no key deleted")
+	assert.True(t, queueThere(), "the queue is still there")
+
+	require.NoError(t, ch.Cancel("running-stack", false))
+	out, err = teardown()
+	require.NoError(t, err, string(out))
+	assert.Zero(t, env.Redis.Exists(ctx, run+"idem:1").Val())
+	assert.False(t, queueThere(), "deleted once the consumer was gone")
+}

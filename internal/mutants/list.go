@@ -1218,6 +1218,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestPayCrashBeforeWriteIsRepairedBySweep$",
 	},
 	{
+		ID: "teardown-consumed", Guard: "teardown: not in use",
+		File: "cmd/orders/main.go",
+		// A queue with a consumer is deleted: the running stack declares it again, teardown says "done".
+		Original:    "err == nil && n > 0 {",
+		Replacement: "err == nil && n > 1<<30 {",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRefusesWhileTheStackRuns$",
+	},
+	{
 		ID: "teardown-names-checked", Guard: "teardown: names",
 		File: "cmd/orders/main.go",
 		// `teardown --help` deletes the live stack's queue, and the order.paid messages in it.

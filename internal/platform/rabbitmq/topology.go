@@ -188,6 +188,24 @@ func ReadyMessages(conn *amqp.Connection, queue string) (int64, error) {
 	return int64(q.Messages), nil
 }
 
+// Consumers returns how many consumers queue has; 0 when it does not exist.
+func Consumers(conn *amqp.Connection, queue string) (int, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("look up queue %s: %w", queue, err)
+	}
+	defer ch.Close() // already closed if it is missing
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		return q.Consumers, nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("look up queue %s: %w", queue, err)
+}
+
 // Delete removes t's queues and exchanges. A name that does not exist is not an error; any other
 // refusal (a queue another connection holds exclusively: 405 RESOURCE_LOCKED; 403 ACCESS_REFUSED) is
 // returned, every name tried first: `orders teardown` must not say it removed what is still there.

@@ -128,6 +128,12 @@ func Select(ids []string) ([]Scenario, error) {
 			return nil, fmt.Errorf("all runs every scenario: give it alone, or only scenario names (got %s)", strings.Join(ids, " "))
 		}
 		i := slices.IndexFunc(all, func(s Scenario) bool { return strings.EqualFold(s.ID, id) })
+		if i < 0 && strings.HasPrefix(id, "-") {
+			// `loadtest replay FILE --unsafe` takes its flag after the file; lab's flag parser stops
+			// at the first scenario name (a newcomer's, 2026-12-06).
+			return nil, fmt.Errorf("unknown scenario %q: flags come before the scenario names (loadtest lab %s %s)",
+				id, id, strings.Join(slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == id }), " "))
+		}
 		if i < 0 {
 			return nil, fmt.Errorf("unknown scenario %q (want all or S1..S12)", id)
 		}

@@ -1395,12 +1395,12 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAnInboxPutBackKeepsDeliveryOrder$",
 	},
 	{
-		ID: "soak-low-ports", Guard: "soak: ports below eph.",
-		File: "internal/soak/stack.go",
+		ID: "low-ports", Guard: "ports below ephemeral",
+		File: "internal/platform/freeport/freeport.go",
 		// Ports from the ephemeral range: an outgoing connection can take one before its service binds it.
-		Original:    "if lo, hi, ok := portsBelowEphemeral(); ok {",
-		Replacement: "if lo, hi, ok := portsBelowEphemeral(); ok && false {",
-		Pkgs:        []string{"./internal/soak"}, Run: "^TestFreeAddrIsBelowTheEphemeralRange$",
+		Original:    "if lo, hi, ok := BelowEphemeral(); ok {",
+		Replacement: "if lo, hi, ok := BelowEphemeral(); ok && false {",
+		Pkgs:        []string{"./internal/platform/freeport"}, Run: "^TestAddrIsBelowTheEphemeralRange$",
 	},
 	{
 		ID: "republish-bound", Guard: "last delivery: bound",

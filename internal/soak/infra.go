@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"idemshop/internal/platform/freeport"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/redisx"
 )
@@ -279,7 +280,7 @@ func cmdlineHas(pid int, s string) bool {
 
 // freePort is a loopback port nothing listens on right now.
 func freePort() (int, error) {
-	a, err := freeAddr()
+	a, err := freeport.Addr()
 	if err != nil {
 		return 0, err
 	}

@@ -3,17 +3,15 @@ package soak
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"idemshop/internal/platform/freeport"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/redisx"
 )
@@ -80,7 +78,7 @@ func newStack(opts Options) (*stack, error) {
 
 	var addrs [3]string
 	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+		if addrs[i], err = freeport.Addr(); err != nil {
 			return nil, err
 		}
 	}
@@ -175,52 +173,4 @@ func deleteRedisKeys(ctx context.Context, redisURL, prefix string) error {
 	}
 	defer rdb.Close()
 	return redisx.DeletePrefix(ctx, rdb, prefix)
-}
-
-// freeAddr returns a loopback address nothing listens on right now, below the kernel's ephemeral port
-// range when there is room there (ip_local_port_range, 32768–60999 by default). A port from the range
-// (what a listen on port 0 picks) can be taken, between this check and the service's bind, as the local
-// port of an outgoing connection: soak-ci's points-consumer then failed every start with "address already
-// in use" (a pooled connection to the soak's private broker held it for the whole run), and the run
-// reported 571 violations (2026-12-06). The ports are tried in turn from a start that depends on the
-// process id, so that two soaks on one machine do not try the same ones first.
-func freeAddr() (string, error) {
-	if lo, hi, ok := portsBelowEphemeral(); ok {
-		span, base := int64(hi-lo+1), int64(os.Getpid())*97
-		for range span {
-			port := lo + int((base+portCursor.Add(1))%span)
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-			if err == nil {
-				defer l.Close()
-				return l.Addr().String(), nil
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// portCursor counts the ports freeAddr tried, so that each call goes on from the last.
-var portCursor atomic.Int64
-
-// portsBelowEphemeral returns the ports from 10000 up to just below the kernel's ephemeral range, and
-// false when that range cannot be read or leaves fewer than 1000 of them.
-func portsBelowEphemeral() (lo, hi int, ok bool) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, 0, false
-	}
-	low, err := strconv.Atoi(f[0])
-	if err != nil || low-1-10000 < 1000 {
-		return 0, 0, false
-	}
-	return 10000, low - 1, true
 }

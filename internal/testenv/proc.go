@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"idemshop/internal/mutants"
+	"idemshop/internal/platform/freeport"
 )
 
 // Output collects a child process's stdout and stderr. exec copies into it from its own goroutine, so
@@ -38,15 +39,16 @@ func (o *Output) String() string {
 // Contains reports whether s has been written.
 func (o *Output) Contains(s string) bool { return strings.Contains(o.String(), s) }
 
-// FreeAddr returns a 127.0.0.1 address with a port nothing listens on right now.
+// FreeAddr returns a 127.0.0.1 address with a port nothing listens on right now, for a process the
+// test starts to bind: from below the kernel's ephemeral range (freeport), where no outgoing connection
+// of the suite's can take it first, as one did to a soak's port (2026-12-06).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
-		t.Fatalf("testenv: free port: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // SilentListener returns the 127.0.0.1 address of a listener that accepts every connection and never

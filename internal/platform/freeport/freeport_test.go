@@ -1,4 +1,4 @@
-package soak
+package freeport_test
 
 import (
 	"net"
@@ -7,22 +7,25 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"idemshop/internal/platform/freeport"
 )
 
-// The services' ports come from below the kernel's ephemeral range: one from inside it was taken, before
+// The ports come from below the kernel's ephemeral range: one from inside it was taken, before
 // points-consumer bound it, as the local port of an outgoing connection, and every start of the consumer
 // failed with "address already in use" for the rest of soak-ci's run (2026-12-06).
-func TestFreeAddrIsBelowTheEphemeralRange(t *testing.T) {
-	lo, hi, ok := portsBelowEphemeral()
+func TestAddrIsBelowTheEphemeralRange(t *testing.T) {
+	lo, hi, ok := freeport.BelowEphemeral()
 	if !ok {
-		t.Skip("this kernel's ephemeral range leaves no room below it; freeAddr falls back to port 0")
+		t.Skip("this kernel's ephemeral range leaves no room below it; Addr falls back to port 0")
 	}
 	seen := map[string]bool{}
 	for range 5 {
-		addr, err := freeAddr()
+		addr, err := freeport.Addr()
 		require.NoError(t, err)
-		_, p, err := net.SplitHostPort(addr)
+		host, p, err := net.SplitHostPort(addr)
 		require.NoError(t, err)
+		assert.Equal(t, "127.0.0.1", host)
 		port, err := strconv.Atoi(p)
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, port, lo)

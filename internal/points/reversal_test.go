@@ -342,6 +342,14 @@ func TestTwoUnlikeCreditsForOneOrderAreNeverCopies(t *testing.T) {
 			c := startConsumerOn(t, env.DB, rdb, testLogger(), cfg)
 
 			ch := channel(t, env.AMQPURL)
+			// Until the second's fate shows: dead-lettered, or taken for a copy or applied (asserted
+			// below at once, not waited out).
+			waitFor(t, 20*time.Second, func() bool {
+				return queueDepth(t, ch, top.DeadLetterQueue) > 0 || c.count(points.OutcomeDuplicate) > 0 ||
+					c.count(points.OutcomeApplied) > 1
+			}, "the second credit handled")
+			require.Zero(t, c.count(points.OutcomeDuplicate), "neither is taken for a copy")
+			require.LessOrEqual(t, c.count(points.OutcomeApplied), 1, "only the first is applied")
 			waitDeadLettered(t, c, ch, top, 1, "the second credit")
 			assert.Equal(t, 1, c.count(points.OutcomeApplied), "only the first is applied")
 			assert.Zero(t, c.count(points.OutcomeDuplicate), "neither is taken for a copy")

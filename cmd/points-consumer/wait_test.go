@@ -161,10 +161,15 @@ func TestNotReadyWhileItCannotSubscribe(t *testing.T) {
 
 	p := launch(t, bin, "DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL,
 		"REDIS_KEY_PREFIX="+env.Prefix, "AMQP_NAME_PREFIX="+env.Prefix)
+	// Until the broker check has its answer: 503 with the refusal, or a 200 (refused at once, not
+	// waited out: nothing can subscribe while the queue is held).
+	var r answer
 	waitFor(t, 15*time.Second, func() bool {
-		r := p.get(t, "/readyz")
-		return r.code == http.StatusServiceUnavailable && strings.Contains(r.readiness.Checks["rabbitmq"], "405")
+		r = p.get(t, "/readyz")
+		return r.code == http.StatusOK ||
+			r.code == http.StatusServiceUnavailable && strings.Contains(r.readiness.Checks["rabbitmq"], "405")
 	}, "not ready while its queue cannot be declared; logs:\n%s", p.logs.String())
+	require.Equal(t, http.StatusServiceUnavailable, r.code, "ready though it cannot subscribe: %+v", r.readiness)
 	p.requireRunning(t)
 
 	require.NoError(t, holder.Close()) // the exclusive queue goes with its connection

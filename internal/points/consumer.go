@@ -367,6 +367,7 @@ func (c *Consumer) collect(first []amqp.Delivery, in *inbox) []amqp.Delivery {
 	if len(batch) >= c.cfg.BatchSize {
 		return batch
 	}
+	c.logger.Debug("points batch waiting to fill", "messages", len(batch), "batch_wait", c.cfg.BatchWait)
 	linger := time.NewTimer(c.cfg.BatchWait)
 	defer linger.Stop()
 	for len(batch) < c.cfg.BatchSize {

@@ -435,14 +435,16 @@ func TestShutdownDoesNotWaitForTheBatchToFill(t *testing.T) {
 	env := testenv.New(t)
 	top := topology(t, env)
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
-	cfg.BatchSize, cfg.BatchWait = 10, 20*time.Second // stop's own limit is 15 s
-	c := startConsumer(t, env, cfg)
+	cfg.BatchSize, cfg.BatchWait = 10, 8*time.Second
+	logs := &testenv.Output{}
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), cfg)
 	pub := newPublisher(t, env.AMQPURL, top)
 	pub.event(orderPaid(9, 1, 900))
-	ch := channel(t, env.AMQPURL)
-	waitFor(t, 10*time.Second, func() bool { return queueDepth(t, ch, top.Queue) == 0 }, "delivered, waiting in the batch")
+	// In the batch, waiting: a stop that came before the session took the delivery would find the
+	// inbox closed and pass without the cancel under test.
+	waitFor(t, 10*time.Second, func() bool { return logs.Contains("points batch waiting to fill") }, "delivered, waiting in the batch")
 
-	c.stop(t)
+	c.stopWithin(t, 4*time.Second) // before the batch wait's end
 	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 9, Balances: 9}, state(t, env), "the batch handled on the way out")
 	assert.Equal(t, 1, c.count(points.OutcomeApplied))
 }

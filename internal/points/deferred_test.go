@@ -2,6 +2,7 @@ package points_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -126,9 +127,14 @@ func TestALeaseThatNeverExpiresIsTaken(t *testing.T) {
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.LeaseTTL = time.Minute // waited for, it would outlast the test
 	key := holdLease(t, env, 1, 0)
-	c := startConsumer(t, env, cfg)
+	logs := &testenv.Output{}
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
 	newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 1000))
 
+	waitFor(t, 10*time.Second, func() bool {
+		return c.count(points.OutcomeApplied) > 0 || logs.Contains("points message set aside")
+	}, "credited, or set aside to wait (which the test refuses at once)")
+	require.False(t, logs.Contains("points message set aside"), "taken at once, not waited for")
 	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "credited")
 	assert.Zero(t, c.count(points.OutcomeFailed))
 	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 10, Balances: 10}, state(t, env))

@@ -186,12 +186,15 @@ func startConsumerOn(t testing.TB, db *gorm.DB, rdb *redis.Client, logger *slog.
 }
 
 // stop cancels the consumer and waits for Run to return (it finishes its in-flight batch first).
-func (r *running) stop(t testing.TB) {
+func (r *running) stop(t testing.TB) { r.stopWithin(t, 15*time.Second) }
+
+// stopWithin is stop with a limit of the test's choosing.
+func (r *running) stopWithin(t testing.TB, limit time.Duration) {
 	r.cancel()
 	select {
 	case <-r.done:
-	case <-time.After(15 * time.Second):
-		t.Errorf("consumer did not stop within 15s")
+	case <-time.After(limit):
+		t.Errorf("consumer did not stop within %s", limit)
 	}
 }
 

@@ -180,7 +180,12 @@ func TestAMessageRepublishedMaxRepublishTimesIsDeadLettered(t *testing.T) {
 	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
 	newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 100))
 
-	waitDeadLettered(t, c, channel(t, env.AMQPURL), top, 1, "the message")
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 20*time.Second, func() bool {
+		return queueDepth(t, ch, top.DeadLetterQueue) > 0 || strings.Count(logs.String(), "republished at its last delivery") > 1
+	}, "dead-lettered, or republished a second time (which the test refuses at once)")
+	require.Equal(t, 1, strings.Count(logs.String(), "republished at its last delivery"), "republished once, then left to the DLQ")
+	waitDeadLettered(t, c, ch, top, 1, "the message")
 	assert.Equal(t, 1, strings.Count(logs.String(), "republished at its last delivery"), "republished once, then left to the DLQ")
 	assert.Equal(t, 2*events.DeliveryLimit+1, c.count(points.OutcomeFailed), "the original's six deliveries and the copy's first five failed")
 	assert.Zero(t, state(t, env).Rows)

@@ -48,9 +48,9 @@ func TestEveryScenarioHasASummary(t *testing.T) {
 // all stands alone, and a scenario named twice would run twice: both are refused.
 func TestSelectRefusesAllWithNamesAndRepeats(t *testing.T) {
 	for args, want := range map[string]string{
-		"all S10": "all runs every scenario: give it alone, or only scenario names (got all S10)",
-		"S10 s10": "scenario S10 is named twice",
-		"S1 nope": `unknown scenario "nope"`,
+		"all S10":    "all runs every scenario: give it alone, or only scenario names (got all S10)",
+		"S10 s10":    "scenario S10 is named twice",
+		"S1 nope":    `unknown scenario "nope"`,
 		"S10 --json": `unknown scenario "--json": flags come before the scenario names (loadtest lab --json S10)`,
 	} {
 		_, err := lab.Select(strings.Fields(args))

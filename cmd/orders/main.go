@@ -291,16 +291,22 @@ func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names
 			return fmt.Errorf("teardown: %q is not under AMQP_NAME_PREFIX %q (nothing was deleted)", n, cfg.NamePrefix)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	top := rabbitmq.OrderPaidTopology().WithPrefix(cfg.NamePrefix)
 	var errs []error
-	conn, dialErr := rabbitmq.Dial(ctx, cfg.AMQPURL)
+	// The broker first, for the check below, under a budget of its own: one that accepts and never
+	// answers took the whole 30 s, and the Redis keys were left (a helper's finding, 2026-12-06).
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	conn, dialErr := rabbitmq.Dial(dctx, cfg.AMQPURL)
+	dcancel()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	if dialErr == nil {
 		defer conn.Close()
 		// A queue someone consumes belongs to a stack still running: its points-consumer declares the
 		// topology again at once, and teardown said "done" over names that were back 300 ms later (a
-		// newcomer's, 2026-12-06). A name it cannot look up is left to the delete, which reports it.
+		// newcomer's, 2026-12-06). Only a consumer attached now shows: a consumer between two
+		// connections, or orders alone, does not, hence "stop the stack first" in the docs. A name it
+		// cannot look up (an exclusive queue) is left to the delete, which reports it.
 		for _, q := range append([]string{top.Queue, top.DeadLetterQueue}, names...) {
 			if n, err := rabbitmq.Consumers(conn, q); err == nil && n > 0 {
 				return fmt.Errorf("teardown: queue %s has %d consumer(s): stop the stack that uses these prefixes first (nothing was deleted)", q, n)

@@ -196,3 +196,26 @@ func TestTeardownRefusesWhileTheStackRuns(t *testing.T) {
 	assert.Zero(t, env.Redis.Exists(ctx, run+"idem:1").Val())
 	assert.False(t, queueThere(), "deleted once the consumer was gone")
 }
+
+// A broker that accepts and never answers gets a budget of its own: it took the whole 30 s, and the
+// Redis keys were left behind (a helper's finding, 2026-12-06). The keys go; teardown exits 1, naming
+// the broker.
+func TestTeardownDeletesTheKeysWhenTheBrokerDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	env := testenv.New(t)
+	ctx := context.Background()
+	run := env.Prefix + "run:"
+	require.NoError(t, env.Redis.Set(ctx, run+"idem:1", "x", time.Hour).Err())
+
+	limit, cancel := context.WithTimeout(ctx, 12*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(limit, bin, "teardown")
+	cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
+		"REDIS_URL="+env.RedisURL, "AMQP_URL=amqp://guest:guest@"+testenv.SilentListener(t)+"/")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, limit.Err(), "teardown still waiting on the broker after 12 s: %s", out)
+	require.Error(t, err, string(out))
+	assert.Contains(t, string(out), "delete AMQP objects "+run)
+	assert.Zero(t, env.Redis.Exists(ctx, run+"idem:1").Val(), "the Redis keys deleted all the same")
+}

@@ -1226,6 +1226,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRefusesWhileTheStackRuns$",
 	},
 	{
+		ID: "teardown-dial-budget", Guard: "teardown: dial budget",
+		File: "cmd/orders/main.go",
+		// The dial takes the whole budget: a broker that never answers leaves the Redis keys.
+		Original:    "dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)",
+		Replacement: "dctx, dcancel := context.WithTimeout(ctx, 40*time.Second)",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownDeletesTheKeysWhenTheBrokerDoesNotAnswer$",
+	},
+	{
 		ID: "teardown-names-checked", Guard: "teardown: names",
 		File: "cmd/orders/main.go",
 		// `teardown --help` deletes the live stack's queue, and the order.paid messages in it.
@@ -1724,6 +1732,14 @@ var List = []Mutant{
 		// The drain works on until its buffer is empty: one attempt per batch, however long an outage.
 		Original:    "\tdefer context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.DrainTimeout, cancelWork) })()\n",
 		Replacement: "\t_ = cancelWork\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout$",
+	},
+	{
+		ID: "points-drain-release", Guard: "drain: leases released",
+		File: "internal/points/consumer.go",
+		// The cancelled batch's leases are released under the cancelled context: left held a lease TTL.
+		Original:    "c.leases.release(context.WithoutCancel(work), releaseIDs, token)",
+		Replacement: "c.leases.release(work, releaseIDs, token)",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout$",
 	},
 	{

@@ -546,7 +546,10 @@ func (c *Consumer) process(ctx, work context.Context, ch *amqp.Channel, held *de
 	// Both are best effort: a lease that is not marked done expires and the ledger answers the
 	// duplicate; a lease that is not released makes the redelivery wait until it expires.
 	c.markDoneBeside(work, doneIDs)
-	if err := c.leases.release(work, releaseIDs, token); err != nil {
+	// Not under work alone: a drain past DrainTimeout cancelled the attempt, and its leases, left
+	// held, kept the next consumer from those messages for a lease TTL (a helper's finding,
+	// 2026-12-06). The Redis client's own timeouts bound it.
+	if err := c.leases.release(context.WithoutCancel(work), releaseIDs, token); err != nil {
 		c.logger.Warn("dedup leases not released; redeliveries wait for them to expire", "err", err)
 	}
 	c.settle(ch, held, msgs)

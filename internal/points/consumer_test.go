@@ -523,6 +523,7 @@ func TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout(t *testing.T) {
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.Prefetch, cfg.BatchSize = 40, 1
 	cfg.AttemptTimeout, cfg.DrainTimeout = 300*time.Millisecond, time.Second
+	cfg.LeaseTTL = time.Minute // a lease the drain left held would hold the next consumer back
 	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
 	pub := newPublisher(t, env.AMQPURL, top)
 	const n = 40
@@ -558,7 +559,12 @@ func TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout(t *testing.T) {
 
 	require.NoError(t, lock.Rollback().Error)
 	assert.Zero(t, state(t, env).Rows, "nothing credited during the outage")
-	again := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	againLogs := &testenv.Output{}
+	again := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(againLogs, nil)), testConfig(env.AMQPURL, env.Prefix, top))
+	waitFor(t, 20*time.Second, func() bool {
+		return again.count(points.OutcomeApplied) == n || againLogs.Contains("points message set aside")
+	}, "credited after the outage")
+	require.False(t, againLogs.Contains("points message set aside"), "a lease of the cancelled batch was left held")
 	waitCount(t, 20*time.Second, n, func() int { return again.count(points.OutcomeApplied) }, "credited after the outage")
 	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: 40, Balances: 40}, state(t, env))
 	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue))

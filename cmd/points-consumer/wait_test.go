@@ -309,3 +309,23 @@ func startRedis(t *testing.T, redisServer, port string) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 }
+
+// SIGTERM with a broker that stopped answering (its connection half-open) ends within SHUTDOWN_TIMEOUT
+// and a margin: the unsubscribe and the close wait for answers that never come, until the heartbeat
+// gives up, and SIGTERM took 11-26 s at a 3 s SHUTDOWN_TIMEOUT (a helper's finding, 2026-12-06).
+func TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
+	env := testenv.New(t)
+	env.Topology("")
+	proxy, amqpURL := tcpproxy.ForURL(t, env.AMQPURL)
+	p := launch(t, bin, "DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL, "AMQP_URL="+amqpURL,
+		"REDIS_KEY_PREFIX="+env.Prefix, "AMQP_NAME_PREFIX="+env.Prefix, "SHUTDOWN_TIMEOUT=1s")
+	waitFor(t, 20*time.Second, func() bool { return p.get(t, "/readyz").code == http.StatusOK },
+		"ready; logs:\n%s", p.logs.String())
+
+	proxy.Stall()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	_ = p.wait(t, 7*time.Second) // 1 s + the 2 s margin; without the margin, the heartbeat's 10 s or more
+	assert.Contains(t, p.logs.String(), "did not stop within SHUTDOWN_TIMEOUT")
+}

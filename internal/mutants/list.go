@@ -1518,6 +1518,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownSaysWhatItCouldNotDelete$",
 	},
 	{
+		ID: "consumer-exit-bound", Guard: "SIGTERM: exit bound",
+		File: "cmd/points-consumer/main.go",
+		// main waits for the consumer however long: a broker that stopped answering holds SIGTERM.
+		Original:    "if !waitWithin(&workers, cfg.HTTP.ShutdownTimeout+2*time.Second) {",
+		Replacement: "if workers.Wait(); false {",
+		Pkgs:        []string{"./cmd/points-consumer"}, Run: "^TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime$",
+	},
+	{
 		ID: "ready-subscribed", Guard: "readyz: subscribed",
 		File: "cmd/points-consumer/main.go",
 		// The broker's ping alone: ready while the consumer cannot declare or consume its queue.

@@ -28,8 +28,9 @@ import (
 // new delivery count. Held means:
 //   - the batch's messages, and every delivery waiting in the inbox behind it, once an attempt at the
 //     database failed (retry: the batch may be stuck there for as long as the outage lasts);
-//   - a message set aside because another consumer holds its lease (setAside), or failed at once for
-//     that reason during a shutdown.
+//   - a message set aside because another consumer holds its lease (setAside). One that meets such a
+//     lease during a shutdown fails at once and is not republished: at its last delivery the broker
+//     dead-letters it (points.md lists it under what the republish does not cover).
 //
 // The consumer goes on with the delivery it has, if it has it in a batch; whichever of the two reaches
 // the ledger second is a duplicate there (its unique biz_id). A message that does not decode is poison

@@ -12,11 +12,11 @@ import (
 )
 
 // Addr returns a loopback address (127.0.0.1:port) nothing listens on right now, below the kernel's
-// ephemeral port range when there is room there (ip_local_port_range, 32768–60999 by default). A port from the range
-// (what a listen on port 0 picks) can be taken, between this check and the service's bind, as the local
-// port of an outgoing connection: soak-ci's points-consumer then failed every start with "address already
-// in use" (a pooled connection to the soak's private broker held it for the whole run), and the run
-// reported 571 violations (2026-12-06). The ports are tried in turn from a start that depends on the
+// ephemeral port range when there is room there (ip_local_port_range, 32768–60999 by default). A port
+// from the range (what a listen on port 0 picks) can be taken, between this check and the service's
+// bind, as the local port of an outgoing connection: soak-ci's points-consumer then failed every start
+// with "address already in use" (a pooled connection to the soak's private broker held it for the whole
+// run), and the run reported 571 violations (2026-12-06). The ports are tried in turn from a start that depends on the
 // process id, so that two processes on one machine (two soaks, two test binaries) do not try the same
 // ones first.
 func Addr() (string, error) {

@@ -30,13 +30,7 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 	}
 	top := env.Topology("run:") // each deleted at the end whatever happens
 	lab := env.Topology("run:lab-s6-1:")
-	conn, err := amqp.Dial(env.AMQPURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, rabbitmq.Declare(ch, top))
-	require.NoError(t, rabbitmq.Declare(ch, lab))
+	conn, _ := declared(t, env, top, lab)
 
 	refused := exec.Command(bin, "teardown")
 	refused.Env = append(os.Environ(), "REDIS_KEY_PREFIX=", "AMQP_NAME_PREFIX="+run, "REDIS_URL="+env.RedisURL)
@@ -95,10 +89,7 @@ func TestTeardownRemovesOnlyTheRunsNames(t *testing.T) {
 		assert.NoError(t, err, "%v: the queue is still there", c.args)
 	}
 
-	cmd := exec.Command(bin, "teardown", lab.Queue, lab.DeadLetterQueue, lab.Exchange, lab.DeadLetterExchange)
-	cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
-		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL)
-	out, err = cmd.CombinedOutput()
+	out, err = teardownCmd(ctx, bin, env, run, []string{lab.Queue, lab.DeadLetterQueue, lab.Exchange, lab.DeadLetterExchange}).CombinedOutput()
 	require.NoError(t, err, string(out))
 
 	left, err := env.Redis.Keys(ctx, env.Prefix+"*").Result()
@@ -126,20 +117,12 @@ func TestTeardownSaysWhatItCouldNotDelete(t *testing.T) {
 	env := testenv.New(t)
 	run := env.Prefix + "run:"
 	top := env.Topology("run:")
-	conn, err := amqp.Dial(env.AMQPURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, rabbitmq.Declare(ch, top))
+	conn, ch := declared(t, env, top)
 	excl := run + "exclusive"
-	_, err = ch.QueueDeclare(excl, false, true, true, false, nil) // gone with this connection
+	_, err := ch.QueueDeclare(excl, false, true, true, false, nil) // gone with this connection
 	require.NoError(t, err)
 
-	cmd := exec.Command(bin, "teardown", excl)
-	cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
-		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL)
-	out, err := cmd.CombinedOutput()
+	out, err := teardownCmd(context.Background(), bin, env, run, []string{excl}).CombinedOutput()
 	require.Error(t, err, string(out))
 	assert.Contains(t, string(out), "delete queue "+excl)
 	assert.NotContains(t, string(out), "teardown done")
@@ -156,27 +139,14 @@ func TestTeardownSaysWhatItCouldNotDelete(t *testing.T) {
 // said "done" (a newcomer's, 2026-12-06). Once the consumer is gone, it deletes.
 func TestTeardownRefusesWhileTheStackRuns(t *testing.T) {
 	t.Parallel()
-	bin := testenv.Build(t, "idemshop/cmd/orders")
-	env := testenv.New(t)
+	bin, env, run := runWithAKey(t)
 	ctx := context.Background()
-	run := env.Prefix + "run:"
-	require.NoError(t, env.Redis.Set(ctx, run+"idem:1", "x", time.Hour).Err())
 	top := env.Topology("run:")
-	conn, err := amqp.Dial(env.AMQPURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, rabbitmq.Declare(ch, top))
-	_, err = ch.Consume(top.Queue, "running-stack", false, false, false, false, nil)
+	conn, ch := declared(t, env, top)
+	_, err := ch.Consume(top.Queue, "running-stack", false, false, false, false, nil)
 	require.NoError(t, err)
 
-	teardown := func() ([]byte, error) {
-		cmd := exec.Command(bin, "teardown")
-		cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
-			"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL)
-		return cmd.CombinedOutput()
-	}
+	teardown := func() ([]byte, error) { return teardownCmd(ctx, bin, env, run, nil).CombinedOutput() }
 	queueThere := func() bool {
 		ch, err := conn.Channel()
 		require.NoError(t, err)
@@ -202,20 +172,49 @@ func TestTeardownRefusesWhileTheStackRuns(t *testing.T) {
 // the broker.
 func TestTeardownDeletesTheKeysWhenTheBrokerDoesNotAnswer(t *testing.T) {
 	t.Parallel()
-	bin := testenv.Build(t, "idemshop/cmd/orders")
-	env := testenv.New(t)
+	bin, env, run := runWithAKey(t)
 	ctx := context.Background()
-	run := env.Prefix + "run:"
-	require.NoError(t, env.Redis.Set(ctx, run+"idem:1", "x", time.Hour).Err())
 
 	limit, cancel := context.WithTimeout(ctx, 12*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(limit, bin, "teardown")
-	cmd.Env = append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
-		"REDIS_URL="+env.RedisURL, "AMQP_URL=amqp://guest:guest@"+testenv.SilentListener(t)+"/")
-	out, err := cmd.CombinedOutput()
+	out, err := teardownCmd(limit, bin, env, run, nil, "AMQP_URL=amqp://guest:guest@"+testenv.SilentListener(t)+"/").CombinedOutput()
 	require.NoError(t, limit.Err(), "teardown still waiting on the broker after 12 s: %s", out)
 	require.Error(t, err, string(out))
 	assert.Contains(t, string(out), "delete AMQP objects "+run)
 	assert.Zero(t, env.Redis.Exists(ctx, run+"idem:1").Val(), "the Redis keys deleted all the same")
+}
+
+// teardownCmd is `orders teardown names...` under the run's prefixes, against env's Redis and RabbitMQ
+// unless extra says otherwise (later entries win).
+func teardownCmd(ctx context.Context, bin string, env *testenv.Env, run string, names []string, extra ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, append([]string{"teardown"}, names...)...)
+	cmd.Env = append(append(os.Environ(), "REDIS_KEY_PREFIX="+run, "AMQP_NAME_PREFIX="+run,
+		"REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL), extra...)
+	return cmd
+}
+
+// runWithAKey builds orders and gives the test a run prefix under env's own, with one Redis key under
+// it (run + "idem:1") for teardown to delete or keep.
+func runWithAKey(t *testing.T) (bin string, env *testenv.Env, run string) {
+	t.Helper()
+	bin = testenv.Build(t, "idemshop/cmd/orders")
+	env = testenv.New(t)
+	run = env.Prefix + "run:"
+	require.NoError(t, env.Redis.Set(context.Background(), run+"idem:1", "x", time.Hour).Err())
+	return bin, env, run
+}
+
+// declared declares each topology on a connection of the test's, closed at its end, and returns the
+// connection and the channel it declared on.
+func declared(t *testing.T, env *testenv.Env, tops ...rabbitmq.Topology) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	for _, top := range tops {
+		require.NoError(t, rabbitmq.Declare(ch, top))
+	}
+	return conn, ch
 }

@@ -173,37 +173,38 @@ func DeadLetteredFrom(d amqp.Delivery) (string, bool) {
 	return key, ok && key != ""
 }
 
-// ReadyMessages is the number of ready messages in queue. The passive declare runs on a channel of its
-// own, because a failed one closes its channel.
+// ReadyMessages is the number of ready messages in queue; a queue that does not exist is an error.
 func ReadyMessages(conn *amqp.Connection, queue string) (int64, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
+	q, found, err := inspectQueue(conn, queue)
+	if err == nil && !found {
+		err = fmt.Errorf("inspect queue %s: it does not exist", queue)
 	}
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		return 0, fmt.Errorf("inspect queue %s: %w", queue, err)
-	}
-	return int64(q.Messages), nil
+	return int64(q.Messages), err
 }
 
 // Consumers returns how many consumers queue has; 0 when it does not exist.
 func Consumers(conn *amqp.Connection, queue string) (int, error) {
+	q, _, err := inspectQueue(conn, queue)
+	return q.Consumers, err
+}
+
+// inspectQueue looks queue up with a passive declare, on a channel of its own: a failed one closes its
+// channel. found is false when the broker says 404; any other refusal is err.
+func inspectQueue(conn *amqp.Connection, queue string) (q amqp.Queue, found bool, err error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, fmt.Errorf("look up queue %s: %w", queue, err)
+		return q, false, fmt.Errorf("look up queue %s: %w", queue, err)
 	}
 	defer ch.Close() // already closed if it is missing
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	var ae *amqp.Error
 	switch {
 	case err == nil:
-		return q.Consumers, nil
+		return q, true, nil
 	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-		return 0, nil
+		return amqp.Queue{}, false, nil
 	}
-	return 0, fmt.Errorf("look up queue %s: %w", queue, err)
+	return amqp.Queue{}, false, fmt.Errorf("look up queue %s: %w", queue, err)
 }
 
 // Delete removes t's queues and exchanges. A name that does not exist is not an error; any other
@@ -263,16 +264,16 @@ func Missing(conn *amqp.Connection, t Topology) ([]string, error) {
 
 // exists looks kind name up with a passive declare.
 func exists(conn *amqp.Connection, kind, name string) (bool, error) {
+	if kind == "queue" {
+		_, found, err := inspectQueue(conn, name)
+		return found, err
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return false, fmt.Errorf("look up %s %s: %w", kind, name, err)
 	}
 	defer ch.Close() // already closed if it is missing
-	if kind == "queue" {
-		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
-	} else {
-		err = ch.ExchangeDeclarePassive(name, "", true, false, false, false, nil)
-	}
+	err = ch.ExchangeDeclarePassive(name, "", true, false, false, false, nil)
 	var ae *amqp.Error
 	switch {
 	case err == nil:

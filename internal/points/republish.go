@@ -160,7 +160,11 @@ func (in *inbox) putBack(ds []amqp.Delivery) {
 // republisher is one session's publishing side: a channel of its own in confirm mode, so that a
 // failed publish (a closed channel) never closes the consuming channel and its unacked deliveries.
 type republisher struct {
+	conn    *amqp.Connection
 	consume *amqp.Channel // the deliveries' channel: the original is acked there
+	// publish is opened again (open) when the broker has closed it: a channel error ends a channel, not
+	// its connection, and the session would otherwise have gone on without republishing (every copy
+	// refused by the closed channel, each held message dead-lettered at its return).
 	publish *amqp.Channel
 	returns <-chan amqp.Return
 	inbox   *inbox
@@ -171,16 +175,26 @@ type republisher struct {
 
 // newRepublisher opens the publishing channel on conn for deliveries of consume, which fill in.
 func newRepublisher(conn *amqp.Connection, consume *amqp.Channel, in *inbox) (*republisher, error) {
-	ch, err := conn.Channel()
+	r := &republisher{conn: conn, consume: consume, inbox: in}
+	if err := r.open(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// open opens the publishing channel in confirm mode, with a listener for returns.
+func (r *republisher) open() error {
+	ch, err := r.conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("open republish channel: %w", err)
+		return fmt.Errorf("open republish channel: %w", err)
 	}
 	if err := ch.Confirm(false); err != nil {
-		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+		_ = ch.Close()
+		return fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	// One message is published at a time, and the returns are drained before each: one slot.
-	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
-	return &republisher{consume: consume, publish: ch, returns: returns, inbox: in}, nil
+	r.publish, r.returns = ch, ch.NotifyReturn(make(chan amqp.Return, 1))
+	return nil
 }
 
 // lastDelivery reports whether d's return would dead-letter it: its x-delivery-count has reached the
@@ -253,6 +267,11 @@ var errReturned = errors.New("returned by the broker: the queue is gone")
 // queue, a duplicate if it is ever moved back.
 func (c *Consumer) republish(m *message) error {
 	r := c.republisher
+	if r.publish.IsClosed() {
+		if err := r.open(); err != nil {
+			return err
+		}
+	}
 	for range len(r.returns) { // a return of an earlier copy whose confirm was not waited for
 		<-r.returns
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/mutants"
 	"idemshop/internal/testenv"
 )
 
@@ -31,7 +32,7 @@ func TestWorkshopScriptRunsTheStackOnItsOwnPorts(t *testing.T) {
 	orders, payments, points := port(), port(), port()
 	bin, tmp := t.TempDir(), t.TempDir()
 	script := func(arg string) (string, error) {
-		cmd := exec.Command("bash", "../scripts/workshop.sh", arg)
+		cmd := workshopScript(t, arg)
 		cmd.Env = append(os.Environ(), "BIN="+bin, "TMPDIR="+tmp, "WORKSHOP_DIR=",
 			"WORKSHOP_ORDERS_PORT="+orders, "WORKSHOP_PAYMENTS_PORT="+payments, "WORKSHOP_POINTS_PORT="+points,
 			"HTTP_ADDR=127.0.0.1:1", "DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL,
@@ -144,7 +145,7 @@ func TestWorkshopScriptRefusesATakenPort(t *testing.T) {
 	wsDir := t.TempDir()
 
 	script := func(arg string) ([]byte, error) {
-		cmd := exec.Command("bash", "../scripts/workshop.sh", arg)
+		cmd := workshopScript(t, arg)
 		cmd.Env = append(os.Environ(), "BIN="+t.TempDir(), "WORKSHOP_DIR="+wsDir,
 			"WORKSHOP_ORDERS_PORT="+taken, "WORKSHOP_PAYMENTS_PORT="+port(), "WORKSHOP_POINTS_PORT="+port(),
 			"DATABASE_URL="+env.DatabaseURL, "REDIS_URL="+env.RedisURL, "AMQP_URL="+env.AMQPURL,
@@ -157,4 +158,15 @@ func TestWorkshopScriptRefusesATakenPort(t *testing.T) {
 	assert.Contains(t, string(out), "port "+taken+" (orders) is taken by another program")
 	assert.NotContains(t, string(out), "ready")
 	assert.NoFileExists(t, wsDir+"/pids")
+}
+
+// workshopScript is `bash scripts/workshop.sh arg` with the script's text read through
+// mutants.ReadSource, so that under make mutants the mutated script runs: bash -c runs the text with $0
+// set to the script's real path, which the script changes directory by.
+func workshopScript(t *testing.T, arg string) *exec.Cmd {
+	t.Helper()
+	const path = "../scripts/workshop.sh"
+	text, err := mutants.ReadSource(path)
+	require.NoError(t, err)
+	return exec.Command("bash", "-c", string(text), path, arg)
 }

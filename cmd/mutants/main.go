@@ -8,8 +8,8 @@
 // 7m50s–10m48s with one build each. A test that fails without the chosen mutant's statement having run
 // failed for another reason: it runs once more, and a second such failure makes the mutant INVALID, not
 // killed by chance. A mutant a schema cannot hold (Schema says which and why; a test that reads the file
-// from disk: ReadsSource) runs the old way, alone: the mutated file written to a scratch directory and
-// `go test -overlay` (or, for ReadsSource, a copy of the tree).
+// itself: ReadsSource) runs the old way, alone: the mutated file written to a scratch directory and
+// `go test -overlay`.
 //
 // The tests run without -race and without vet (the suite runs both; a mutant only needs an assertion to
 // fail), so they share the build cache `go vet ./...` filled in `make lint`. The project's own packages
@@ -253,20 +253,11 @@ func runOne(o options, m mutants.Mutant, dir string) (mutants.Result, []byte) {
 	if err != nil {
 		return fail(mutants.Invalid, "refused: "+err.Error(), nil)
 	}
-	overlay, workDir := "", o.moduleDir
-	switch {
-	case o.baseline:
-	case m.ReadsSource:
-		// Its test reads the file from disk: a copy of the tree, with the mutant written into it. The
-		// copy's own packages compile afresh; only the standard library and modules come from the cache.
-		workDir = filepath.Join(dir, "tree")
-		if err := copyTree(o.moduleDir, workDir); err != nil {
-			return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
-		}
-		if err := os.WriteFile(filepath.Join(workDir, m.File), mutated, 0o644); err != nil {
-			return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
-		}
-	default:
+	// A test that reads the file itself (ReadsSource) finds the mutated one through the same overlay
+	// (mutants.ReadSource); until 2026-12-06 such a mutant ran in a copy of the tree, whose packages
+	// compiled afresh (50-59 s for each of the workshop script's).
+	overlay := ""
+	if !o.baseline {
 		if overlay, err = writeOverlay(dir, path, mutated); err != nil {
 			return fail(mutants.Invalid, "scratch: "+err.Error(), nil)
 		}
@@ -274,7 +265,7 @@ func runOne(o options, m mutants.Mutant, dir string) (mutants.Result, []byte) {
 	// The outer deadline only catches a go command that ignores -timeout (a wedged build).
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+2*time.Minute)
 	defer cancel()
-	out, err := goTest(ctx, o, workDir, overlay, m.Run, m.Pkgs)
+	out, err := goTest(ctx, o, overlay, m.Run, m.Pkgs)
 	if ctx.Err() != nil {
 		return fail(mutants.Timeout, "go test did not end", out)
 	}
@@ -320,19 +311,19 @@ func buildFlags(o options) []string {
 	return flags
 }
 
-// goTest runs `go test -count=1 -failfast -vet=off [-race] [-overlay F] -timeout T -run R pkgs` in dir
-// (the module directory, or a copy of it) and returns its combined output. -ldflags=-s -w only shortens
+// goTest runs `go test -count=1 -failfast -vet=off [-race] [-overlay F] -timeout T -run R pkgs` in the
+// module directory and returns its combined output. -ldflags=-s -w only shortens
 // the link: a test binary is linked anew for every mutant, and its symbol table is never read.
 // -gcflags=./...=-N -l: see the package comment (the module's packages only; dependencies keep the
 // build cache that go vet filled).
-func goTest(ctx context.Context, o options, dir, overlay, runRE string, pkgs []string) ([]byte, error) {
+func goTest(ctx context.Context, o options, overlay, runRE string, pkgs []string) ([]byte, error) {
 	args := append([]string{"test", "-count=1", "-failfast"}, buildFlags(o)...)
 	args = append(args, "-timeout", o.timeout.String(), "-run", runRE)
 	if overlay != "" {
 		args = append(args, "-overlay", overlay)
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
-	cmd.Dir = dir
+	cmd.Dir = o.moduleDir
 	if overlay != "" {
 		// Tests that run a built binary (testenv.Build) build it with the same overlay, so that a
 		// mutant in a command's code reaches the process the test starts.
@@ -356,32 +347,4 @@ func moduleRoot() (string, error) {
 		return "", errors.New("not inside a Go module")
 	}
 	return filepath.Dir(gomod), nil
-}
-
-// copyTree copies the module as git sees it (tracked and untracked files, minus ignored ones: no .git,
-// no bin/, no built binaries) from root to dst.
-func copyTree(root, dst string) error {
-	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("git ls-files: %w", err)
-	}
-	for f := range strings.SplitSeq(strings.TrimRight(string(out), "\x00"), "\x00") {
-		st, err := os.Lstat(filepath.Join(root, f))
-		if f == "" || err != nil || !st.Mode().IsRegular() {
-			continue // deleted in the working tree, or a symlink or submodule
-		}
-		b, err := os.ReadFile(filepath.Join(root, f))
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, f)), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dst, f), b, st.Mode().Perm()); err != nil {
-			return err
-		}
-	}
-	return nil
 }

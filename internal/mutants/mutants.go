@@ -9,8 +9,11 @@
 package mutants
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -35,10 +38,35 @@ type Mutant struct {
 	// -run regexp that selects those tests.
 	Pkgs []string
 	Run  string
-	// ReadsSource says the killing test reads File from disk (a static check, such as the
-	// constant-time compare's): `go test -overlay` changes what is compiled, not what is on disk, so
-	// such a mutant runs in a copy of the tree with the mutated file written into it.
+	// ReadsSource says the killing test reads File itself (a static check, such as the constant-time
+	// compare's, or a shell script the test runs), through ReadSource: `go test -overlay` changes what
+	// is compiled, not what is on disk. Such a mutant runs alone, never in a schema, whose file holds
+	// the original body beside the mutated copy.
 	ReadsSource bool
+}
+
+// ReadSource reads the file at path (relative to the working directory, as a test runs in its
+// package's directory), or, when cmd/mutants runs the test (OverlayEnv), the mutated file its overlay
+// puts in that file's place. A test that reads a source file or runs a script with it sees the mutant.
+func ReadSource(path string) ([]byte, error) {
+	if overlay := os.Getenv(OverlayEnv); overlay != "" {
+		js, err := os.ReadFile(overlay)
+		if err != nil {
+			return nil, fmt.Errorf("read the overlay: %w", err)
+		}
+		var o struct{ Replace map[string]string }
+		if err := json.Unmarshal(js, &o); err != nil {
+			return nil, fmt.Errorf("read the overlay %s: %w", overlay, err)
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, err
+		}
+		if r, ok := o.Replace[abs]; ok {
+			return os.ReadFile(r)
+		}
+	}
+	return os.ReadFile(path)
 }
 
 // Apply returns src with m's Original replaced by its Replacement. It refuses a mutant whose Original

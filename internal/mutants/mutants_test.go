@@ -1,7 +1,10 @@
 package mutants_test
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +101,36 @@ func TestTableFitsInHundredColumns(t *testing.T) {
 	for _, r := range results {
 		assert.LessOrEqual(t, len(mutants.Progress(r)), 100)
 	}
+}
+
+// A test that reads a source file sees the mutated one under make mutants (the overlay in OverlayEnv
+// puts it in the file's place), and the file itself otherwise or when the overlay replaces another.
+func TestReadSourceFollowsTheOverlay(t *testing.T) {
+	dir := t.TempDir()
+	file, mutated := filepath.Join(dir, "f.sh"), filepath.Join(dir, "mutated.sh")
+	require.NoError(t, os.WriteFile(file, []byte("original"), 0o644))
+	require.NoError(t, os.WriteFile(mutated, []byte("mutant"), 0o644))
+	overlay := func(replace map[string]string) string {
+		js, err := json.Marshal(map[string]map[string]string{"Replace": replace})
+		require.NoError(t, err)
+		path := filepath.Join(t.TempDir(), "overlay.json")
+		require.NoError(t, os.WriteFile(path, js, 0o644))
+		return path
+	}
+	t.Chdir(dir) // the path relative to the working directory, as a test gives it
+
+	t.Setenv(mutants.OverlayEnv, "")
+	got, err := mutants.ReadSource("f.sh")
+	require.NoError(t, err)
+	assert.Equal(t, "original", string(got), "no overlay")
+
+	t.Setenv(mutants.OverlayEnv, overlay(map[string]string{file: mutated}))
+	got, err = mutants.ReadSource("f.sh")
+	require.NoError(t, err)
+	assert.Equal(t, "mutant", string(got), "the overlay's replacement")
+
+	t.Setenv(mutants.OverlayEnv, overlay(map[string]string{filepath.Join(dir, "other.go"): mutated}))
+	got, err = mutants.ReadSource("f.sh")
+	require.NoError(t, err)
+	assert.Equal(t, "original", string(got), "an overlay of another file")
 }

@@ -1299,8 +1299,8 @@ var List = []Mutant{
 		File: "internal/pay/pay.go",
 		// Only a PAYING, PAID or REFUNDED order answers with its payment: a REFUND_REQUIRED or FAILED one
 		// is charged again by a platform that forgot, and the callbacks refuse that second payment.
-		Original:    "func hasItsPayment(o orders.Order) bool { return o.PaymentID != nil }",
-		Replacement: "func hasItsPayment(o orders.Order) bool {\n\treturn o.PaymentID != nil && o.Status != orders.StatusFailed && o.Status != orders.StatusRefundRequired\n}",
+		Original:    "return o.PaymentID != nil",
+		Replacement: "return o.PaymentID != nil && o.Status != orders.StatusFailed && o.Status != orders.StatusRefundRequired",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment$",
 	},
 	{
@@ -1332,8 +1332,8 @@ var List = []Mutant{
 		ID: "answer-reserve", Guard: "deadline: answer time",
 		File: "internal/platform/httpserver/httpserver.go",
 		// The work ends at the write deadline itself: its 503 is written to a closed connection.
-		Original:    "{ return min(writeTimeout/4, time.Second) }",
-		Replacement: "{ return 0 }",
+		Original:    "return min(writeTimeout/4, time.Second)",
+		Replacement: "return 0",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARequestOnAHalfOpenDatabaseConnectionEndsAtTheWriteTimeout$",
 	},
 	{
@@ -1374,8 +1374,8 @@ var List = []Mutant{
 		File: "internal/points/consumer.go",
 		// Poison nacked: on RabbitMQ 4.3 and later a nack does not count toward x-delivery-limit, and
 		// the message is requeued for ever, never dead-lettered.
-		Original:    "func rejects(m *message) bool { return errors.Is(m.err, errPoison) || errors.Is(m.err, ErrRejected) }",
-		Replacement: "func rejects(m *message) bool { return false && errors.Is(m.err, errPoison) || errors.Is(m.err, ErrRejected) }",
+		Original:    "return errors.Is(m.err, errPoison) || errors.Is(m.err, ErrRejected)",
+		Replacement: "return false && errors.Is(m.err, errPoison) || errors.Is(m.err, ErrRejected)",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestOnlyPoisonIsRejected$",
 	},
 	{

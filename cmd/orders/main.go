@@ -143,8 +143,8 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 // what ended it: a database that accepted the connection and then stopped answering (paused, or a
 // black hole in between) would hold the command forever, since statement_timeout is the server's to
 // enforce and a scheduled job's context has no deadline of its own.
-func withinOnceTimeout(ctx context.Context, limit time.Duration, name string, run func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
+func withinOnceTimeout(parent context.Context, limit time.Duration, name string, run func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(parent, limit)
 	defer cancel()
 	err := run(ctx)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -273,7 +273,7 @@ func redisPrefixOwnsNoDefaultKey(redisPrefix string) error {
 // name outside AMQP_NAME_PREFIX or one that looks like a flag:
 // the defaults are a shop's real names, never a run's. It also refuses while one of the queues has a
 // consumer: the stack is still running.
-func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names []string) error {
+func teardown(parent context.Context, cfg config.Orders, logger *slog.Logger, names []string) error {
 	// The environment, not cfg: an empty REDIS_KEY_PREFIX parses as the shop's default prefix.
 	if os.Getenv("REDIS_KEY_PREFIX") == "" || os.Getenv("AMQP_NAME_PREFIX") == "" {
 		return errors.New("teardown needs REDIS_KEY_PREFIX and AMQP_NAME_PREFIX set to the run's prefixes")
@@ -295,10 +295,10 @@ func teardown(ctx context.Context, cfg config.Orders, logger *slog.Logger, names
 	var errs []error
 	// The broker first, for the check below, under a budget of its own: one that accepts and never
 	// answers took the whole 30 s, and the Redis keys were left (a helper's finding, 2026-12-06).
-	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	dctx, dcancel := context.WithTimeout(parent, 5*time.Second)
 	conn, dialErr := rabbitmq.Dial(dctx, cfg.AMQPURL)
 	dcancel()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 	defer cancel()
 	if dialErr == nil {
 		defer conn.Close()

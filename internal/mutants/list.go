@@ -1182,8 +1182,8 @@ var List = []Mutant{
 		ID: "orders-once-timeout", Guard: "--once: ONCE_TIMEOUT",
 		File: "cmd/orders/main.go",
 		// A one-shot command has no deadline: a database that stops answering holds it forever.
-		Original:    "ctx, cancel := context.WithTimeout(ctx, limit)",
-		Replacement: "ctx, cancel := context.WithCancel(ctx)",
+		Original:    "ctx, cancel := context.WithTimeout(parent, limit)",
+		Replacement: "ctx, cancel := context.WithCancel(parent)",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestOneShotCommandsEndWithinOnceTimeout$",
 	},
 	{
@@ -1229,8 +1229,8 @@ var List = []Mutant{
 		ID: "teardown-dial-budget", Guard: "teardown: dial budget",
 		File: "cmd/orders/main.go",
 		// The dial takes the whole budget: a broker that never answers leaves the Redis keys.
-		Original:    "dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)",
-		Replacement: "dctx, dcancel := context.WithTimeout(ctx, 40*time.Second)",
+		Original:    "dctx, dcancel := context.WithTimeout(parent, 5*time.Second)",
+		Replacement: "dctx, dcancel := context.WithTimeout(parent, 40*time.Second)",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownDeletesTheKeysWhenTheBrokerDoesNotAnswer$",
 	},
 	{

@@ -386,9 +386,9 @@ var errReturned = errors.New("returned by the broker as unroutable")
 // publish sends rows and waits for their confirms. It returns the ids the broker confirmed, and the ids
 // it did not (nacked, unanswered, never sent, or returned) grouped by the last_error to record for
 // them, plus the first error.
-func (r *Relay) publish(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, rows []pendingRow) (
+func (r *Relay) publish(parent context.Context, ch *amqp.Channel, returns <-chan amqp.Return, rows []pendingRow) (
 	confirmed []int64, failed map[string][]int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmTimeout)
+	ctx, cancel := context.WithTimeout(parent, r.cfg.ConfirmTimeout)
 	defer cancel()
 	failed = make(map[string][]int64)
 	// fail records why row id stays pending: reason becomes its last_error (rows with the same reason

@@ -40,8 +40,16 @@ const (
 	ReachedEnv = "IDEMSHOP_MUTANT_REACHED"
 )
 
+// A mutant in a package variable's value (a Lua script, an SQL string, the transition table) has no
+// function to hold its copy. The value itself chooses, when the package initializes:
+//
+//	var acquireScript = idemshopMutantVar("lock-fence-incr", redis.NewScript(`...mutated...`), /*line :159:21*/redis.NewScript(`...`))
+//
+// Both values are built at init (a script's hash, a map literal: no side effects); the chosen mutant
+// counts as reached once the program has started with it, as a mutant built alone would.
+
 // SchemaFile is the name of the file the runner adds to each package that holds a schema:
-// idemshopMutantOn and idemshopMutantReached. Its name ends in no _test, so the package itself has it.
+// idemshopMutantOn, idemshopMutantReached and idemshopMutantVar. Its name ends in no _test, so the package itself has it.
 const SchemaFile = "zz_idemshop_mutants.go"
 
 // newClause finds a case or default clause that a replacement brings.
@@ -56,8 +64,9 @@ type edit struct {
 // Schema returns src with every mutant of ms (all of one file) put in as a copy of its function's body,
 // chosen at run time by SelectEnv (see above). A mutant that cannot be put in a schema is left out and
 // named in skipped with the reason; the runner builds those the old way, one program each:
-//   - its snippet does not occur exactly once, or is not inside a function's body (a package-level SQL
-//     string or Lua script);
+//   - its snippet does not occur exactly once, or is neither inside a function's body nor inside the
+//     value of a package variable declared without a type of its own (a const, or `var n int64 = 3`,
+//     whose untyped value would not convert through idemshopMutantVar);
 //   - its snippet holds a label (renaming the copy's labels would change it);
 //   - its function's body declares with :=, at its top level, a name that is also a parameter or a
 //     result (`ctx, cancel := context.WithTimeout(ctx, d)`): in the function's own block that assigns
@@ -74,6 +83,8 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 	var edits []edit
 	skipped = map[string]string{}
 	bases := selectorBases(src)
+	inValue := map[ast.Expr][]Mutant{} // a package variable's value → its mutants, in list order
+	var values []ast.Expr
 	for k, m := range ms {
 		start := strings.Index(string(src), m.Original)
 		if start < 0 || strings.Count(string(src), m.Original) != 1 {
@@ -88,7 +99,19 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 			}
 		}
 		if fn == nil {
-			skipped[m.ID] = "not inside a function's body"
+			v := packageVarValue(file, offset, start, end)
+			if v == nil {
+				skipped[m.ID] = "not inside a function's body or a package variable's value"
+				continue
+			}
+			if why := compilesAlone(src, bases, nil, offset, m); why != "" {
+				skipped[m.ID] = why
+				continue
+			}
+			if inValue[v] == nil {
+				values = append(values, v)
+			}
+			inValue[v] = append(inValue[v], m)
 			continue
 		}
 		if name := redeclared(fn); name != "" {
@@ -142,7 +165,38 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 		edits = append(edits, edit{at: bodyAt, end: bodyAt,
 			text: fmt.Sprintf(" if idemshopMutantOn(%q) {%s%s%s\n}; %s", m.ID, line, body, fallOut, line)})
 	}
+	for _, v := range values {
+		from, to := offset(v.Pos()), offset(v.End())
+		pos := fset.Position(v.Pos())
+		text := fmt.Sprintf("/*line :%d:%d*/%s", pos.Line, pos.Column, src[from:to])
+		for _, m := range slices.Backward(inValue[v]) {
+			at := strings.Index(string(src), m.Original) // once in the file (checked above), inside v
+			mutated := applyEdits(src, from, to, []edit{{at: at, end: at + len(m.Original), text: m.Replacement}})
+			text = fmt.Sprintf("idemshopMutantVar(%q, %s, %s)", m.ID, mutated, text)
+		}
+		edits = append(edits, edit{at: from, end: to, text: text})
+	}
 	return []byte(applyEdits(src, 0, len(src), edits)), skipped, nil
+}
+
+// packageVarValue is the value, in a package-level var declaration without a type of its own, that
+// holds src[start:end] (nil if none does).
+func packageVarValue(file *ast.File, offset func(token.Pos) int, start, end int) ast.Expr {
+	for _, d := range file.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.VAR {
+			continue
+		}
+		for _, s := range g.Specs {
+			vs := s.(*ast.ValueSpec)
+			for _, v := range vs.Values {
+				if start >= offset(v.Pos()) && end <= offset(v.End()) && vs.Type == nil {
+					return v
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // applyEdits returns src[from:to] with edits applied (offsets into src; insertions at one point keep
@@ -277,7 +331,7 @@ func compilesAlone(src []byte, bases map[string]bool, fn *ast.FuncDecl, offset f
 	if err != nil {
 		return "the mutated file does not parse"
 	}
-	if fn.Type.Results != nil && len(fn.Type.Results.List) > 0 {
+	if fn != nil && fn.Type.Results != nil && len(fn.Type.Results.List) > 0 {
 		at := offset(fn.Pos())
 		for _, d := range file.Decls {
 			if f, ok := d.(*ast.FuncDecl); ok && fset.Position(f.Pos()).Offset == at && f.Body != nil {
@@ -429,6 +483,15 @@ func idemshopMutantReached() {
 			_ = os.WriteFile(path, nil, 0o644)
 		}
 	})
+}
+
+// idemshopMutantVar is a package variable's value: mutated when id is the chosen mutant.
+func idemshopMutantVar[T any](id string, mutated, original T) T {
+	if idemshopMutantOn(id) {
+		idemshopMutantReached()
+		return mutated
+	}
+	return original
 }
 `), nil
 }

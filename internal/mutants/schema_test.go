@@ -1,6 +1,7 @@
 package mutants_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"go/parser"
@@ -19,8 +20,9 @@ import (
 
 // toy is a file with mutants in each kind of function a schema must hold: a plain function, a method, a
 // variadic generic function, one without results, two in one function, an unnamed parameter, a deferred
-// function that calls recover(), functions that read their caller's line, a body with a label; and
-// some it must leave out.
+// function that calls recover(), functions that read their caller's line, a body with a label, package
+// variables' values (one over several lines, before the functions that read their lines); and some it
+// must leave out.
 const toy = `package toy
 
 import (
@@ -81,6 +83,18 @@ func Safe(f func()) (err error) {
 	f()
 	return nil
 }
+
+// Words spans lines: its copies in the schema must not move the lines below.
+var Words = []string{
+	"one",
+	"two",
+}
+
+var Typed int64 = 333
+
+// Plain has no mutant, so no line directive of its own: its line is right only if Words' copies
+// gave the lines after them back.
+func Plain() int { return Here() }
 
 // Here is the line it is called from.
 func Here() int {
@@ -148,9 +162,12 @@ var toyMutants = []mutants.Mutant{
 	{ID: "no-runtime", Original: "_, _, line, _ := runtime.Caller(1)", Replacement: "line := 0"},
 	{ID: "hop-more", Original: "if n > 1 {", Replacement: "if n > 2 {"},
 	{ID: "lines-first", Original: "first := Here()", Replacement: "first := Here() + 1"},
+	{ID: "words-first", Original: "\"one\",", Replacement: "\"uno\","},
+	{ID: "words-second", Original: "\"two\",\n", Replacement: "\"dos\",\n\t\"tres\",\n"},
 	{ID: "kind-zero", Original: "return \"negative\"", Replacement: "return \"negative\"\n\tcase n == 0:\n\t\treturn \"zero\""},
 	// Left out:
 	{ID: "limit-const", Original: "const limit = 10", Replacement: "const limit = 11"},
+	{ID: "typed-more", Original: "333", Replacement: "444"},
 	{ID: "break-label", Original: "break outer", Replacement: "break"},
 	{ID: "reset-thrice", Original: "m, ok := n*2", Replacement: "m, ok := n*3"},
 	{ID: "gone", Original: "nowhere", Replacement: "x"},
@@ -161,7 +178,8 @@ func TestSchemaLeavesOutWhatItCannotHold(t *testing.T) {
 	out, skipped, err := mutants.Schema([]byte(toy), toyMutants)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{
-		"limit-const":  "not inside a function's body",
+		"limit-const":  "not inside a function's body or a package variable's value",
+		"typed-more":   "not inside a function's body or a package variable's value",
 		"break-label":  "a label inside its snippet",
 		"reset-thrice": "Reset declares m again at its body's top level",
 		"twice-thrice": "Twice declares n again at its body's top level",
@@ -205,6 +223,7 @@ func TestSchemaRunsTheChosenMutantOnly(t *testing.T) {
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"toymod/toy"
 )
@@ -218,6 +237,7 @@ func main() {
 	first, second := toy.Lines()
 	fmt.Println(toy.Sum(5, 3), c.Add(1), toy.Max(1, 7, 4), len(toy.Log), toy.Clamp(-3), toy.Clamp(12), toy.Unnamed(0),
 		toy.Safe(func() { panic("boom") }), first, second, toy.Reset(2), toy.Twice(2), toy.Kind(0))
+	fmt.Println(strings.Join(toy.Words, "+"), toy.Typed, toy.Plain())
 }
 `)
 	out, _, err := mutants.Schema([]byte(toy), toyMutants)
@@ -246,6 +266,8 @@ func main() {
 		return 0
 	}
 	first, second := lineOf("first := Here()"), lineOf("second = Here()")
+	plain := lineOf("func Plain() int { return Here() }")
+	// run returns the program's first line, and checks its second (the package variables).
 	run := func(chosen string, args ...string) (string, bool) {
 		reached := filepath.Join(dir, "reached-"+chosen+strings.Join(args, ""))
 		cmd := exec.Command(bin, args...)
@@ -253,7 +275,14 @@ func main() {
 		b, err := cmd.Output()
 		require.NoError(t, err)
 		_, statErr := os.Stat(reached)
-		return strings.TrimSpace(string(b)), statErr == nil
+		first, vars, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		words := map[string]string{"words-first": "uno+two", "words-second": "one+dos+tres"}[chosen]
+		line := plain
+		if chosen == "here-plus" {
+			line += 1000
+		}
+		assert.Equal(t, fmt.Sprintf("%s 333 %d", cmp.Or(words, "one+two"), line), vars, "mutant %q: the package variables", chosen)
+		return first, statErr == nil
 	}
 	want := func(format string, more ...any) string {
 		return fmt.Sprintf(format, append(more, first, second)...) + " 4 other"
@@ -280,6 +309,10 @@ func main() {
 		{"kind-zero", strings.TrimSuffix(want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), " 4 other") + " 4 zero", nil, true},
 		{"lines-later", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, true},
 		{"reset-thrice", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, false}, // left out of the schema
+		// A package variable's mutant: reached once the program started with it.
+		{"words-first", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, true},
+		{"words-second", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, true},
+		{"typed-more", want("8 4 7 0 0 9 10 recovered: boom %d %d 4"), nil, false}, // left out
 	}
 	for _, tc := range cases {
 		got, reached := run(tc.chosen, tc.args...)

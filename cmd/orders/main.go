@@ -101,9 +101,7 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 	fail := gate.Fail
 	logger.Info("orders starting", "addr", cfg.HTTPAddr, "lab", cfg.Lab)
 
-	db, err := postgres.OpenWhenUp(ctx, cfg.Postgres.URL, postgres.Options{
-		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
-	}, postgres.Wait{
+	db, err := postgres.OpenWhenUp(ctx, cfg.Postgres.URL, dbOptions(cfg, logger), postgres.Wait{
 		Backoff: cfg.Startup.Backoff(), Logger: logger,
 		Failed: func(err error) { gate.Waiting("postgres", err) },
 		// orders owns the schema: with MIGRATE_ON_START it creates and migrates the database itself;
@@ -139,6 +137,16 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 	return err
 }
 
+// dbOptions are the pool's settings. A transaction idle longer than a statement may run, plus the
+// outbox relay's wait for its confirms (the one wait inside a transaction of the shop), has lost its
+// client: PostgreSQL ends it and releases its locks.
+func dbOptions(cfg config.Orders, logger *slog.Logger) postgres.Options {
+	return postgres.Options{
+		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
+		IdleInTransactionTimeout: cfg.StatementTimeout + cfg.OutboxConfirmTimeout,
+	}
+}
+
 // withinOnceTimeout runs a one-shot command under limit (ONCE_TIMEOUT), and says so when the limit is
 // what ended it: a database that accepted the connection and then stopped answering (paused, or a
 // black hole in between) would hold the command forever, since statement_timeout is the server's to
@@ -161,9 +169,7 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 			return err
 		}
 	}
-	db, err := postgres.Open(ctx, cfg.Postgres.URL, postgres.Options{
-		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
-	})
+	db, err := postgres.Open(ctx, cfg.Postgres.URL, dbOptions(cfg, logger))
 	if err != nil {
 		return err
 	}

@@ -85,8 +85,11 @@ func run() error {
 
 	// The database belongs to orders, which creates and migrates it: the consumer waits until it
 	// exists and is migrated, and never creates it (two creators would race on the schema).
+	// A ledger transaction waits on nothing but its own statements: one idle longer than a statement
+	// may run has lost its client, and PostgreSQL ends it.
 	db, err := postgres.OpenWhenUp(ctx, cfg.Postgres.URL, postgres.Options{
 		LockTimeout: cfg.LockTimeout, StatementTimeout: cfg.StatementTimeout, MaxConns: cfg.MaxConns, Logger: logger,
+		IdleInTransactionTimeout: cfg.StatementTimeout,
 	}, postgres.Wait{
 		Backoff: cfg.Startup.Backoff(), Logger: logger, Migrated: true,
 		Failed: func(err error) { gate.Waiting("postgres", err) },

@@ -136,6 +136,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestFailedStatementsAreLoggedWithoutTheirParameters$",
 	},
 	{
+		ID: "db-answer-deadline", Guard: "db: answer deadline",
+		File: "internal/platform/postgres/postgres.go",
+		// No deadline of the client's own: a statement on a half-open connection waits for good.
+		Original:    "\t\tpcfg.DialFunc = answerDeadline(pcfg.DialFunc, o.StatementTimeout+AnswerMargin)\n",
+		Replacement: "\t\t_ = answerDeadline\n",
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestAStatementOnAHalfOpenConnectionGivesUp$",
+	},
+	{
+		ID: "db-idle-in-tx", Guard: "db: idle transaction",
+		File: "internal/platform/postgres/postgres.go",
+		// No idle_in_transaction_session_timeout: a half-open client's locks are held for hours.
+		Original:    "\t\tpcfg.RuntimeParams[\"idle_in_transaction_session_timeout\"] =",
+		Replacement: "\t\t_ =",
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestALockOfAClientThatWentHalfOpenIsReleased$",
+	},
+	{
 		ID: "log-recorder-filter", Guard: "logs: no params (Scan)",
 		File:        "internal/platform/postgres/postgres.go",
 		Original:    "\tgormlogger.RecorderParamsFilter = withoutParams\n",

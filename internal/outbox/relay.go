@@ -309,7 +309,8 @@ type pendingRow struct {
 func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return) (int, error) {
 	// A batch that started is finished even when shutdown begins: its publishes are already on the
 	// wire, and abandoning it would only turn them into duplicates. Every step below is bounded
-	// (ConfirmTimeout, the database statement timeout).
+	// (ConfirmTimeout; the database statement timeout, which the pool's connections also keep on the
+	// client's side, for a half-open connection: postgres.Options.StatementTimeout).
 	work := context.WithoutCancel(ctx)
 	var n int
 	var publishErr error

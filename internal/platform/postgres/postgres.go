@@ -13,6 +13,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,11 +33,28 @@ import (
 type Options struct {
 	// LockTimeout is sent as the session's lock_timeout: every lock wait longer than this fails with
 	// SQLSTATE 55P03, which TranslateError turns into ErrLockTimeout.
-	LockTimeout      time.Duration
+	LockTimeout time.Duration
+	// StatementTimeout is sent as the session's statement_timeout, and bounds on the client's side
+	// too how long a connection may go without the answer to what it sent (AnswerMargin more: see
+	// answerDeadlineConn).
 	StatementTimeout time.Duration
-	MaxConns         int
-	Logger           *slog.Logger
+	// IdleInTransactionTimeout is sent as idle_in_transaction_session_timeout: PostgreSQL ends a
+	// session that has sat inside a transaction this long without a statement, which rolls it back and
+	// releases its locks. Without it, a client whose connection went half-open in a transaction (a
+	// stalled proxy, a partition) left its row and advisory locks held until the server's TCP
+	// keepalive gave up, 2 h 11 min by default, or for ever behind a proxy that keeps the socket open: a
+	// create key and a user's points account stayed locked (a helper's finding, 2026-12-06). It must be
+	// longer than any wait a transaction makes between two of its statements (the outbox relay's
+	// confirms). 0: PostgreSQL's setting.
+	IdleInTransactionTimeout time.Duration
+	MaxConns                 int
+	Logger                   *slog.Logger
 }
+
+// AnswerMargin is what a connection waits for an answer beyond StatementTimeout before it gives up on
+// the server (answerDeadlineConn): the server's own timeout ends a statement it received, and reports
+// it, well within it.
+const AnswerMargin = 2 * time.Second
 
 // DefaultConnectTimeout bounds each new connection (dial, TLS, start-up and authentication) when
 // DATABASE_URL sets no connect_timeout (libpq's parameter, in seconds). Without a bound, a server
@@ -67,6 +85,10 @@ func Open(ctx context.Context, url string, o Options) (*gorm.DB, error) {
 	}
 	if o.StatementTimeout > 0 {
 		pcfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
+		pcfg.DialFunc = answerDeadline(pcfg.DialFunc, o.StatementTimeout+AnswerMargin)
+	}
+	if o.IdleInTransactionTimeout > 0 {
+		pcfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(o.IdleInTransactionTimeout.Milliseconds(), 10)
 	}
 	sqlDB := stdlib.OpenDB(*pcfg)
 	maxConns := o.MaxConns
@@ -377,4 +399,52 @@ func (l handledLogger) Trace(ctx context.Context, begin time.Time, fc func() (st
 		return
 	}
 	l.Interface.Trace(ctx, begin, fc, err)
+}
+
+// answerDeadline wraps dial so that every connection it makes is an answerDeadlineConn with limit.
+func answerDeadline(dial pgconn.DialFunc, limit time.Duration) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &answerDeadlineConn{Conn: c, limit: limit}, nil
+	}
+}
+
+// answerDeadlineConn gives up on a server that has not answered within limit of the last thing sent
+// to it: each Write sets the connection's deadline limit ahead, so the reads that wait for the answer
+// fail with a timeout, and pgx closes the connection (the pool then drops it). statement_timeout
+// alone did not do that, for it is the server's, and a server that never receives the statement
+// never starts it. On a half-open connection (a stalled proxy, a partition) every caller without a
+// deadline of its own waited for good: the outbox relay stopped publishing, with nothing in the log
+// and /readyz answering ok, until a person restarted orders (a helper's finding, 2026-12-06); the
+// sweeper, the reconciler and the reapers were the same. A deadline pgx sets (a cancelled context,
+// its close) is kept when it is earlier.
+type answerDeadlineConn struct {
+	net.Conn
+	limit time.Duration
+	mu    sync.Mutex
+	set   time.Time // the last deadline pgx set (zero: none)
+}
+
+func (c *answerDeadlineConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	d := time.Now().Add(c.limit)
+	if !c.set.IsZero() && c.set.Before(d) {
+		d = c.set
+	}
+	err := c.Conn.SetDeadline(d)
+	c.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *answerDeadlineConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.set = t
+	return c.Conn.SetDeadline(t)
 }

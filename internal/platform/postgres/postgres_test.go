@@ -16,6 +16,7 @@ import (
 
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
 )
 
 // EnsureAndMigrate creates a missing database, migrates it with the seed, and is a no-op when repeated.
@@ -190,4 +191,63 @@ func TestOpenGivesUpOnAServerThatNeverAnswers(t *testing.T) {
 			t.Fatal("a connection to a server that never answers was not given up")
 		}
 	}
+}
+
+// A pooled connection that went half-open (a stalled proxy, a partition) held every caller without a
+// deadline of its own for good: statement_timeout is the server's, and the server never received the
+// statement. The outbox relay stopped publishing with nothing in the log (a helper's finding,
+// 2026-12-06). Now a statement gets no longer than StatementTimeout + AnswerMargin for its answer,
+// and the next one runs on a new connection.
+func TestAStatementOnAHalfOpenConnectionGivesUp(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	proxy, url := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(t.Context(), url, postgres.Options{StatementTimeout: 300 * time.Millisecond, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	require.NoError(t, db.Exec("SELECT 1").Error, "the pool's one connection, through the proxy")
+	proxy.Stall()
+
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- db.Exec("SELECT 1").Error }() // context.Background: no deadline of its own
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.Less(t, time.Since(start), 300*time.Millisecond+postgres.AnswerMargin+2*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a statement on a half-open connection waited for good")
+	}
+	require.NoError(t, db.Exec("SELECT 1").Error, "the next statement, on a new connection")
+}
+
+// A transaction whose client went half-open kept its locks until the server's TCP keepalive gave up
+// (2 h 11 min by default), or for ever behind a proxy that keeps the socket open: a create key and a
+// user's points account stayed locked (a helper's finding, 2026-12-06). With
+// IdleInTransactionTimeout the server ends such a session, and another one takes the lock.
+func TestALockOfAClientThatWentHalfOpenIsReleased(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	proxy, url := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(t.Context(), url, postgres.Options{StatementTimeout: 10 * time.Second,
+		IdleInTransactionTimeout: 300 * time.Millisecond, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	conn, err := db.DB()
+	require.NoError(t, err)
+	tx, err := conn.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	_, err = tx.Exec("SELECT pg_advisory_xact_lock(42)")
+	require.NoError(t, err)
+	proxy.Stall() // the client is gone for the server: it sees a session idle in its transaction
+
+	other, err := pgx.Connect(t.Context(), env.DatabaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	// Long enough for the server to end the idle session, short of any keepalive.
+	_, err = other.Exec(t.Context(), "SET lock_timeout = '5s'")
+	require.NoError(t, err)
+	_, err = other.Exec(t.Context(), "SELECT pg_advisory_lock(42)")
+	require.NoError(t, err, "the lock of the half-open client's transaction was released")
+	_, _ = other.Exec(t.Context(), "SELECT pg_advisory_unlock(42)")
 }

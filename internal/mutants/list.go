@@ -687,6 +687,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestRedeemFormPostRefusesABodyItCannotRead$",
 	},
 	{
+		ID: "redeem-work-deadline", Guard: "redeem: work deadline",
+		File: "internal/rewards/service.go",
+		// The work bounded by the lease alone: past the write deadline its answer reaches no one.
+		Original:    "if d, ok := ctx.Deadline(); ok && d.Before(end) {",
+		Replacement: "if d, ok := ctx.Deadline(); ok && d.Before(end) && false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemEndsWithinTheRequestsWorkTime$",
+	},
+	{
+		ID: "redeem-release-late", Guard: "redeem: release late",
+		File: "internal/rewards/service.go",
+		// The token given back under the expired work context: it stays in flight for the lease.
+		Original:    "if rerr := s.tokens.Release(tctx, tokenID, claim.Attempt); rerr != nil {",
+		Replacement: "if rerr := s.tokens.Release(wctx, tokenID, claim.Attempt); rerr != nil {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemEndsWithinTheRequestsWorkTime$",
+	},
+	{
 		ID: "redeem-form-twice", Guard: "form post: one each",
 		File:        "internal/rewards/http.go",
 		Original:    "if len(vs) > 1 {",

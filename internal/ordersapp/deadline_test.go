@@ -49,3 +49,45 @@ func TestARequestOnAHalfOpenDatabaseConnectionEndsAtTheWriteTimeout(t *testing.T
 	again := rp.call(http.MethodGet, fmt.Sprintf("/v1/orders/%d", id), alice, "", nil)
 	assert.Equal(t, http.StatusOK, again.Status, "%s", again.Body)
 }
+
+// A redeem's work runs on after its client goes away (a double-click abandons the first request), and
+// was bounded by FORM_TOKEN_INFLIGHT_LEASE (at least 5 s) alone, not by the request's work time: one
+// that waited on a locked points account past HTTP_WRITE_TIMEOUT wrote its answer to a closed
+// connection, and its client got none (a helper's finding, 2026-12-06). It ends within the request's
+// work time now, with 503, and gives its token back: the retry redeems once the account is free.
+func TestARedeemEndsWithinTheRequestsWorkTime(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{LockTimeout: 10 * time.Second}) // the lock wait outlasts the work time
+	credit(t, env.DB, redeemAlice, 100)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		c.HTTP.WriteTimeout = time.Second
+		c.FormTokenInFlightLease = 10 * time.Second
+	}})
+	tok := rp.issueFormToken("alice-token")
+	locker := env.DB.Begin() // another transaction holds alice's account
+	require.NoError(t, locker.Exec(`SELECT 1 FROM points_accounts WHERE user_id = ? FOR UPDATE`, redeemAlice).Error)
+	t.Cleanup(func() { locker.Rollback() })
+
+	answered := make(chan response, 1)
+	go func() {
+		r, err := rp.redeemAsync("alice-token", tok, "coupon-10")
+		if err != nil {
+			r = response{Body: []byte(err.Error())}
+		}
+		answered <- r
+	}()
+	var r response
+	select {
+	case r = <-answered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the redeem was never answered")
+	}
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "answered within the work time: %s", r.Body)
+	assert.Equal(t, "unavailable", r.problem(t).Code)
+	assertRedeemed(t, env.DB, redeemAlice, 0, 100)
+
+	require.NoError(t, locker.Rollback().Error)
+	again := rp.redeem("alice-token", tok, "coupon-10")
+	assert.Equal(t, http.StatusCreated, again.Status, "the token was given back: %s", again.Body)
+	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
+}

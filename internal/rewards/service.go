@@ -154,9 +154,20 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 
 	// The token is IN_FLIGHT and ours. From here on the work runs to its end even if the client goes
 	// away (a double-click makes the browser abandon the first request): a cancelled transaction would
-	// only leave the token in flight until its lease expires. The timeout still bounds it.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.workTimeout)
+	// only leave the token in flight until its lease expires. The timeout still bounds it, and so does
+	// the request's own deadline (orders ends each request's work before HTTP_WRITE_TIMEOUT): a redeem
+	// that waited on a locked points account past it wrote its answer to a closed connection, and its
+	// client got none (a helper's finding, 2026-12-06).
+	end := time.Now().Add(s.workTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(end) {
+		end = d
+	}
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
+	// The token's own updates go on past that deadline (each bounded by REDIS_TIMEOUT): a failed attempt
+	// gives its token back at once, and a committed one marks it used, so that the retry its 503
+	// invites is not a 409 for the lease's length.
+	tctx := context.WithoutCancel(wctx)
 	lg := logging.From(ctx)
 
 	var (
@@ -180,7 +191,7 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 		// A bad request (an unknown reward), a business failure (too few points) or an unexpected error:
 		// nothing was committed, so the token goes back to ISSUED and the same form can be submitted
 		// again. If this fails too, the lease expiring does the same a little later.
-		if rerr := s.tokens.Release(wctx, tokenID, claim.Attempt); rerr != nil {
+		if rerr := s.tokens.Release(tctx, tokenID, claim.Attempt); rerr != nil {
 			lg.Warn("form token not released; it is usable again when its lease expires", "err", rerr)
 		}
 		switch {
@@ -198,7 +209,7 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 	if err != nil {
 		return Answer{}, OutcomeError, fmt.Errorf("encode redeem result: %w", err)
 	}
-	if err := s.tokens.Complete(wctx, tokenID, userID, FormName, body); err != nil {
+	if err := s.tokens.Complete(tctx, tokenID, userID, FormName, body); err != nil {
 		// The coupon is committed, so the user gets it now. The token stays IN_FLIGHT until its lease
 		// expires; a resubmit after that finds the coupon in the database and replays it.
 		lg.Warn("redeem committed but form token not marked consumed", "err", err)

@@ -189,15 +189,22 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 	// A run the platform did not answer, or whose repair or refund step failed, changed nothing it
 	// asked about; the exit status says so, so that a scheduler sees the records and orders left for
 	// the next run.
+	// A run that failed part-way says "stopped", not "done" (an operator read "sweep done" above the
+	// error that ended it; a helper's finding, 2026-12-06), with what it did before.
 	if cmd == "sweep" {
 		done, err := app.Sweeper.RunOnce(ctx)
-		logger.Info("sweep done", "results", done) // refunds log their own lines
 		if err != nil {
+			logger.Warn("sweep stopped", "results", done, "err", err)
 			return err
 		}
+		logger.Info("sweep done", "results", done) // refunds log their own lines
 		return workLeft(done)
 	}
 	rep, err := app.Reconciler.RunOnce(ctx)
+	if err != nil {
+		logger.Warn("reconcile stopped", "orders", rep.Orders, "records", rep.Records, "points", rep.Points, "err", err)
+		return err
+	}
 	logger.Info("reconcile done", "orders", rep.Orders, "records", rep.Records, "points", rep.Points)
 	if err == nil && rep.Orders[sweeper.ReconcileUnreachable]+rep.Records[sweeper.ReconcileUnreachable] > 0 {
 		err = errors.New("reconcile: the payment platform did not answer; the run stopped there, and the next one asks again")

@@ -45,7 +45,7 @@ func buildSchemas(o options, scratch string, list []mutants.Mutant) (schemaBuild
 	for _, m := range list {
 		switch {
 		case m.ReadsSource:
-			fmt.Printf("mutants: %s runs alone: its test reads its file from disk\n", m.ID)
+			fmt.Printf("mutants: %s runs alone: its test reads its file (mutants.ReadSource)\n", m.ID)
 			continue
 		case strings.HasSuffix(m.File, "_test.go"):
 			// An external test package (x_test) would not see the package's SchemaFile.

@@ -49,7 +49,8 @@ const (
 // counts as reached once the program has started with it, as a mutant built alone would.
 
 // SchemaFile is the name of the file the runner adds to each package that holds a schema:
-// idemshopMutantOn, idemshopMutantReached and idemshopMutantVar. Its name ends in no _test, so the package itself has it.
+// idemshopMutantOn, idemshopMutantReached and idemshopMutantVar. Its name ends in no _test, so the
+// package itself has it.
 const SchemaFile = "zz_idemshop_mutants.go"
 
 // newClause finds a case or default clause that a replacement brings.

@@ -84,7 +84,12 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 	var edits []edit
 	skipped = map[string]string{}
 	bases := selectorBases(src)
-	inValue := map[ast.Expr][]Mutant{} // a package variable's value → its mutants, in list order
+	// A package variable's value → its mutants (id, and the replacement at its offset), in list order.
+	type valueMutant struct {
+		id  string
+		cut edit
+	}
+	inValue := map[ast.Expr][]valueMutant{}
 	var values []ast.Expr
 	for k, m := range ms {
 		start := strings.Index(string(src), m.Original)
@@ -112,7 +117,7 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 			if inValue[v] == nil {
 				values = append(values, v)
 			}
-			inValue[v] = append(inValue[v], m)
+			inValue[v] = append(inValue[v], valueMutant{m.ID, edit{at: start, end: end, text: m.Replacement}})
 			continue
 		}
 		if name := redeclared(fn); name != "" {
@@ -170,10 +175,8 @@ func Schema(src []byte, ms []Mutant) (out []byte, skipped map[string]string, err
 		from, to := offset(v.Pos()), offset(v.End())
 		pos := fset.Position(v.Pos())
 		text := fmt.Sprintf("/*line :%d:%d*/%s", pos.Line, pos.Column, src[from:to])
-		for _, m := range slices.Backward(inValue[v]) {
-			at := strings.Index(string(src), m.Original) // once in the file (checked above), inside v
-			mutated := applyEdits(src, from, to, []edit{{at: at, end: at + len(m.Original), text: m.Replacement}})
-			text = fmt.Sprintf("idemshopMutantVar(%q, %s, %s)", m.ID, mutated, text)
+		for _, vm := range slices.Backward(inValue[v]) {
+			text = fmt.Sprintf("idemshopMutantVar(%q, %s, %s)", vm.id, applyEdits(src, from, to, []edit{vm.cut}), text)
 		}
 		edits = append(edits, edit{at: from, end: to, text: text})
 	}

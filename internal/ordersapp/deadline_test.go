@@ -35,14 +35,9 @@ func TestARequestOnAHalfOpenDatabaseConnectionEndsAtTheWriteTimeout(t *testing.T
 	t.Cleanup(proxy.Cut)              // runs first: a request still hanging would hold the server's Close
 
 	proxy.Stall()
-	answered := make(chan response, 1)
-	go func() { answered <- rp.call(http.MethodGet, fmt.Sprintf("/v1/orders/%d", id), alice, "", nil) }()
-	var r response
-	select {
-	case r = <-answered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request was never answered")
-	}
+	r := answeredWithin(t, 10*time.Second, func() response {
+		return rp.call(http.MethodGet, fmt.Sprintf("/v1/orders/%d", id), alice, "", nil)
+	})
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
 	assert.Equal(t, "unavailable", r.problem(t).Code)
 
@@ -68,20 +63,13 @@ func TestARedeemEndsWithinTheRequestsWorkTime(t *testing.T) {
 	require.NoError(t, locker.Exec(`SELECT 1 FROM points_accounts WHERE user_id = ? FOR UPDATE`, redeemAlice).Error)
 	t.Cleanup(func() { locker.Rollback() })
 
-	answered := make(chan response, 1)
-	go func() {
+	r := answeredWithin(t, 15*time.Second, func() response {
 		r, err := rp.redeemAsync("alice-token", tok, "coupon-10")
 		if err != nil {
-			r = response{Body: []byte(err.Error())}
+			r = response{Body: []byte(err.Error())} // no answer: Status 0
 		}
-		answered <- r
-	}()
-	var r response
-	select {
-	case r = <-answered:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the redeem was never answered")
-	}
+		return r
+	})
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "answered within the work time: %s", r.Body)
 	assert.Equal(t, "unavailable", r.problem(t).Code)
 	assertRedeemed(t, env.DB, redeemAlice, 0, 100)
@@ -90,4 +78,19 @@ func TestARedeemEndsWithinTheRequestsWorkTime(t *testing.T) {
 	again := rp.redeem("alice-token", tok, "coupon-10")
 	assert.Equal(t, http.StatusCreated, again.Status, "the token was given back: %s", again.Body)
 	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
+}
+
+// answeredWithin returns send's answer, sent from another goroutine, or fails the test once within has
+// passed without one: a request that hangs must fail it, not hold it until the suite's timeout.
+func answeredWithin(t *testing.T, within time.Duration, send func() response) response {
+	t.Helper()
+	answered := make(chan response, 1)
+	go func() { answered <- send() }()
+	select {
+	case r := <-answered:
+		return r
+	case <-time.After(within):
+		t.Fatalf("no answer within %s", within)
+		return response{}
+	}
 }

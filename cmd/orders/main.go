@@ -314,7 +314,7 @@ func teardown(parent context.Context, cfg config.Orders, logger *slog.Logger, na
 	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 	defer cancel()
 	if dialErr == nil {
-		defer conn.Close()
+		defer func() { _ = rabbitmq.CloseWithin(conn, 5*time.Second) }()
 		// A queue someone consumes belongs to a stack still running: its points-consumer declares the
 		// topology again at once, and teardown said "done" over names that were back 300 ms later (a
 		// newcomer's, 2026-12-06). Only a consumer attached now shows: a consumer between two

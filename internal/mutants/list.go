@@ -144,6 +144,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestAStatementOnAHalfOpenConnectionGivesUp$",
 	},
 	{
+		ID: "relay-close-within", Guard: "outbox: broker close",
+		File: "internal/outbox/relay.go",
+		// amqp091's Close waits for a stalled broker's close-ok until the heartbeat gives up (~12 s).
+		Original:    "\tdefer func() { _ = rabbitmq.CloseWithin(conn, r.cfg.ConfirmTimeout) }() // a stalled broker never answers its close\n",
+		Replacement: "\tdefer conn.Close()\n",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^(TestRelayReconnectsSoonAfterTheBrokerStalled|TestRelayStopsSoonWhileTheBrokerIsStalled)$",
+	},
+	{
 		ID: "db-idle-in-tx", Guard: "db: idle transaction",
 		File: "internal/platform/postgres/postgres.go",
 		// No idle_in_transaction_session_timeout: a half-open client's locks are held for hours.

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -43,4 +44,59 @@ func TestRelayPublishesAfterItsDatabaseConnectionWentHalfOpen(t *testing.T) {
 		"the rows paid after the stall published, on a new connection")
 	waitCount(t, 10*time.Second, 10, func() int64 { return ledgerRows(t, env.DB) }, "all credited")
 	assertCreditedOnce(t, env.DB, 10)
+}
+
+// The broker stalls (both sockets open, nothing answered) while the relay has rows to publish: the
+// confirm wait gives up at ConfirmTimeout, and closing that connection must not wait for the broker's
+// answer longer than that either. amqp091's Close waited for it until the heartbeat gave up, and the
+// relay reconnected 11-13 s after its confirm timeout (a helper's finding, 2026-12-06).
+func TestRelayReconnectsSoonAfterTheBrokerStalled(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.AMQPURL)
+	startRelay(t, env, viaProxy, top, nil) // ConfirmTimeout 2 s
+	startConsumer(t, env, top)
+	insertPaid(t, env.DB, 1, 3)
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published through the proxy")
+
+	proxy.Stall() // the relay's connection is half-open; a new one passes
+	insertPaid(t, env.DB, 4, 6)
+	// 2 s for the confirms, at most 2 s for the close, then a new connection: 8 s leaves 4 s of slack,
+	// and the heartbeat's ~12 s is past it.
+	waitFor(t, 8*time.Second, func() bool { return pending(t, env.DB) == 0 },
+		"the rows paid during the stall published on a new connection within two ConfirmTimeouts")
+	waitCount(t, 10*time.Second, 6, func() int64 { return ledgerRows(t, env.DB) }, "all credited")
+	assertCreditedOnce(t, env.DB, 6)
+}
+
+// SIGTERM with the broker stalled: the relay stops within ConfirmTimeout of its cancel, so orders
+// drains within SHUTDOWN_TIMEOUT. With amqp091's Close it took 12 s (SHUTDOWN_TIMEOUT=3s; a helper's
+// finding, 2026-12-06).
+func TestRelayStopsSoonWhileTheBrokerIsStalled(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.AMQPURL)
+	reg := prometheus.NewRegistry()
+	r, err := outbox.NewRelay(env.DB, relayConfig(viaProxy, top), logger(), reg) // ConfirmTimeout 2 s
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	t.Cleanup(proxy.Cut) // a relay that never stops (the guard removed) is freed, and the test fails
+	insertPaid(t, env.DB, 1, 1)
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "connected: published through the proxy")
+
+	proxy.Stall()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second): // 2 s for the close, 3 s of slack; the heartbeat's ~12 s is past it
+		t.Fatal("the relay did not stop within 5 s of its cancel with the broker stalled")
+	}
 }

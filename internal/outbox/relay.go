@@ -209,7 +209,7 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = rabbitmq.CloseWithin(conn, r.cfg.ConfirmTimeout) }() // a stalled broker never answers its close
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)

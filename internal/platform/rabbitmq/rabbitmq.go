@@ -46,12 +46,26 @@ func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
 }
 
 // Ping dials and closes a connection; it is the /readyz probe until a process holds a long-lived one.
+// The close waits for the broker's answer until ctx's deadline (or 5 s without one).
 func Ping(ctx context.Context, url string) error {
 	conn, err := Dial(ctx, url)
 	if err != nil {
 		return err
 	}
-	return conn.Close()
+	limit := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		limit = time.Until(dl)
+	}
+	return CloseWithin(conn, limit)
+}
+
+// CloseWithin closes conn and waits at most limit for the broker's close-ok. amqp091's Close waits for
+// it until the connection's heartbeat gives up (about 12 s at Dial's 10 s heartbeat): behind a broker
+// that had stalled, the relay's confirm wait ended at OUTBOX_CONFIRM_TIMEOUT and its reconnect came
+// 11-13 s later, and orders' SIGTERM took 12 s with SHUTDOWN_TIMEOUT=3s (a helper's finding,
+// 2026-12-06). The connection is closed on return whatever the error.
+func CloseWithin(conn *amqp.Connection, limit time.Duration) error {
+	return conn.CloseDeadline(time.Now().Add(limit))
 }
 
 // CheckURL refuses an AMQP_URL that no reconnect can make usable, so that the mistake stops the

@@ -21,6 +21,11 @@ import (
 func (l *Live) events(c echo.Context) error {
 	var since uint64
 	haveSince := false
+	// Sent twice, it is refused as a repeated header or form field is: which one was meant is a guess.
+	if n := len(c.QueryParams()["since"]); n > 1 {
+		return problem.New(problem.KindInvalid, "invalid_query",
+			fmt.Sprintf("query parameter since is sent %d times; send it once", n))
+	}
 	if s := c.QueryParam("since"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {

@@ -108,7 +108,19 @@ func TestEventStreamHeartbeatsAndEndsOnShutdown(t *testing.T) {
 }
 
 func TestSinceMustBeANumber(t *testing.T) {
-	resp, err := http.Get(serveLive(t) + "/lab/events?since=x")
+	assertInvalidQuery(t, serveLive(t)+"/lab/events?since=x",
+		`query parameter since must be a decision's seq, a whole number >= 0; got "x"`)
+}
+
+// since=1&since=2 was answered from the first (a newcomer's, 2026-12-06), where every other input the
+// shop takes refuses a repeat.
+func TestSinceSentTwiceIsRefused(t *testing.T) {
+	assertInvalidQuery(t, serveLive(t)+"/lab/events?since=1&since=2", "query parameter since is sent 2 times; send it once")
+}
+
+func assertInvalidQuery(t *testing.T, url, detail string) {
+	t.Helper()
+	resp, err := http.Get(url)
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
@@ -118,7 +130,7 @@ func TestSinceMustBeANumber(t *testing.T) {
 	var p struct{ Code, Detail string }
 	require.NoError(t, json.Unmarshal(body, &p), "%s", body)
 	assert.Equal(t, "invalid_query", p.Code)
-	assert.Equal(t, `query parameter since must be a decision's seq, a whole number >= 0; got "x"`, p.Detail)
+	assert.Equal(t, detail, p.Detail)
 }
 
 // A HEAD on the stream answers its headers and ends, so the connection serves the next request: run as

@@ -18,6 +18,9 @@ import (
 var (
 	// ErrUnknownForm is a POST /v1/form-tokens for a form the server does not have.
 	ErrUnknownForm = problem.New(problem.KindInvalid, "unknown_form", "no form with that name")
+	// ErrFormMissing is a POST /v1/form-tokens whose body names no form ({} or "form":""): the same
+	// code, with a detail that says what is missing rather than that an unnamed form is unknown.
+	ErrFormMissing = problem.New(problem.KindInvalid, "unknown_form", `the body names no form: send {"form":"redeem"}`)
 	// ErrTokenInvalid is the answer to a submit whose token is missing, unknown, expired, another
 	// user's or another form's. Nothing was written.
 	ErrTokenInvalid = problem.New(problem.KindInvalid, "form_token_invalid",
@@ -72,6 +75,9 @@ func (h *Handler) issue(c echo.Context) error {
 	var req issueRequest
 	if err := problem.DecodeJSON(body, &req); err != nil {
 		return err
+	}
+	if req.Form == "" {
+		return ErrFormMissing
 	}
 	if !slices.Contains(h.forms, req.Form) {
 		return ErrUnknownForm

@@ -423,6 +423,13 @@ func TestRedeemInvalidTokensWriteNothing(t *testing.T) {
 		r := rp.call(http.MethodPost, "/v1/form-tokens", "alice-token", "", []byte(`{"form":"nope"}`))
 		require.Equal(t, http.StatusBadRequest, r.Status)
 		assert.Equal(t, "unknown_form", r.problem(t).Code)
+		assert.Equal(t, "no form with that name", r.problem(t).Detail)
+		for _, body := range []string{`{}`, `{"form":""}`} { // read as "no form with that name" (a newcomer's, 2026-12-06)
+			r = rp.call(http.MethodPost, "/v1/form-tokens", "alice-token", "", []byte(body))
+			require.Equal(t, http.StatusBadRequest, r.Status, body)
+			assert.Equal(t, "unknown_form", r.problem(t).Code, body)
+			assert.Equal(t, `the body names no form: send {"form":"redeem"}`, r.problem(t).Detail, body)
+		}
 		tok := rp.issueFormToken("alice-token")
 		r = rp.redeem("alice-token", tok, "coupon-9999")
 		require.Equal(t, http.StatusBadRequest, r.Status)

@@ -158,7 +158,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	if err := problem.DecodeJSONOpen(raw, &cb); err != nil {
 		var claimed Callback
 		problem.DecodeClaimed(raw, &claimed) // for the audit row only
-		s.reject(ctx, lg, claimed, true, "malformed body: "+err.Error())
+		s.reject(ctx, lg, claimed, true, err.Error())
 		return OutcomeRejected, err
 	}
 	orderID, err := validate(cb)

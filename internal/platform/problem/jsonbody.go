@@ -52,6 +52,8 @@ func decodeJSON(body []byte, v any, open bool) error {
 		switch {
 		case errors.Is(err, io.EOF):
 			return ErrMalformedBody.WithDetail("request body is empty").Wrap(err)
+		case errors.Is(err, io.ErrUnexpectedEOF): // Go's own words were the detail: "unexpected EOF"
+			return ErrMalformedBody.WithDetail("request body ends before its JSON value does").Wrap(err)
 		case errors.As(err, &typeErr) && typeErr.Field == "":
 			return ErrMalformedBody.WithDetail("request body must be a JSON object").Wrap(err)
 		case errors.As(err, &typeErr):

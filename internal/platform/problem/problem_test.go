@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/platform/problem"
 )
@@ -36,6 +37,21 @@ func TestDecodeJSON(t *testing.T) {
 			continue
 		}
 		assert.ErrorIs(t, err, problem.ErrMalformedBody, in)
+	}
+}
+
+// A body cut short is named as such; the detail was Go's "unexpected EOF" (a newcomer's, 2026-12-06).
+func TestDecodeJSONNamesABodyCutShort(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`{`, `{"a":`, `{"a":1`, `{"a":1,`} {
+		var v struct {
+			A int `json:"a"`
+		}
+		err := problem.DecodeJSONOpen([]byte(in), &v)
+		var p *problem.Error
+		require.ErrorAs(t, err, &p, in)
+		assert.Equal(t, "malformed_body", p.Code, in)
+		assert.Equal(t, "request body ends before its JSON value does", p.Detail, in)
 	}
 }
 

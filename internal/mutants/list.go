@@ -953,6 +953,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperAsksAtMostMaxAttemptsTimes$",
 	},
 	{
+		ID: "sweep-stop-unanswered", Guard: "sweep: one unanswered",
+		File: "internal/sweeper/sweeper.go",
+		// Every stuck record asked in turn: one PAYMENTS_TIMEOUT each against a stalled platform.
+		Original:    "\t\tif result == RepairUnreachable || result == RepairGaveUp {",
+		Replacement: "\t\tif false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestASweepStopsAskingAtTheFirstUnansweredQuestion$",
+	},
+	{
 		ID: "sweeper-repair-failed", Guard: "sweeper: failed repair",
 		File: "internal/sweeper/sweeper.go",
 		// A repair that failed on the database is logged only: the run's result shows nothing left.

@@ -127,6 +127,30 @@ func TestSweeperAsksAtMostMaxAttemptsTimes(t *testing.T) {
 		"two unanswered questions counted")
 }
 
+// A sweep ends its repairs at the first question the platform leaves unanswered: asking every stuck
+// record in turn cost one PAYMENTS_TIMEOUT each against a stalled platform (5-7 s a pass for 8 records,
+// about 5 minutes at the defaults), with the refunds and the gauge waiting behind (a helper's finding,
+// 2026-12-06). The records not asked are left as they were, for the next sweep.
+func TestASweepStopsAskingAtTheFirstUnansweredQuestion(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	platform := newSilentPlatform(t)
+	rp := newReplica(t, env, replicaOpts{cfg: platform.payTo})
+	keys := []string{"pay-stuck-1", "pay-stuck-2", "pay-stuck-3"}
+	for _, key := range keys {
+		id, _ := rp.newOrder(alice, 1, 1)
+		require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, key).Status)
+		expireLease(t, env, key)
+	}
+	done, err := rp.app.Sweeper.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.RepairUnreachable: 1}, done)
+	assert.Equal(t, 1, platform.count("GET /v1/payments"), "one question, unanswered, ended the repairs")
+	assert.EqualValues(t, 1, count(t, env.DB, "idempotency_keys", "kind = 'pay' AND sweeps = 1"))
+	assert.EqualValues(t, 2, count(t, env.DB, "idempotency_keys", "kind = 'pay' AND sweeps = 0 AND state = 'PROCESSING' AND locked_until < now()"),
+		"the two others untouched, still stuck for the next sweep")
+}
+
 // A sweep whose context ends while it repairs a record (the process stopping) ends there, quietly: no
 // ERROR line, nothing counted failed, and RunOnce returns the context's error.
 func TestSweeperStopsQuietlyWhenItsContextEnds(t *testing.T) {

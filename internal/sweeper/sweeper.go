@@ -104,7 +104,8 @@ func NewSweeper(payer *pay.Payer, store *idempotency.Store, platform *payclient.
 var recordStates = []idempotency.State{idempotency.StateProcessing, idempotency.StateFailedRetryable}
 
 // RunOnce repairs every stuck pay record (up to the batch; the first question the platform leaves
-// unanswered ends the repairs), executes pending refunds, and refreshes the record gauge. It returns how many records it repaired by result, how many refund requests it
+// unanswered ends the repairs), executes pending refunds, and refreshes the record gauge. It returns
+// how many records it repaired by result, how many refund requests it
 // sent by the platform's answer (RefundRequested, RefundUnanswered, RefundRefused), and under
 // RefundsFailed whether the refund step failed. A repair or refund step that fails is logged and
 // counted, and the run goes on: the error returned is that of the run's own reads, or ctx's when it

@@ -34,16 +34,8 @@ func TestRelayPublishesAfterItsDatabaseConnectionWentHalfOpen(t *testing.T) {
 	// stuck on a half-open one (the guard removed) fails this test instead of hanging it.
 	t.Cleanup(proxy.Cut)
 	startConsumer(t, env, top)
-
-	insertPaid(t, env.DB, 1, 5)
-	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published through the proxy")
-	proxy.Stall() // every connection the relay holds now is half-open; new ones pass
-	insertPaid(t, env.DB, 6, 10)
 	// A statement gives up 300 ms + postgres.AnswerMargin after it was written; the rest is slack.
-	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 },
-		"the rows paid after the stall published, on a new connection")
-	waitCount(t, 10*time.Second, 10, func() int64 { return ledgerRows(t, env.DB) }, "all credited")
-	assertCreditedOnce(t, env.DB, 10)
+	publishedThroughAStall(t, env, proxy, 5, 10, 10*time.Second, "the rows paid after the stall published, on a new connection")
 }
 
 // The broker stalls (both sockets open, nothing answered) while the relay has rows to publish: the
@@ -57,17 +49,24 @@ func TestRelayReconnectsSoonAfterTheBrokerStalled(t *testing.T) {
 	proxy, viaProxy := tcpproxy.ForURL(t, env.AMQPURL)
 	startRelay(t, env, viaProxy, top, nil) // ConfirmTimeout 2 s
 	startConsumer(t, env, top)
-	insertPaid(t, env.DB, 1, 3)
-	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published through the proxy")
-
-	proxy.Stall() // the relay's connection is half-open; a new one passes
-	insertPaid(t, env.DB, 4, 6)
 	// 2 s for the confirms, at most 2 s for the close, then a new connection: 8 s leaves 4 s of slack,
 	// and the heartbeat's ~12 s is past it.
-	waitFor(t, 8*time.Second, func() bool { return pending(t, env.DB) == 0 },
+	publishedThroughAStall(t, env, proxy, 3, 6, 8*time.Second,
 		"the rows paid during the stall published on a new connection within two ConfirmTimeouts")
-	waitCount(t, 10*time.Second, 6, func() int64 { return ledgerRows(t, env.DB) }, "all credited")
-	assertCreditedOnce(t, env.DB, 6)
+}
+
+// publishedThroughAStall pays orders 1..before and waits for their events (the relay is connected
+// through proxy), makes every connection proxy holds half-open (new ones pass), pays orders
+// before+1..total, and requires their events published within limit and every order credited once.
+func publishedThroughAStall(t *testing.T, env *testenv.Env, proxy *tcpproxy.Proxy, before, total int64, limit time.Duration, msg string) {
+	t.Helper()
+	insertPaid(t, env.DB, 1, before)
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published through the proxy")
+	proxy.Stall()
+	insertPaid(t, env.DB, before+1, total)
+	waitFor(t, limit, func() bool { return pending(t, env.DB) == 0 }, msg)
+	waitCount(t, 10*time.Second, total, func() int64 { return ledgerRows(t, env.DB) }, "all credited")
+	assertCreditedOnce(t, env.DB, total)
 }
 
 // SIGTERM with the broker stalled: the relay stops within ConfirmTimeout of its cancel, so orders

@@ -128,7 +128,10 @@ func (p *Proxy) accept() {
 }
 
 // pipe copies one direction until Stall is called after the connection was opened at epoch (then it
-// drops what it reads); when it ends it closes both sides, so the other direction ends too.
+// drops what it reads); when it ends it closes both sides, so the other direction ends too. Once
+// stalled, src's close is dropped like its bytes: dst stays open and hears nothing (a broker that gave
+// up on a stalled client closed its side, and the client saw that close through the proxy), until dst
+// closes itself (the other direction then drops both) or Cut.
 func (p *Proxy) pipe(dst, src net.Conn, epoch int64) {
 	buf := make([]byte, 32<<10)
 	for {
@@ -139,6 +142,9 @@ func (p *Proxy) pipe(dst, src net.Conn, epoch int64) {
 			}
 		}
 		if err != nil {
+			if p.stalls.Load() != epoch {
+				return
+			}
 			break
 		}
 	}

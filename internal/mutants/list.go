@@ -144,6 +144,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestAStatementOnAHalfOpenConnectionGivesUp$",
 	},
 	{
+		ID: "amqp-open-deadline", Guard: "amqp: read after open",
+		File: "internal/platform/rabbitmq/rabbitmq.go",
+		// amqp091's clearing of the handshake's deadline clears it: a broker silent after open-ok is waited on for good.
+		Original:    "\tif !t.IsZero() {\n\t\treturn c.Conn.SetDeadline(t)\n\t}\n",
+		Replacement: "\tif true {\n\t\treturn c.Conn.SetDeadline(t)\n\t}\n",
+		Pkgs:        []string{"./internal/platform/rabbitmq"}, Run: "^TestOpenDeadlineConnGivesUpOnASilentPeer$",
+	},
+	{
+		ID: "amqp-dial-wrapped", Guard: "amqp: read after open",
+		File: "internal/platform/rabbitmq/rabbitmq.go",
+		// amqp091 reads the bare socket: no read deadline between open-ok and the broker's first frame.
+		Original:    "\t\t\treturn &openDeadlineConn{Conn: c, silence: 3 * heartbeat}, nil\n",
+		Replacement: "\t\t\treturn c, nil\n",
+		Pkgs:        []string{"./internal/platform/rabbitmq"}, Run: "^TestDialGivesAmqpASocketThatGivesUpOnSilence$",
+	},
+	{
 		ID: "relay-close-within", Guard: "outbox: broker close",
 		File: "internal/outbox/relay.go",
 		// amqp091's Close waits for a stalled broker's close-ok until the heartbeat gives up (~12 s).
@@ -1574,10 +1590,18 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownSaysWhatItCouldNotDelete$",
 	},
 	{
+		ID: "orders-exit-bound", Guard: "SIGTERM: exit bound",
+		File: "cmd/orders/main.go",
+		// main waits for its workers however long: the relay's close to a stalled broker holds SIGTERM.
+		Original:    "if !httpserver.WaitWithin(&workers, cfg.HTTP.ShutdownTimeout+2*time.Second) {",
+		Replacement: "if workers.Wait(); false {",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime$",
+	},
+	{
 		ID: "consumer-exit-bound", Guard: "SIGTERM: exit bound",
 		File: "cmd/points-consumer/main.go",
 		// main waits for the consumer however long: a broker that stopped answering holds SIGTERM.
-		Original:    "if !waitWithin(&workers, cfg.HTTP.ShutdownTimeout+2*time.Second) {",
+		Original:    "if !httpserver.WaitWithin(&workers, cfg.HTTP.ShutdownTimeout+2*time.Second) {",
 		Replacement: "if workers.Wait(); false {",
 		Pkgs:        []string{"./cmd/points-consumer"}, Run: "^TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime$",
 	},

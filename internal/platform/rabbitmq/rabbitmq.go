@@ -10,9 +10,18 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// Heartbeat is the AMQP heartbeat every connection asks for (the broker may lower it). A connection that
+// has read nothing since its handshake is given up three heartbeats after it (openDeadlineConn); once
+// frames arrive, amqp091's own rule applies (nothing read for three half-heartbeats).
+const Heartbeat = 10 * time.Second
+
 // Dial opens a connection to url, bounded by ctx's deadline (or 5 s without one) and ended early if ctx
 // is cancelled, the AMQP handshake included.
 func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
+	return dial(ctx, url, Heartbeat)
+}
+
+func dial(ctx context.Context, url string, heartbeat time.Duration) (*amqp.Connection, error) {
 	timeout := 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -20,7 +29,7 @@ func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
 	stop := func() bool { return false }
 	defer func() { stop() }()
 	conn, err := amqp.DialConfig(url, amqp.Config{
-		Heartbeat: 10 * time.Second,
+		Heartbeat: heartbeat,
 		Dial: func(network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: timeout}
 			c, err := d.DialContext(ctx, network, addr)
@@ -36,13 +45,35 @@ func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
 			// accepts and never answers. Cancelling ctx moves the deadline to now. (Should it fire just
 			// after the handshake, the new connection dies, and ctx is done anyway.)
 			stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-			return c, nil
+			return &openDeadlineConn{Conn: c, silence: 3 * heartbeat}, nil
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dial amqp: %w", err)
 	}
 	return conn, nil
+}
+
+// openDeadlineConn is the socket amqp091 is given. amqp091 clears the handshake's deadline once the
+// connection is open, and sets a read deadline (three heartbeats) only when a frame arrives. A broker
+// that stalled right after the handshake therefore held the connection for good: the relay's
+// Channel() never returned, its events waited while the stall lasted, and orders' SIGTERM with them
+// (a helper's finding, 2026-12-06). Here that clearing leaves a read deadline of three heartbeats
+// instead, which the first frame moves on as amqp091 does. Writes keep no deadline: a broker under
+// memory pressure pushes back on them on purpose (TCP flow control).
+type openDeadlineConn struct {
+	net.Conn
+	silence time.Duration
+}
+
+func (c *openDeadlineConn) SetDeadline(t time.Time) error {
+	if !t.IsZero() {
+		return c.Conn.SetDeadline(t)
+	}
+	if err := c.Conn.SetWriteDeadline(time.Time{}); err != nil {
+		return err
+	}
+	return c.Conn.SetReadDeadline(time.Now().Add(c.silence))
 }
 
 // Ping dials and closes a connection; it is the /readyz probe until a process holds a long-lived one.

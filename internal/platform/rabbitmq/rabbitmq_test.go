@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/platform/rabbitmq"
+	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
 )
 
 // A broker that accepts the connection and never answers holds the AMQP handshake until its deadline
@@ -48,4 +50,42 @@ func TestDialEndsWhenItsContextIsCancelled(t *testing.T) {
 	case <-time.After(3 * time.Second): // the handshake's own deadline is 5 s
 		t.Fatal("Dial still waiting for the handshake 3 s after its context was cancelled")
 	}
+}
+
+// A broker that stalls right after the handshake (it has sent nothing since connection.open-ok): amqp091
+// cleared the handshake's deadline and set a read deadline only when a frame came, so Channel() waited
+// for good, and the outbox relay and orders' SIGTERM with it (a helper's finding, 2026-12-06). The
+// connection now gives up three heartbeats after the handshake.
+func TestAConnectionThatStallsAfterItsHandshakeGivesUp(t *testing.T) {
+	t.Parallel()
+	proxy, url := tcpproxy.ForURL(t, testenv.Find(t).AMQPURL)
+	conn, err := rabbitmq.DialWithHeartbeat(t.Context(), url, time.Second)
+	require.NoError(t, err)
+	proxy.Stall()        // before the broker's first heartbeat (half a heartbeat after the handshake)
+	t.Cleanup(proxy.Cut) // a Channel() that waits for good (the guard removed) is freed, and the test fails
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Channel()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err, "no broker answered")
+	case <-time.After(8 * time.Second): // three 1 s heartbeats, and slack
+		t.Fatal("Channel() on a connection that stalled after its handshake waited for good")
+	}
+}
+
+// Every connection Dial makes reads through an openDeadlineConn. The test above cannot fail without it
+// every time: amqp091 sets a read deadline of its own when it reads the open-ok frame, and the handshake
+// clears it or not depending on which of two goroutines runs first (1 in 5 runs under -race kept it,
+// and gave up after amqp091's one and a half heartbeats). So the wiring is checked here, on amqp091's
+// unexported field.
+func TestDialGivesAmqpASocketThatGivesUpOnSilence(t *testing.T) {
+	t.Parallel()
+	conn, err := rabbitmq.Dial(t.Context(), testenv.Find(t).AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.Equal(t, "*rabbitmq.openDeadlineConn", rabbitmq.SocketType(conn),
+		"an empty name: amqp091 no longer holds its socket in a field conn; look again")
 }

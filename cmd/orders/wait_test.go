@@ -105,6 +105,32 @@ func TestSignalDuringTheWaitExitsZero(t *testing.T) {
 	assert.Contains(t, p.logs.String(), "stopped before it was ready")
 }
 
+// SIGTERM with a broker that stopped answering (its connection half-open): orders exits within
+// SHUTDOWN_TIMEOUT and a margin. The relay's close waits for the broker up to OUTBOX_CONFIRM_TIMEOUT
+// (here 20 s), and SIGTERM took 9-20 s at a 3 s SHUTDOWN_TIMEOUT (a helper's finding, 2026-12-06).
+func TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	svc := testenv.Find(t)
+	_, dbURL := freshDatabase(t, svc, "ostall")
+	prefix := cleanPrefix(t, svc, "ostall")
+	proxy, amqpURL := tcpproxy.ForURL(t, svc.AMQPURL)
+	p := launch(t, bin, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+amqpURL,
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix, "SHUTDOWN_TIMEOUT=1s", "OUTBOX_CONFIRM_TIMEOUT=20s")
+	waitFor(t, 20*time.Second, func() bool { return p.logs.Contains("outbox relay connected") },
+		"the relay connected; logs:\n%s", p.logs)
+
+	proxy.Stall()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited: // exit 0: a shutdown, not a crash
+		assert.NoError(t, err, "logs:\n%s", p.logs)
+	case <-time.After(7 * time.Second): // 1 s + the 2 s margin, and slack; without the bound, 20 s
+		t.Fatalf("still running 7s after SIGTERM; logs:\n%s", p.logs)
+	}
+	assert.Contains(t, p.logs.String(), "did not stop within SHUTDOWN_TIMEOUT")
+}
+
 // Redis is not there at start: orders is ready but degraded (Redis is an efficiency layer), and the
 // check turns ok once a redis-server starts on that port.
 func TestRedisStartedLater(t *testing.T) {

@@ -147,22 +147,10 @@ func run() error {
 	// are not: a basic.cancel or a close waits for its answer until the heartbeat gives up, and
 	// SIGTERM took 11-26 s at a 3 s SHUTDOWN_TIMEOUT (a helper's finding, 2026-12-06). Past the bound
 	// and a margin the process exits anyway; the broker requeues what it held, as after a crash.
-	if !waitWithin(&workers, cfg.HTTP.ShutdownTimeout+2*time.Second) {
+	if !httpserver.WaitWithin(&workers, cfg.HTTP.ShutdownTimeout+2*time.Second) {
 		logger.Warn("points-consumer: the consumer did not stop within SHUTDOWN_TIMEOUT + 2s (a broker that does not answer?); exiting, and the broker requeues what it held")
 		return err
 	}
 	logger.Info("points-consumer stopped")
 	return err
-}
-
-// waitWithin waits for wg at most d and reports whether it ended.
-func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,3 +167,17 @@ func (e *Early) Fail(err error) error {
 
 // Wait returns the server's result once it has stopped (ctx done, or it failed).
 func (e *Early) Wait() error { return <-e.served }
+
+// WaitWithin waits for a process's workers at most d after its server stopped, and reports whether they
+// ended. Every step of their drain is bounded, but amqp091's calls to a broker that stopped answering
+// are not all: past the bound, a process exits anyway (what it held goes back, as after a crash).
+func WaitWithin(workers *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { workers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}

@@ -22,6 +22,8 @@ type Proxy struct {
 	wg    sync.WaitGroup
 	// stalls counts Stall calls; a connection opened before the last one forwards nothing more.
 	stalls atomic.Int64
+	// afterOpen: connections accepted from now on stall once the broker's connection.open-ok is through.
+	afterOpen atomic.Bool
 
 	pgState // Postgres proxies only (pgcommit.go)
 }
@@ -121,8 +123,13 @@ func (p *Proxy) accept() {
 			p.wg.Go(func() { p.pipeWatched(up, c, lost) })
 		} else {
 			epoch := p.stalls.Load()
-			p.wg.Go(func() { p.pipe(c, up, epoch) })
-			p.wg.Go(func() { p.pipe(up, c, epoch) })
+			held := new(atomic.Bool) // this connection stalled on its own (StallAfterAMQPOpen)
+			var openOk *openOkWatcher
+			if p.afterOpen.Load() {
+				openOk = &openOkWatcher{}
+			}
+			p.wg.Go(func() { p.pipe(c, up, epoch, held, openOk) })
+			p.wg.Go(func() { p.pipe(up, c, epoch, held, nil) })
 		}
 	}
 }
@@ -132,17 +139,30 @@ func (p *Proxy) accept() {
 // stalled, src's close is dropped like its bytes: dst stays open and hears nothing (a broker that gave
 // up on a stalled client closed its side, and the client saw that close through the proxy), until dst
 // closes itself (the other direction then drops both) or Cut.
-func (p *Proxy) pipe(dst, src net.Conn, epoch int64) {
+// held stalls this one connection (both directions share it); openOk, on the broker's side of a
+// connection accepted after StallAfterAMQPOpen, sets it once connection.open-ok is through.
+func (p *Proxy) pipe(dst, src net.Conn, epoch int64, held *atomic.Bool, openOk *openOkWatcher) {
 	buf := make([]byte, 32<<10)
+	passes := func() bool { return p.stalls.Load() == epoch && !held.Load() }
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && p.stalls.Load() == epoch {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+		if n > 0 && passes() {
+			chunk, opened := buf[:n], false
+			if openOk != nil {
+				var end int
+				if end, opened = openOk.feed(chunk); opened {
+					chunk = chunk[:end]
+				}
+			}
+			if _, werr := dst.Write(chunk); werr != nil {
 				break
+			}
+			if opened {
+				held.Store(true)
 			}
 		}
 		if err != nil {
-			if p.stalls.Load() != epoch {
+			if !passes() {
 				return
 			}
 			break

@@ -317,10 +317,12 @@ func teardown(parent context.Context, cfg config.Orders, logger *slog.Logger, na
 	dctx, dcancel := context.WithTimeout(parent, 5*time.Second)
 	conn, dialErr := rabbitmq.Dial(dctx, cfg.AMQPURL)
 	dcancel()
-	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
-	defer cancel()
 	if dialErr == nil {
 		defer func() { _ = rabbitmq.CloseWithin(conn, 5*time.Second) }()
+		// The check below gets the same budget: a channel of a broker silent since the handshake waits
+		// three heartbeats (30 s), and the Redis keys were left behind it (a helper's finding,
+		// 2026-12-06). Past it the connection is closed, and the deletes below report it.
+		giveUp := time.AfterFunc(5*time.Second, func() { _ = rabbitmq.CloseWithin(conn, 0) })
 		// A queue someone consumes belongs to a stack still running: its points-consumer declares the
 		// topology again at once, and teardown said "done" over names that were back 300 ms later (a
 		// newcomer's, 2026-12-06). Only a consumer attached now shows: a consumer between two
@@ -328,10 +330,14 @@ func teardown(parent context.Context, cfg config.Orders, logger *slog.Logger, na
 		// cannot look up (an exclusive queue) is left to the delete, which reports it.
 		for _, q := range append([]string{top.Queue, top.DeadLetterQueue}, names...) {
 			if n, err := rabbitmq.Consumers(conn, q); err == nil && n > 0 {
+				giveUp.Stop()
 				return fmt.Errorf("teardown: queue %s has %d consumer(s): stop the stack that uses these prefixes first (nothing was deleted)", q, n)
 			}
 		}
+		giveUp.Stop()
 	}
+	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
+	defer cancel()
 	rdb, err := redisx.Open(cfg.Redis.URL, cfg.Redis.Timeout)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
 )
 
 // `orders teardown` (what scripts/cleanup.sh runs at the end of make demo, bench-quick and soak)
@@ -181,6 +182,25 @@ func TestTeardownDeletesTheKeysWhenTheBrokerDoesNotAnswer(t *testing.T) {
 	require.NoError(t, limit.Err(), "teardown still waiting on the broker after 12 s: %s", out)
 	require.Error(t, err, string(out))
 	assert.Contains(t, string(out), "delete AMQP objects "+run)
+	assert.Zero(t, env.Redis.Exists(ctx, run+"idem:1").Val(), "the Redis keys deleted all the same")
+}
+
+// A broker that completes the handshake and then says nothing: the consumer check waited on it three
+// heartbeats (30 s), past the Redis budget, and the keys were left (a helper's finding, 2026-12-06).
+// The check has the dial's 5 s; the keys go, and teardown exits 1 naming what it could not delete.
+func TestTeardownDeletesTheKeysWhenTheBrokerFallsSilentAfterItsHandshake(t *testing.T) {
+	t.Parallel()
+	bin, env, run := runWithAKey(t)
+	ctx := context.Background()
+	proxy, amqpURL := tcpproxy.ForURL(t, env.AMQPURL)
+	proxy.StallAfterAMQPOpen()
+
+	limit, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	out, err := teardownCmd(limit, bin, env, run, nil, "AMQP_URL="+amqpURL).CombinedOutput()
+	require.NoError(t, limit.Err(), "teardown still waiting on the broker after 15 s: %s", out)
+	require.Error(t, err, string(out))
+	assert.Contains(t, string(out), "not everything was deleted")
 	assert.Zero(t, env.Redis.Exists(ctx, run+"idem:1").Val(), "the Redis keys deleted all the same")
 }
 

@@ -55,7 +55,7 @@ func dial(ctx context.Context, url string, heartbeat time.Duration) (*amqp.Conne
 }
 
 // openDeadlineConn is the socket amqp091 is given. amqp091 clears the handshake's deadline once the
-// connection is open, and sets a read deadline (three heartbeats) only when a frame arrives. A broker
+// connection is open, and sets a read deadline (three half-heartbeats) only when a frame arrives. A broker
 // that stalled right after the handshake therefore held the connection for good: the relay's
 // Channel() never returned, its events waited while the stall lasted, and orders' SIGTERM with them
 // (a helper's finding, 2026-12-06). Here that clearing leaves a read deadline of three heartbeats

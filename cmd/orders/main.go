@@ -314,15 +314,16 @@ func teardown(parent context.Context, cfg config.Orders, logger *slog.Logger, na
 	var errs []error
 	// The broker first, for the check below, under a budget of its own: one that accepts and never
 	// answers took the whole 30 s, and the Redis keys were left (a helper's finding, 2026-12-06).
-	dctx, dcancel := context.WithTimeout(parent, 5*time.Second)
+	const brokerBudget = 5 * time.Second
+	dctx, dcancel := context.WithTimeout(parent, brokerBudget)
 	conn, dialErr := rabbitmq.Dial(dctx, cfg.AMQPURL)
 	dcancel()
 	if dialErr == nil {
-		defer func() { _ = rabbitmq.CloseWithin(conn, 5*time.Second) }()
+		defer func() { _ = rabbitmq.CloseWithin(conn, brokerBudget) }()
 		// The check below gets the same budget: a channel of a broker silent since the handshake waits
 		// three heartbeats (30 s), and the Redis keys were left behind it (a helper's finding,
 		// 2026-12-06). Past it the connection is closed, and the deletes below report it.
-		giveUp := time.AfterFunc(5*time.Second, func() { _ = rabbitmq.CloseWithin(conn, 0) })
+		giveUp := time.AfterFunc(brokerBudget, func() { _ = rabbitmq.CloseWithin(conn, 0) })
 		// A queue someone consumes belongs to a stack still running: its points-consumer declares the
 		// topology again at once, and teardown said "done" over names that were back 300 ms later (a
 		// newcomer's, 2026-12-06). Only a consumer attached now shows: a consumer between two

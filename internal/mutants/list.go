@@ -1293,7 +1293,7 @@ var List = []Mutant{
 		ID: "teardown-dial-budget", Guard: "teardown: dial budget",
 		File: "cmd/orders/main.go",
 		// The dial takes the whole budget: a broker that never answers leaves the Redis keys.
-		Original:    "dctx, dcancel := context.WithTimeout(parent, 5*time.Second)",
+		Original:    "dctx, dcancel := context.WithTimeout(parent, brokerBudget)",
 		Replacement: "dctx, dcancel := context.WithTimeout(parent, 40*time.Second)",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownDeletesTheKeysWhenTheBrokerDoesNotAnswer$",
 	},
@@ -1593,7 +1593,7 @@ var List = []Mutant{
 		ID: "teardown-check-budget", Guard: "teardown: check budget",
 		File: "cmd/orders/main.go",
 		// The consumer check waits on a broker silent since its handshake for 30 s; the keys are left.
-		Original:    "giveUp := time.AfterFunc(5*time.Second, func() { _ = rabbitmq.CloseWithin(conn, 0) })",
+		Original:    "giveUp := time.AfterFunc(brokerBudget, func() { _ = rabbitmq.CloseWithin(conn, 0) })",
 		Replacement: "giveUp := time.AfterFunc(time.Hour, func() { _ = rabbitmq.CloseWithin(conn, 0) })",
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownDeletesTheKeysWhenTheBrokerFallsSilentAfterItsHandshake$",
 	},

@@ -22,10 +22,7 @@ func Dial(ctx context.Context, url string) (*amqp.Connection, error) {
 }
 
 func dial(ctx context.Context, url string, heartbeat time.Duration) (*amqp.Connection, error) {
-	timeout := 5 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
+	timeout := budget(ctx)
 	stop := func() bool { return false }
 	defer func() { stop() }()
 	conn, err := amqp.DialConfig(url, amqp.Config{
@@ -83,11 +80,15 @@ func Ping(ctx context.Context, url string) error {
 	if err != nil {
 		return err
 	}
-	limit := 5 * time.Second
+	return CloseWithin(conn, budget(ctx))
+}
+
+// budget is what is left of ctx's deadline, or 5 s without one: amqp091 takes no context.
+func budget(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
-		limit = time.Until(dl)
+		return time.Until(dl)
 	}
-	return CloseWithin(conn, limit)
+	return 5 * time.Second
 }
 
 // CloseWithin closes conn and waits at most limit for the broker's close-ok. amqp091's Close waits for

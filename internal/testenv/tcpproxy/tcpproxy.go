@@ -134,13 +134,12 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pipe copies one direction until Stall is called after the connection was opened at epoch (then it
-// drops what it reads); when it ends it closes both sides, so the other direction ends too. Once
-// stalled, src's close is dropped like its bytes: dst stays open and hears nothing (a broker that gave
-// up on a stalled client closed its side, and the client saw that close through the proxy), until dst
-// closes itself (the other direction then drops both) or Cut.
-// held stalls this one connection (both directions share it); openOk, on the broker's side of a
-// connection accepted after StallAfterAMQPOpen, sets it once connection.open-ok is through.
+// pipe copies one direction until the connection stalls: Stall called after it was opened at epoch, or
+// held set (this connection alone; both directions share it, and openOk, on the broker's side of a
+// connection accepted after StallAfterAMQPOpen, sets it once connection.open-ok is through). Stalled,
+// it drops what it reads, src's close included: dst stays open and hears nothing (a broker that gave up
+// on a stalled client closed its side, and the client saw that close through the proxy) until dst
+// closes itself (the other direction then drops both) or Cut. Unstalled, its end closes both sides.
 func (p *Proxy) pipe(dst, src net.Conn, epoch int64, held *atomic.Bool, openOk *openOkWatcher) {
 	buf := make([]byte, 32<<10)
 	passes := func() bool { return p.stalls.Load() == epoch && !held.Load() }

@@ -969,6 +969,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperAsksAtMostMaxAttemptsTimes$",
 	},
 	{
+		ID: "reconcile-turns", Guard: "reconcile: one turn",
+		File: "internal/sweeper/reconcile.go",
+		// Every replica's reconciler runs at each tick: each asks the platform and raises each alert.
+		Original:    "\t\tif errors.Is(err, lock.ErrNotAcquired) {",
+		Replacement: "\t\tif false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReplicasReconcilersTakeTurns$",
+	},
+	{
 		ID: "sweep-stop-unanswered", Guard: "sweep: one unanswered",
 		File: "internal/sweeper/sweeper.go",
 		// Every stuck record asked in turn: one PAYMENTS_TIMEOUT each against a stalled platform.

@@ -16,6 +16,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -908,6 +910,86 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 	assert.Zero(t, metricValue(t, first.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcileRefundDrift}))
 	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'REFUNDED' AND refunded_cents = ?", id, amount))
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id), "the refund applied once")
+}
+
+// The replicas' reconcilers take turns. Their tickers fire together, so two runs read the same orders
+// before either stamped them, and each asked the platform and raised each alert once per replica
+// (hm3, 2026-12-06: 94 refund_drift lines for 12 orders in 45 s, from two replicas). Here the first
+// run to ask is held at the platform until the other replica has had its tick: that one skips its
+// turn, so the platform is asked once and the drift is said once.
+func TestReplicasReconcilersTakeTurns(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	ctx := context.Background()
+	var asked atomic.Int32
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	target, err := url.Parse(mock.srv.URL)
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/payments" {
+			asked.Add(1)
+			<-release
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(held.Close)
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before Close, which waits for the handlers
+	logs := &testenv.Output{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	replicas := make([]*replica, 2)
+	for i := range replicas {
+		replicas[i] = newReplica(t, env, replicaOpts{logger: logger, cfg: func(c *config.Orders) {
+			callbacksLost(t, mock, c)
+			c.PaymentsURL = held.URL
+			c.ReconcileRefundDriftAfter = 0
+		}})
+	}
+	rp := replicas[0]
+	id, amount := rp.newOrder(alice, 1, 2)
+	pid := paymentID(t, rp.pay(alice, id, "pay-turns"))
+	_, err = mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	paid := callbackFor(id, callback.StatusSuccess, amount, "evt-turns-paid")
+	paid.PaymentID = pid
+	assertAcked(t, []response{rp.postCallback(paid)})
+	require.Equal(t, "PAID", statusOf(t, env.DB, id))
+	// A partial refund whose callback is lost: the order's total differs from the platform's.
+	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-turns", AmountCents: amount / 2})
+	require.NoError(t, err)
+
+	// The interval is the turn's lease: long enough that the second tick lands while the first run holds it.
+	const interval = 2 * time.Second
+	runs, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, r := range replicas {
+		wg.Go(func() {
+			<-start
+			r.app.Reconciler.Run(runs, interval)
+		})
+	}
+	t.Cleanup(func() { stop(); wg.Wait() })
+	close(start)
+	require.Eventually(t, func() bool {
+		return asked.Load() == 2 || asked.Load() == 1 && strings.Contains(logs.String(), "holds the turn")
+	}, 3*interval, 5*time.Millisecond, "both replicas had their tick")
+	releaseOnce.Do(func() { close(release) })
+	drifts := func() float64 {
+		var n float64
+		for _, r := range replicas {
+			n += metricValue(t, r.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcileRefundDrift})
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return drifts() == float64(asked.Load()) }, 10*time.Second, 5*time.Millisecond,
+		"every run that asked has compared the order")
+	assert.EqualValues(t, 1, asked.Load(), "the platform asked once between the replicas")
+	assert.Equal(t, 1.0, drifts())
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_drift"), "%s", logs.String())
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'PAID' AND refunded_cents = 0", id), "nothing applied")
 }
 
 // An order that has a payment here and none at the platform (a platform that lost its records) is an

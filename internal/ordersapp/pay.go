@@ -58,7 +58,7 @@ func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	reconciler, err := sweeper.NewReconciler(sw, settler, repo, sweeper.ReconcileConfig{
+	reconciler, err := sweeper.NewReconciler(sw, settler, repo, locker, sweeper.ReconcileConfig{
 		Grace: cfg.ReconcileGrace, Recheck: cfg.ReconcileRecheck, Lookback: cfg.ReconcileLookback, Batch: cfg.ReconcileBatch,
 		RefundDriftAfter: cfg.ReconcileRefundDriftAfter, PointsAfter: cfg.ReconcilePointsAfter,
 	}, d.Logger, d.Registry)

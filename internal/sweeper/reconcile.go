@@ -13,6 +13,7 @@ import (
 
 	"idemshop/internal/callback"
 	"idemshop/internal/idempotency"
+	"idemshop/internal/lock"
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
 	"idemshop/internal/platform/logging"
@@ -86,6 +87,8 @@ type Reconciler struct {
 	orders  *prometheus.CounterVec
 	records *prometheus.CounterVec
 	points  prometheus.Counter
+	// turns is where the service's runs take their turn (Run): one replica's reconciler at a time.
+	turns *lock.Locker
 	// pointsChecked is when the points check last ran: it runs at most every Recheck in the service
 	// (an alert a run, every RECONCILE_INTERVAL, would repeat itself), and on every RunOnce of a
 	// one-shot command (0: never).
@@ -93,16 +96,17 @@ type Reconciler struct {
 }
 
 // NewReconciler returns the reconciler. It reuses the sweeper's fenced repair for pay records, applies
-// the platform's state through svc (the callback guard's steps), and finds its orders in repo.
-func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Repository, cfg ReconcileConfig, logger *slog.Logger, reg prometheus.Registerer) (*Reconciler, error) {
-	if sweeper == nil || svc == nil || repo == nil || logger == nil || reg == nil {
-		return nil, errors.New("sweeper: NewReconciler needs a sweeper, a callback service, an orders repository, a logger and a registry")
+// the platform's state through svc (the callback guard's steps), finds its orders in repo, and takes
+// the service's turns (Run) with turns.
+func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Repository, turns *lock.Locker, cfg ReconcileConfig, logger *slog.Logger, reg prometheus.Registerer) (*Reconciler, error) {
+	if sweeper == nil || svc == nil || repo == nil || turns == nil || logger == nil || reg == nil {
+		return nil, errors.New("sweeper: NewReconciler needs a sweeper, a callback service, an orders repository, a locker, a logger and a registry")
 	}
 	if cfg.Grace < 0 || cfg.Recheck <= 0 || cfg.Lookback <= 0 || cfg.Batch <= 0 || cfg.RefundDriftAfter < 0 ||
 		cfg.PointsAfter <= 0 {
 		return nil, fmt.Errorf("sweeper: bad reconcile config %+v", cfg)
 	}
-	r := &Reconciler{sweeper: sweeper, svc: svc, repo: repo, cfg: cfg, logger: logger.With("component", "reconciler"),
+	r := &Reconciler{sweeper: sweeper, svc: svc, repo: repo, turns: turns, cfg: cfg, logger: logger.With("component", "reconciler"),
 		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemshop_reconcile_orders_total",
 			Help: "Orders compared with the payment platform's query API by the reconciler, by result.",
@@ -338,14 +342,41 @@ func (r *Reconciler) movedSince(ctx context.Context, lg *slog.Logger, o orders.O
 	return false
 }
 
-// Run calls RunOnce every interval until ctx is done.
+// TurnLease is the name of the lease a service's run holds (lock.Locker.LockKey gives its Redis key).
+const TurnLease = "reconcile:turn"
+
+// Run calls RunOnce every interval until ctx is done, taking turns with the other replicas' reconcilers.
+//
+// A reconciler runs in every replica, and their tickers run close together. Two runs at once read the
+// same orders before either stamps them, so each asked the platform about each order and raised each
+// alert once per replica. A run therefore holds the lease TurnLease for at most interval, and a
+// replica that finds it held skips its turn; a run that starts after another has finished finds that
+// run's orders stamped. The lease spares work and noise, not correctness: the state machine makes two
+// runs harmless. So a Redis that fails lets the run go ahead, as a lone replica's would, and a run
+// that outlasts its lease may meet another.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	retry.Every(ctx, interval, func() {
+		turn, err := r.turns.Acquire(ctx, TurnLease, interval)
+		if errors.Is(err, lock.ErrNotAcquired) {
+			r.logger.Debug("reconcile: another replica's run holds the turn; skipping this one")
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			r.logger.Warn("reconcile: the turn lease is unavailable; running without it", "err", err)
+		}
 		rep, err := r.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.logger.Error("reconcile run failed", "err", err)
 		} else if rep.Orders[ReconcileChanged]+rep.Records[ReconcileChanged] > 0 {
 			r.logger.Info("reconciler moved orders to the platform's state", "orders", rep.Orders, "records", rep.Records)
+		}
+		if turn != nil {
+			// Released at once, so the next turn need not wait out the lease. A lease that ran out means
+			// the run took longer than interval, which another replica may have overlapped; an error
+			// leaves the lease to expire.
+			if err := r.turns.Release(context.WithoutCancel(ctx), turn); err != nil {
+				r.logger.Warn("reconcile: releasing the turn failed; it expires by itself", "err", err)
+			}
 		}
 	})
 }

@@ -198,7 +198,7 @@ func (c Orders) Validate() error {
 	if c.RefundRetryMax < c.RefundRetryMin {
 		ck.add(fmt.Errorf("REFUND_RETRY_MAX (%s) must not be shorter than REFUND_RETRY_MIN (%s)", c.RefundRetryMax, c.RefundRetryMin))
 	}
-	ck.positive("RECONCILE_INTERVAL", c.ReconcileInterval)
+	ck.redisMillis("RECONCILE_INTERVAL", c.ReconcileInterval) // also the TTL of a run's turn (sweeper.Reconciler.Run)
 	ck.notNegative("RECONCILE_GRACE", c.ReconcileGrace)
 	ck.positive("RECONCILE_RECHECK", c.ReconcileRecheck)
 	ck.positive("RECONCILE_LOOKBACK", c.ReconcileLookback)

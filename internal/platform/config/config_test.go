@@ -65,9 +65,10 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"statement timeout past int32 ms": {"DB_STATEMENT_TIMEOUT", "600h", "DB_STATEMENT_TIMEOUT"},
 		"statement timeout within lock":   {"DB_STATEMENT_TIMEOUT", "2s", "DB_STATEMENT_TIMEOUT (2s) must be longer than DB_LOCK_TIMEOUT (2s)"},
 		// A newcomer's (2026-12-06): each of these started orders, and failed later or said less.
-		"mistyped pay fault":   {"PAY_FAULT", "crash-after-clam", `PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got "crash-after-clam"`},
-		"pay lease under 1 ms": {"PAY_LEASE", "500us", "PAY_LEASE must be >= 1ms"},
-		"zero points check":    {"RECONCILE_POINTS_AFTER", "0s", "RECONCILE_POINTS_AFTER must be > 0"},
+		"mistyped pay fault":            {"PAY_FAULT", "crash-after-clam", `PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got "crash-after-clam"`},
+		"pay lease under 1 ms":          {"PAY_LEASE", "500us", "PAY_LEASE must be >= 1ms"},
+		"reconcile interval under 1 ms": {"RECONCILE_INTERVAL", "500us", "RECONCILE_INTERVAL must be >= 1ms"},
+		"zero points check":             {"RECONCILE_POINTS_AFTER", "0s", "RECONCILE_POINTS_AFTER must be > 0"},
 		// A helper's (2026-12-06): the pay's answer came after the write deadline, an empty reply.
 		"write timeout within the platform call": {"HTTP_WRITE_TIMEOUT", "3500ms", "PAYMENTS_TIMEOUT (3s) must be shorter than a request's work time, 2.625s: HTTP_WRITE_TIMEOUT (3.5s)"},
 		"form token TTL under 1 ms":              {"FORM_TOKEN_TTL", "100us", "FORM_TOKEN_TTL must be >= 1ms"},

@@ -1523,6 +1523,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAMessageSetAsideThroughCrashesIsNotDeadLettered$",
 	},
 	{
+		ID: "republish-before-join", Guard: "last delivery: copies",
+		File: "internal/points/consumer.go",
+		// Joined first, its copies belong to the waiting message and are never republished.
+		Original:    "\t\t\t\tc.republishLast([]*message{m})\n\t\t\t}\n\t\t\theld.add(m)\n",
+		Replacement: "\t\t\t\theld.add(m)\n\t\t\t\tc.republishLast([]*message{m})\n\t\t\t\tbreak\n\t\t\t}\n\t\t\theld.add(m)\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestCopiesThatJoinASetAsideMessageAreRepublishedFirst$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

@@ -1,13 +1,18 @@
 package points
 
 import (
+	"encoding/json"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/events"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/testenv"
 )
@@ -80,6 +85,66 @@ func TestARepublishAfterTheBrokerClosedThePublishingChannel(t *testing.T) {
 	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, q.Messages, "the copy alone: the original was acked")
+}
+
+// A message newly set aside at its last delivery is republished with its copies from its batch before
+// it joins the message of its order already waiting (deferredSet.add hands its copies over). The other
+// way round, the copies went to the waiting message unrepublished: a crash then dead-lettered them
+// beside the credited event (read, not proven, since 2026-12-06; the stop-52 carried gap). The
+// deliveries are real, from a classic queue; their x-delivery-count is set here, as a quorum queue
+// sets it at a redelivery, so that each is at its last delivery.
+func TestCopiesThatJoinASetAsideMessageAreRepublishedFirst(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	queue := env.Queue("points")
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	consume, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = consume.QueueDeclare(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	body, err := json.Marshal(events.OrderPaid{EventID: "evt-1", OrderID: 1, UserID: 1, AmountCents: 100,
+		Points: events.PointsFor(100), OccurredAt: time.Now().UTC()})
+	require.NoError(t, err)
+	for range 3 { // one event, three deliveries of it
+		require.NoError(t, consume.PublishWithContext(t.Context(), "", queue, false, false, amqp.Publishing{
+			MessageId: "evt-1", ContentType: "application/json", Body: body,
+			Headers: amqp.Table{RoutingKeyHeader: events.RoutingKeyOrderPaid}}))
+	}
+	deliveries, err := consume.Consume(queue, "", false, false, false, false, nil)
+	require.NoError(t, err)
+	var ms []*message
+	for range 3 {
+		d := nextDelivery(t, deliveries)
+		d.Redelivered, d.Headers["x-delivery-count"] = true, int64(events.DeliveryLimit)
+		m := &message{d: d}
+		require.NoError(t, m.decode())
+		ms = append(ms, m)
+	}
+	waiting, joining, itsCopy := ms[0], ms[1], ms[2]
+	joining.follow(itsCopy) // one batch: the second delivery and its copy
+
+	r, err := newRepublisher(conn, consume, newInbox())
+	require.NoError(t, err)
+	c := &Consumer{
+		cfg: ConsumerConfig{Topology: rabbitmq.Topology{Queue: queue, DeliveryLimit: events.DeliveryLimit},
+			LeaseTTL: time.Minute, LeasePoll: time.Second, AttemptTimeout: 5 * time.Second, MaxRepublish: DefaultMaxRepublish},
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), republisher: r,
+		republishedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "republished"}),
+	}
+	held := &deferredSet{}
+	c.setAside(t.Context(), held, []*message{waiting}) // an earlier batch: another consumer holds the lease
+	c.setAside(t.Context(), held, []*message{joining})
+
+	require.Equal(t, []*message{joining, itsCopy}, waiting.dups, "the batch joined the message already waiting")
+	assert.True(t, waiting.republished && joining.republished && itsCopy.republished,
+		"each republished: %v %v %v", waiting.republished, joining.republished, itsCopy.republished)
+	for range 3 {
+		cp := nextDelivery(t, deliveries)
+		assert.Equal(t, body, cp.Body)
+		assert.Equal(t, int64(1), republishes(cp), "a copy, republished once")
+	}
 }
 
 func nextDelivery(t *testing.T, ds <-chan amqp.Delivery) amqp.Delivery {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"idemshop/internal/platform/problem"
 )
 
 // ErrBodyNotJSON is returned by Fingerprint when a non-empty body is not a single JSON value.
@@ -55,7 +57,7 @@ func Fingerprint(method, path string, body []byte) (string, error) {
 // CanonicalJSON re-encodes body with sorted object keys and no insignificant whitespace.
 // It returns ErrBodyNotJSON for malformed JSON or trailing data.
 func CanonicalJSON(body []byte) ([]byte, error) {
-	if len(bytes.TrimSpace(body)) == 0 {
+	if problem.BlankJSON(body) {
 		return nil, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

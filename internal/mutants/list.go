@@ -1531,6 +1531,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestCopiesThatJoinASetAsideMessageAreRepublishedFirst$",
 	},
 	{
+		ID: "json-blank", Guard: "body: JSON blanks",
+		File: "internal/platform/problem/jsonbody.go",
+		// Unicode spaces taken for "no body": a pay of one U+00A0 paid, and replayed a pay without one.
+		Original:    "return len(bytes.Trim(body, JSONSpace)) == 0",
+		Replacement: "return len(bytes.TrimSpace(body)) == 0",
+		Pkgs:        []string{"./internal/idempotency", "./internal/ordersapp"}, Run: "^(TestFingerprintRejectsNonJSON|TestPayBodyAndBusyOrder)$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

@@ -1,7 +1,6 @@
 package pay
 
 import (
-	"bytes"
 	"errors"
 
 	"github.com/labstack/echo/v4"
@@ -48,7 +47,7 @@ func (h *Handler) pay(c echo.Context) error {
 	}
 	// The order says what to pay: the body must be empty or {}. Anything else is refused rather than
 	// silently ignored (a client sending an amount must learn that it is not used).
-	if len(bytes.TrimSpace(kr.Body)) > 0 {
+	if !problem.BlankJSON(kr.Body) {
 		if err := problem.DecodeJSON(kr.Body, &struct{}{}); err != nil {
 			return err
 		}

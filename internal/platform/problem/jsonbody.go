@@ -11,6 +11,14 @@ import (
 	"time"
 )
 
+// JSONSpace is the whitespace JSON allows around a value (RFC 8259 §2). bytes.TrimSpace also takes
+// Unicode spaces (U+00A0, U+2028, NEL) and VT and FF for blanks, which no JSON parser does: a pay body
+// of one U+00A0 was taken for "no body" and paid (a helper's finding, 2026-12-07).
+const JSONSpace = " \t\n\r"
+
+// BlankJSON reports whether body holds nothing but JSON whitespace: no value at all.
+func BlankJSON(body []byte) bool { return len(bytes.Trim(body, JSONSpace)) == 0 }
+
 // DecodeJSON decodes body strictly into v (a pointer to a struct): the body must be one JSON object
 // whose member names match the struct's json tags exactly, each at most once. Unknown or wrongly-cased
 // names, duplicates, null for a field that cannot hold it, trailing data, wrong types and syntax
@@ -36,7 +44,7 @@ func DecodeJSONOpen(body []byte, v any) error {
 func decodeJSON(body []byte, v any, open bool) error {
 	// encoding/json decodes null into a struct as nothing at all, without an error: a body of null
 	// would pass as {} (and fingerprint differently from it).
-	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+	if bytes.Equal(bytes.Trim(body, JSONSpace), []byte("null")) {
 		return ErrMalformedBody.WithDetail("request body must be a JSON object")
 	}
 	if err := exactMembers(body, v, open); err != nil {

@@ -54,6 +54,8 @@ func StatusOf(k problem.Kind) int {
 		return http.StatusMethodNotAllowed
 	case problem.KindForbidden:
 		return http.StatusForbidden
+	case problem.KindUnsupportedMedia:
+		return http.StatusUnsupportedMediaType
 	default:
 		return http.StatusInternalServerError
 	}

@@ -154,3 +154,39 @@ func TestClientsCannotGrowTheMetricsOrChooseTwoRequestIDs(t *testing.T) {
 	e.ServeHTTP(rec, req)
 	assert.Equal(t, "one", rec.Header().Get("X-Request-ID"), "one id sent is kept")
 }
+
+// A body sent with a content coding is refused with 415 before a handler reads it (RFC 9110 §8.4),
+// with Accept-Encoding naming the one read; identity, and a request without a body, pass. A gzip
+// callback was refused for its JSON syntax, and a plain body labelled br was taken as it was.
+func TestABodyWithAContentCodingIsRefused(t *testing.T) {
+	t.Parallel()
+	e := httpserver.New(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), 1<<10)
+	var handled int
+	e.POST("/v1/things", func(c echo.Context) error {
+		handled++
+		return c.NoContent(http.StatusCreated)
+	})
+	e.GET("/v1/things", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	send := func(method, body string, codings ...string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, "/v1/things", strings.NewReader(body))
+		for _, c := range codings {
+			req.Header.Add("Content-Encoding", c)
+		}
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, codings := range [][]string{{"gzip"}, {"br"}, {"identity, gzip"}, {"identity", "deflate"}, {"x-made-up"}} {
+		rec := send(http.MethodPost, `{}`, codings...)
+		assert.Equal(t, http.StatusUnsupportedMediaType, rec.Code, "%v", codings)
+		assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+		assert.Contains(t, rec.Body.String(), `"code":"unsupported_content_encoding"`)
+		assert.Equal(t, "identity", rec.Header().Get("Accept-Encoding"))
+	}
+	assert.Zero(t, handled, "no handler read a coded body")
+	assert.Equal(t, http.StatusCreated, send(http.MethodPost, `{}`).Code)
+	assert.Equal(t, http.StatusCreated, send(http.MethodPost, `{}`, "identity").Code)
+	assert.Equal(t, http.StatusCreated, send(http.MethodPost, `{}`, "IDENTITY", "").Code)
+	assert.Equal(t, http.StatusOK, send(http.MethodGet, "", "gzip").Code, "no body, nothing coded")
+	assert.Equal(t, 3, handled)
+}

@@ -22,6 +22,7 @@ import (
 
 	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/problem"
 )
 
 // Config holds the server limits. Durations are wall-clock; BodyLimit is in bytes.
@@ -123,7 +124,30 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 	})
 	e.Use(middleware.Recover())
 	e.Use(middleware.BodyLimit(strconv.FormatInt(bodyLimit, 10)))
+	e.Use(refuseContentCodings)
 	return e
+}
+
+// refuseContentCodings answers 415 to a body sent with a content coding (RFC 9110 §8.4), before any
+// handler reads it, and names the one coding read in Accept-Encoding (§15.5.16). No route decodes one:
+// a gzip body was read as JSON and refused for its syntax, and a plain body labelled br was taken as it
+// was (a helper's finding, 2026-12-07). A request without a body is left alone.
+func refuseContentCodings(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.ContentLength == 0 {
+			return next(c)
+		}
+		for _, v := range req.Header.Values(echo.HeaderContentEncoding) {
+			for coding := range strings.SplitSeq(v, ",") {
+				if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+					c.Response().Header().Set(echo.HeaderAcceptEncoding, "identity")
+					return problem.ErrContentEncoding
+				}
+			}
+		}
+		return next(c)
+	}
 }
 
 // metricMethod is the method label of a request: its method if RFC 9110 §9 defines it (or PATCH),

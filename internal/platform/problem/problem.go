@@ -28,6 +28,7 @@ const (
 	KindUnavailable                  // 503: a dependency is down; retry later
 	KindMethodNotAllowed             // 405
 	KindForbidden                    // 403: authenticated or not, this caller may not use this route
+	KindUnsupportedMedia             // 415: a body in a form the route does not read (a content coding)
 )
 
 // Error is a domain error with a stable, machine-readable Code (the RFC 9457 "code" extension member that
@@ -98,6 +99,11 @@ var (
 	ErrTooLarge     = New(KindTooLarge, "body_too_large", "request body exceeds the configured limit")
 	ErrUnavailable  = New(KindUnavailable, "unavailable", "a dependency is unavailable; retry later")
 )
+
+// ErrContentEncoding is a request body sent with a content coding (gzip, br, ...): bodies are read as
+// sent, and a coding is refused (RFC 9110 §8.4), not taken for JSON.
+var ErrContentEncoding = New(KindUnsupportedMedia, "unsupported_content_encoding",
+	"request bodies are read as sent: send this one without Content-Encoding (or with identity)")
 
 // ErrMalformedBody is a request body that is not the JSON the route expects (syntax, unknown field,
 // wrong type, trailing data).

@@ -584,6 +584,12 @@ func classify(ctx context.Context, tx *gorm.DB, repo *orders.Repository, id int6
 	return OutcomeStale, "order is " + string(current), nil
 }
 
+// invalid is ErrInvalidCallback whose detail says what is wrong: the platform's engineers read it in
+// their delivery log (until 2026-12-07 it was "the callback is invalid", the cause in our log alone).
+func invalid(format string, args ...any) error {
+	return ErrInvalidCallback.WithDetail("the callback is invalid: " + fmt.Sprintf(format, args...))
+}
+
 func validate(cb Callback) (int64, error) {
 	// An id of white space alone is as good as none: no platform makes one, and " " and "  " would be
 	// two events.
@@ -595,23 +601,23 @@ func validate(cb Callback) (int64, error) {
 		missing = append(missing, "payment_id")
 	}
 	if len(missing) > 0 {
-		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("missing %s", strings.Join(missing, ", ")))
+		return 0, invalid("missing %s", strings.Join(missing, ", "))
 	}
 	// The stored form is measured, not the one received: cleaning turns each NUL (1 byte) into U+FFFD
 	// (3 bytes), and an id that grew past the limit would be cut, so two ids that differ only past the
 	// cut would count as one event.
 	if len(pgtext.Clean(cb.EventID, 0)) > callbackIDMax || len(pgtext.Clean(cb.PaymentID, 0)) > callbackIDMax {
-		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("event_id and payment_id must be at most %d bytes as stored "+
-			"(a NUL or an invalid byte is stored as U+FFFD, 3 bytes)", callbackIDMax))
+		return 0, invalid("event_id and payment_id must be at most %d bytes as stored "+
+			"(a NUL or an invalid byte is stored as U+FFFD, 3 bytes)", callbackIDMax)
 	}
 	switch cb.Status {
 	case StatusSuccess, StatusFailed, StatusRefunded:
 	default:
-		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("unknown status %q", cb.Status))
+		return 0, invalid("unknown status %q: want %s, %s or %s", logging.Clip(cb.Status), StatusSuccess, StatusFailed, StatusRefunded)
 	}
 	id, ok := orders.ParseID(cb.MerchantOrderNo)
 	if !ok {
-		return 0, ErrInvalidCallback.Wrap(fmt.Errorf("merchant_order_no %q is not an order id", cb.MerchantOrderNo))
+		return 0, invalid("merchant_order_no %q is not an order id", logging.Clip(cb.MerchantOrderNo))
 	}
 	return id, nil
 }

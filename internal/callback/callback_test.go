@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"idemshop/internal/orders"
+	"idemshop/internal/platform/problem"
 )
 
 func TestAlready(t *testing.T) {
@@ -39,15 +40,23 @@ func TestValidate(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Equal(t, int64(42), id)
 
-	for name, cb := range map[string]Callback{
-		"no event id":        {PaymentID: "pay_1", MerchantOrderNo: "42", Status: StatusSuccess},
-		"no payment id":      {EventID: "evt_1", MerchantOrderNo: "42", Status: StatusSuccess},
-		"unknown status":     {EventID: "evt_1", PaymentID: "pay_1", MerchantOrderNo: "42", Status: "PENDING"},
-		"order no not an id": {EventID: "evt_1", PaymentID: "pay_1", MerchantOrderNo: "42-x", Status: StatusSuccess},
-		"order no zero":      {EventID: "evt_1", PaymentID: "pay_1", MerchantOrderNo: "0", Status: StatusSuccess},
+	// The detail says what is wrong: the sender reads it in its delivery log.
+	for name, tc := range map[string]struct {
+		cb     Callback
+		detail string
+	}{
+		"no event id":        {Callback{PaymentID: "pay_1", MerchantOrderNo: "42", Status: StatusSuccess}, "the callback is invalid: missing event_id"},
+		"no payment id":      {Callback{EventID: "evt_1", MerchantOrderNo: "42", Status: StatusSuccess}, "the callback is invalid: missing payment_id"},
+		"unknown status":     {Callback{EventID: "evt_1", PaymentID: "pay_1", MerchantOrderNo: "42", Status: "PENDING"}, `the callback is invalid: unknown status "PENDING": want SUCCESS, FAILED or REFUNDED`},
+		"order no not an id": {Callback{EventID: "evt_1", PaymentID: "pay_1", MerchantOrderNo: "42-x", Status: StatusSuccess}, `the callback is invalid: merchant_order_no "42-x" is not an order id`},
+		"order no zero":      {Callback{EventID: "evt_1", PaymentID: "pay_1", MerchantOrderNo: "0", Status: StatusSuccess}, `merchant_order_no "0" is not an order id`},
 	} {
-		_, err := validate(cb)
+		_, err := validate(tc.cb)
 		assert.True(t, errors.Is(err, ErrInvalidCallback), "%s: %v", name, err)
+		var p *problem.Error
+		if assert.True(t, errors.As(err, &p), name) {
+			assert.Contains(t, p.Detail, tc.detail, name)
+		}
 	}
 }
 

@@ -87,6 +87,10 @@ func (r CreateRequest) Validate() error {
 	if r.ProductID <= 0 {
 		return problem.Newf(problem.KindInvalid, ErrValidation.Code, "product_id is required and must be a positive integer")
 	}
+	if r.Quantity == 0 { // absent, most likely: "got 0" read as if the client had sent 0
+		return problem.Newf(problem.KindInvalid, ErrValidation.Code,
+			"quantity is required and must be between %d and %d", MinQuantity, MaxQuantity)
+	}
 	if r.Quantity < MinQuantity || r.Quantity > MaxQuantity {
 		return problem.Newf(problem.KindInvalid, ErrValidation.Code,
 			"quantity must be between %d and %d, got %d", MinQuantity, MaxQuantity, r.Quantity)

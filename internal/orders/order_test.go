@@ -14,17 +14,19 @@ import (
 func TestCreateRequestValidate(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name string
-		req  orders.CreateRequest
-		ok   bool
+		name   string
+		req    orders.CreateRequest
+		ok     bool
+		detail string
 	}{
-		{"minimum", orders.CreateRequest{ProductID: 1, Quantity: 1}, true},
-		{"maximum", orders.CreateRequest{ProductID: 1, Quantity: 10}, true},
-		{"zero quantity", orders.CreateRequest{ProductID: 1, Quantity: 0}, false},
-		{"eleven", orders.CreateRequest{ProductID: 1, Quantity: 11}, false},
-		{"negative", orders.CreateRequest{ProductID: 1, Quantity: -1}, false},
-		{"no product", orders.CreateRequest{Quantity: 1}, false},
-		{"negative product", orders.CreateRequest{ProductID: -4, Quantity: 1}, false},
+		{"minimum", orders.CreateRequest{ProductID: 1, Quantity: 1}, true, ""},
+		{"maximum", orders.CreateRequest{ProductID: 1, Quantity: 10}, true, ""},
+		// Absent reads as 0: the detail does not say "got 0" to a client that sent none.
+		{"zero quantity", orders.CreateRequest{ProductID: 1, Quantity: 0}, false, "quantity is required and must be between 1 and 10"},
+		{"eleven", orders.CreateRequest{ProductID: 1, Quantity: 11}, false, "quantity must be between 1 and 10, got 11"},
+		{"negative", orders.CreateRequest{ProductID: 1, Quantity: -1}, false, "got -1"},
+		{"no product", orders.CreateRequest{Quantity: 1}, false, "product_id is required"},
+		{"negative product", orders.CreateRequest{ProductID: -4, Quantity: 1}, false, "product_id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,6 +39,7 @@ func TestCreateRequestValidate(t *testing.T) {
 			require.ErrorAs(t, err, &pe)
 			assert.Equal(t, "validation_failed", pe.Code)
 			assert.Equal(t, problem.KindInvalid, pe.Kind)
+			assert.Contains(t, pe.Detail, tc.detail)
 		})
 	}
 }

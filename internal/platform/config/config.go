@@ -174,6 +174,12 @@ func (c Orders) Validate() error {
 		ck.add(fmt.Errorf("CALLBACK_URL must be at most %d bytes (the platform's notify_url limit), got %d", MaxNotifyURLBytes, len(c.CallbackURL)))
 	}
 	ck.baseURL("PAYMENTS_URL", c.PaymentsURL) // httpURL's checks too: called twice, each error came twice
+	// orders ends a transaction idle this long (postgres.Options.IdleInTransactionTimeout), and
+	// PostgreSQL refuses the setting past its range only at each connection: orders waited for good.
+	if idle := c.Postgres.StatementTimeout + c.OutboxConfirmTimeout; c.OutboxConfirmTimeout > pgMost || idle > pgMost {
+		ck.add(fmt.Errorf("DB_STATEMENT_TIMEOUT (%s) + OUTBOX_CONFIRM_TIMEOUT (%s) must be at most %s (a transaction left idle that long is ended: PostgreSQL's range)",
+			c.Postgres.StatementTimeout, c.OutboxConfirmTimeout, pgMost))
+	}
 	ck.httpURL("POINTS_METRICS_URL", c.PointsMetricsURL)
 	ck.bearerToken("PAYMENTS_ADMIN_TOKEN", c.PaymentsAdminToken)
 	if c.PaymentWebhookSecret == "" {

@@ -41,7 +41,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"zero duration":             {"SWEEP_INTERVAL", "0s", "SWEEP_INTERVAL"},
 		"zero outbox retention":     {"OUTBOX_RETENTION", "0s", "OUTBOX_RETENTION"},
 		"negative audit retention":  {"CALLBACK_AUDIT_RETENTION", "-1h", "CALLBACK_AUDIT_RETENTION"},
-		"zero one-shot timeout":     {"ONCE_TIMEOUT", "0s", "ONCE_TIMEOUT must be > 0, got 0s"},
+		"zero one-shot timeout":     {"ONCE_TIMEOUT", "0s", "ONCE_TIMEOUT must be at least 1ms, got 0s"},
 		"fence TTL past a Duration": {"REAPER_INTERVAL", "2562047h", "IDEMPOTENCY_RETENTION (24h0m0s) + REAPER_INTERVAL (2562047h0m0s) + 1h must be at most"},
 		"not a bool":                {"ORDERS_LAB", "maybe", "ORDERS_LAB"},
 		"relative URL":              {"PAYMENTS_URL", "payments", "PAYMENTS_URL"},
@@ -68,7 +68,15 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"mistyped pay fault":            {"PAY_FAULT", "crash-after-clam", `PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got "crash-after-clam"`},
 		"pay lease under 1 ms":          {"PAY_LEASE", "500us", "PAY_LEASE must be >= 1ms"},
 		"reconcile interval under 1 ms": {"RECONCILE_INTERVAL", "500us", "RECONCILE_INTERVAL must be >= 1ms"},
-		"zero points check":             {"RECONCILE_POINTS_AFTER", "0s", "RECONCILE_POINTS_AFTER must be > 0"},
+		// A helper's (2026-12-07): each started, then busy-looped or answered nothing, without a word.
+		"sweep interval of 1ns":        {"SWEEP_INTERVAL", "1ns", "SWEEP_INTERVAL must be at least 1ms, got 1ns"},
+		"poll interval of 1ns":         {"OUTBOX_POLL_INTERVAL", "1ns", "OUTBOX_POLL_INTERVAL must be at least 1ms"},
+		"header timeout of 1ns":        {"HTTP_READ_HEADER_TIMEOUT", "1ns", "HTTP_READ_HEADER_TIMEOUT must be at least 1ms"},
+		"ready probe of 1ns":           {"READY_PROBE_TIMEOUT", "1ns", "READY_PROBE_TIMEOUT must be at least 1ms"},
+		"startup attempt of 1ns":       {"STARTUP_ATTEMPT_TIMEOUT", "1ns", "STARTUP_ATTEMPT_TIMEOUT must be at least 1ms"},
+		"idle in transaction too long": {"OUTBOX_CONFIRM_TIMEOUT", "596h31m20s", "DB_STATEMENT_TIMEOUT (10s) + OUTBOX_CONFIRM_TIMEOUT (596h31m20s) must be at most 596h31m23.647s"},
+		"confirm timeout past int64":   {"OUTBOX_CONFIRM_TIMEOUT", "2000000h", "+ OUTBOX_CONFIRM_TIMEOUT (2000000h0m0s) must be at most"},
+		"zero points check":            {"RECONCILE_POINTS_AFTER", "0s", "RECONCILE_POINTS_AFTER must be at least 1ms"},
 		// A helper's (2026-12-06): the pay's answer came after the write deadline, an empty reply.
 		"write timeout within the platform call": {"HTTP_WRITE_TIMEOUT", "3500ms", "PAYMENTS_TIMEOUT (3s) must be shorter than a request's work time, 2.625s: HTTP_WRITE_TIMEOUT (3.5s)"},
 		"form token TTL under 1 ms":              {"FORM_TOKEN_TTL", "100us", "FORM_TOKEN_TTL must be >= 1ms"},
@@ -129,9 +137,9 @@ func TestLoadLoadtestNamesTheBadVariable(t *testing.T) {
 		"orders URL with a query":      {"ORDERS_URL", "http://127.0.0.1:8080?user=alice", "ORDERS_URL must be a base URL without a query"},
 		"payments URL with a fragment": {"PAYMENTS_URL", "http://127.0.0.1:8081/#x", "PAYMENTS_URL must be a base URL without a query"},
 		"lock timeout under 1 ms":      {"DB_LOCK_TIMEOUT", "500us", "DB_LOCK_TIMEOUT must be a whole number of milliseconds"},
-		"zero Redis timeout":           {"REDIS_TIMEOUT", "0s", "REDIS_TIMEOUT must be > 0, got 0s"},
-		"zero quiet":                   {"LAB_QUIET", "0s", "LAB_QUIET must be > 0, got 0s"},
-		"zero HTTP timeout":            {"LAB_HTTP_TIMEOUT", "0s", "LAB_HTTP_TIMEOUT must be > 0, got 0s"},
+		"zero Redis timeout":           {"REDIS_TIMEOUT", "0s", "REDIS_TIMEOUT must be at least 1ms, got 0s"},
+		"zero quiet":                   {"LAB_QUIET", "0s", "LAB_QUIET must be at least 1ms, got 0s"},
+		"zero HTTP timeout":            {"LAB_HTTP_TIMEOUT", "0s", "LAB_HTTP_TIMEOUT must be at least 1ms, got 0s"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

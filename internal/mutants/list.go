@@ -1188,8 +1188,8 @@ var List = []Mutant{
 		ID: "config-pg-millis", Guard: "config: pg timeouts",
 		File: "internal/platform/config/checks.go",
 		// Any positive DB_LOCK_TIMEOUT passes: 500us is sent to PostgreSQL as 0, no timeout at all.
-		Original:    "if d < time.Millisecond || d > most || d%time.Millisecond != 0 {",
-		Replacement: "if d <= 0 || most == 0 {",
+		Original:    "if d < time.Millisecond || d > pgMost || d%time.Millisecond != 0 {",
+		Replacement: "if d <= 0 || pgMost == 0 {",
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
 	},
 	{
@@ -1545,6 +1545,22 @@ var List = []Mutant{
 		Original:    `coding != "" && !strings.EqualFold(coding, "identity") {`,
 		Replacement: `coding != "" && !strings.EqualFold(coding, "identity") && false {`,
 		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestABodyWithAContentCodingIsRefused$",
+	},
+	{
+		ID: "config-1ms-floor", Guard: "config: 1ms floor",
+		File: "internal/platform/config/checks.go",
+		// SWEEP_INTERVAL=1ns started and busy-looped; HTTP_READ_HEADER_TIMEOUT=1ns answered nothing.
+		Original:    "\tif d < time.Millisecond {\n\t\tc.add(fmt.Errorf(\"%s must be at least 1ms, got %s\", name, d))",
+		Replacement: "\tif d <= 0 {\n\t\tc.add(fmt.Errorf(\"%s must be at least 1ms, got %s\", name, d))",
+		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
+	},
+	{
+		ID: "config-idle-range", Guard: "config: idle in tx",
+		File: "internal/platform/config/config.go",
+		// A sum past PostgreSQL's range: every connection refused, orders never ready.
+		Original:    "c.OutboxConfirmTimeout > pgMost || idle > pgMost {",
+		Replacement: "idle < 0 && false {",
+		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
 	},
 	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",

@@ -1563,6 +1563,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestLoadOrdersNamesTheBadVariable$",
 	},
 	{
+		ID: "pay-url-userinfo", Guard: "pay_url: no userinfo",
+		File: "internal/pay/pay.go",
+		// PAYMENTS_URL's credentials handed to every paying client, and stored with the answer.
+		Original:    "\tif err != nil || u.User == nil {\n\t\treturn base",
+		Replacement: "\tif err != nil || u.User != nil {\n\t\treturn base",
+		Pkgs:        []string{"./internal/pay"}, Run: "^TestOutcome$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

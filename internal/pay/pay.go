@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -508,7 +509,19 @@ func (p *Payer) outcome(o orders.Order, path string, pay payclient.Payment, rpcE
 
 func (p *Payer) response(orderID int64, paymentID string) payResponse {
 	return payResponse{OrderID: orderID, PaymentID: paymentID, Status: string(orders.StatusPaying),
-		PayURL: p.cfg.PaymentsURL + "/v1/payments/" + paymentID}
+		PayURL: publicBase(p.cfg.PaymentsURL) + "/v1/payments/" + paymentID}
+}
+
+// publicBase is base without its userinfo. pay_url goes to every paying client, and is stored and
+// replayed with the answer; credentials in PAYMENTS_URL are the shop's, for its own calls (a helper's
+// finding, 2026-12-07: they were in every pay answer).
+func publicBase(base string) string {
+	u, err := url.Parse(base)
+	if err != nil || u.User == nil {
+		return base
+	}
+	u.User = nil
+	return u.String()
 }
 
 // isRetryable: the platform did not take the request: the dial failed (nothing was sent), or it said

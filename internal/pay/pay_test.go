@@ -69,6 +69,12 @@ func TestOutcome(t *testing.T) {
 	assert.JSONEq(t, `{"order_id":7,"payment_id":"pay_1","status":"PAYING","pay_url":"http://pay/v1/payments/pay_1"}`, string(r.body))
 	assert.Nil(t, r.answer)
 
+	// PAYMENTS_URL's credentials are the shop's: never in the answer, which is stored and replayed.
+	withUser := &Payer{cfg: Config{PaymentsURL: "http://shop:s3cret@pay:8081/base", Lease: 3 * time.Second}}
+	r, err = withUser.outcome(o, "/v1/orders/7/pay", payclient.Payment{ID: "pay_1"}, nil)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"order_id":7,"payment_id":"pay_1","status":"PAYING","pay_url":"http://pay:8081/base/v1/payments/pay_1"}`, string(r.body))
+
 	r, err = p.outcome(o, "/v1/orders/7/pay", payclient.Payment{}, &payclient.StatusError{Status: 422, Code: "card_declined"})
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateFailedPermanent, r.state)

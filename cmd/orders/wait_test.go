@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -129,6 +130,36 @@ func TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime(t *testing.T) {
 		t.Fatalf("still running 7s after SIGTERM; logs:\n%s", p.logs)
 	}
 	assert.Contains(t, p.logs.String(), "did not stop within SHUTDOWN_TIMEOUT")
+}
+
+// SIGTERM with a client that sent half its request and went quiet: orders closes it at
+// SHUTDOWN_TIMEOUT and exits 0 with a WARN. It exited 1 ("graceful shutdown: context deadline
+// exceeded", in plain text whatever LOG_FORMAT) with the connection still open (a helper's finding,
+// 2026-12-07).
+func TestSIGTERMWithAStragglingClientExitsZero(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	svc := testenv.Find(t)
+	_, dbURL := freshDatabase(t, svc, "ostrag")
+	prefix := cleanPrefix(t, svc, "ostrag")
+	p := launch(t, bin, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix, "SHUTDOWN_TIMEOUT=1s")
+	waitFor(t, 20*time.Second, func() bool { return p.get("/readyz").code == http.StatusOK }, "ready; logs:\n%s", p.logs)
+	straggler, err := net.Dial("tcp", p.addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = straggler.Close() })
+	_, err = straggler.Write([]byte("POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"))
+	require.NoError(t, err)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited:
+		assert.NoError(t, err, "exit 0; logs:\n%s", p.logs)
+	case <-time.After(7 * time.Second): // 1 s, and slack
+		t.Fatalf("still running 7s after SIGTERM; logs:\n%s", p.logs)
+	}
+	assert.Contains(t, p.logs.String(), "connections still open at SHUTDOWN_TIMEOUT were closed")
+	assert.Contains(t, p.logs.String(), "orders stopped")
 }
 
 // Redis is not there at start: orders is ready but degraded (Redis is an efficiency layer), and the

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -94,6 +95,10 @@ func serve(ctx context.Context, cfg config.PaymentsMock, logger *slog.Logger, re
 		"chaos", fmt.Sprintf("%+v", chaos), "auto_approve_delay", cfg.AutoApproveDelay,
 		"retry_schedule", fmt.Sprint(cfg.CallbackRetrySchedule), "admin", adminMode(cfg.AdminToken))
 	err = httpserver.Run(ctx, e, cfg.HTTP.Server(cfg.HTTPAddr), ready)
+	if errors.Is(err, httpserver.ErrDrainCut) {
+		logger.Warn("payments-mock: "+httpserver.ErrDrainCut.Error(), "shutdown_timeout", cfg.HTTP.ShutdownTimeout)
+		err = nil
+	}
 	// The server no longer accepts requests. Pending retries are dropped; an attempt already on the wire
 	// gets up to one callback timeout to finish.
 	cctx, cancel := context.WithTimeout(context.Background(), cfg.CallbackTimeout)

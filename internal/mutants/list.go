@@ -1571,6 +1571,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/pay"}, Run: "^TestOutcome$",
 	},
 	{
+		ID: "drain-cut-close", Guard: "shutdown: close rest",
+		File: "internal/platform/httpserver/httpserver.go",
+		// Connections open at SHUTDOWN_TIMEOUT left open, their requests' work going on.
+		Original:    "\t\t_ = srv.Close()\n\t\t<-errc\n",
+		Replacement: "\t\t<-errc\n",
+		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestServeClosesWhatIsStillOpenAtTheShutdownTimeout$",
+	},
+	{
+		ID: "drain-cut-exit-zero", Guard: "shutdown: cut = exit 0",
+		File: "internal/platform/httpserver/starting.go",
+		// A straggling client made orders exit 1 at SIGTERM.
+		Original:    "\t\tif errors.Is(err, ErrDrainCut) {",
+		Replacement: "\t\tif errors.Is(err, ErrDrainCut) && false {",
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestSIGTERMWithAStragglingClientExitsZero$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

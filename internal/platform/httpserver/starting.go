@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -146,6 +147,10 @@ func ServeEarly(ctx context.Context, stop context.CancelFunc, cfg Config, reg pr
 		addr: ln.Addr()}
 	go func() {
 		err := Serve(ctx, ln, e.Starting, cfg)
+		if errors.Is(err, ErrDrainCut) {
+			logger.Warn(name+": "+ErrDrainCut.Error(), "shutdown_timeout", cfg.ShutdownTimeout)
+			err = nil
+		}
 		stop()
 		e.served <- err
 	}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -70,4 +71,59 @@ func TestServeEarlyReportsTheAddressItBound(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// A connection still open at SHUTDOWN_TIMEOUT is closed, and Serve says so with ErrDrainCut: one
+// that had sent half its headers, and one whose request was still in its work (its context ends).
+// Until 2026-12-07 they held the process to the bound, which then exited 1 with the connections open
+// (a helper's finding).
+func TestServeClosesWhatIsStillOpenAtTheShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	inWork, ended := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(inWork)
+		<-r.Context().Done()
+		close(ended)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- httpserver.Serve(ctx, ln, h, httpserver.Config{ReadHeaderTimeout: time.Minute, ReadTimeout: time.Minute,
+			WriteTimeout: time.Minute, IdleTimeout: time.Minute, ShutdownTimeout: 200 * time.Millisecond})
+	}()
+	half, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = half.Close() })
+	_, err = half.Write([]byte("POST /v1/orders HTTP/1.1\r\nHost: x\r\n")) // and nothing more
+	require.NoError(t, err)
+	working, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = working.Close() })
+	_, err = working.Write([]byte("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	select {
+	case <-inWork:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached its handler")
+	}
+
+	stop()
+	select {
+	case err := <-served:
+		assert.ErrorIs(t, err, httpserver.ErrDrainCut)
+	case <-time.After(5 * time.Second): // 200 ms, and slack
+		t.Fatal("Serve did not return after its shutdown timeout")
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request in its work was not ended")
+	}
+	for name, c := range map[string]net.Conn{"half-sent": half, "in its work": working} {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err := io.Copy(io.Discard, c)
+		assert.NoError(t, err, "%s: closed by the server (EOF), not timed out", name)
+	}
 }

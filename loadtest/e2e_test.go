@@ -384,6 +384,15 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 			assert.Contains(t, string(errOut), "set ADMIN_TOKEN to payments-mock's ADMIN_TOKEN", "%v", args)
 			assert.Empty(t, out, "%v: no report", args)
 		}
+		// A database that is not the shop's: replay checked the services only, and its first create
+		// was refused 401, "<nil> (HTTP 401 ...)", the variable unnamed (a helper's finding, 2026-12-07).
+		other := testenv.New(t).DatabaseURL
+		for _, args := range [][]string{{"replay", "decline-race.jsonl"}, {"incident", "--orders", "2"}} {
+			code, out, errOut := s.loadtestWith([]string{"DATABASE_URL=" + other}, "http://"+a, args...)
+			assert.Equal(t, 2, code, "%v", args)
+			assert.Contains(t, string(errOut), "DATABASE_URL must name the database orders uses", "%v", args)
+			assert.Empty(t, out, "%v: no report", args)
+		}
 		// A LOG_LEVEL that is none (replay refused it; incident and lab took it for "not debug").
 		for _, args := range [][]string{{"lab", "S1"}, {"incident", "--orders", "2"}} {
 			code, out, errOut := s.loadtestWith([]string{"LOG_LEVEL=loud"}, "http://"+a, args...)

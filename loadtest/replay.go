@@ -69,6 +69,12 @@ func runReplay(ctx context.Context, cfg config.Loadtest, args []string, stdout, 
 		fmt.Fprintln(stderr, "loadtest replay:", err)
 		return 2
 	}
+	// And the settings that must be the shop's (lab.md): with another DATABASE_URL the first order's
+	// create was refused 401, named as such, and the variable not at all (a helper's finding, 2026-12-07).
+	if err := env.CheckShop(ctx, false); err != nil {
+		fmt.Fprintln(stderr, "loadtest replay:", err)
+		return 2
+	}
 	env.Log.Info("replay", "file", name, "deliveries", len(rec.Deliveries), "unsafe", *unsafe)
 	progress := progressLine(stderr, *asJSON)
 	rep, err := play.Run(ctx, env, rec, play.Options{Name: name, Unsafe: *unsafe, Keep: *keep, Progress: progress})

@@ -88,9 +88,11 @@ func writeLabShort(w io.Writer, results []lab.Result, seed uint64) {
 	}
 	tail := ""
 	if len(noTwin) > 0 {
-		tail = fmt.Sprintf(" (%s: no unsafe twin)", strings.Join(noTwin, ", "))
+		tail = fmt.Sprintf("; %s: no unsafe twin", strings.Join(noTwin, ", "))
 	}
-	fmt.Fprintf(w, "%d of %d passed: unsafe reproduced%s, guarded held\n", passed, len(results), tail)
+	// What passing means, not what happened: "0 of 1 passed: unsafe reproduced, guarded held" read as
+	// a claim about a run in which nothing passed (a helper's reading, 2026-12-07).
+	fmt.Fprintf(w, "%d of %d passed (passed: unsafe reproduced, guarded held%s)\n", passed, len(results), tail)
 }
 
 // writeColumns left-aligns rows in columns two spaces apart, by rune count (the figures hold "×", "—").
@@ -145,7 +147,7 @@ func writeLabWide(w io.Writer, results []lab.Result) {
 			passed++
 		}
 	}
-	fmt.Fprintf(w, "%d of %d scenarios: unsafe reproduced (or no unsafe twin) and guarded held\n", passed, len(results))
+	fmt.Fprintf(w, "%d of %d scenarios passed (passed: unsafe reproduced, or no unsafe twin, and guarded held)\n", passed, len(results))
 }
 
 // fit cuts s to at most n runes, marking the cut with "…".

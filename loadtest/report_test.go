@@ -73,7 +73,7 @@ func TestLabReportFits100Columns(t *testing.T) {
 	assert.Contains(t, s5, "stock 0: 10 PAID for 10 units")
 	assert.Contains(t, scenarioLine(t, out.String(), "S9"), lab.NoTwinFigure, "S9 claims no reproduction")
 	assert.Contains(t, out.String(), "seed 20261129")
-	assert.Contains(t, out.String(), "12 of 12 passed: unsafe reproduced (S9: no unsafe twin), guarded held")
+	assert.Contains(t, out.String(), "12 of 12 passed (passed: unsafe reproduced, guarded held; S9: no unsafe twin)")
 }
 
 // A failure and an error are explained under the table in full, wrapped, and still within 100 columns,
@@ -113,7 +113,7 @@ func TestLabReportWidePrintsEveryFigure(t *testing.T) {
 	assert.Contains(t, scenarioLine(t, out.String(), "S9"), "— (no twin)")
 	assert.NotContains(t, scenarioLine(t, out.String(), "S9"), "yes  20 orders", "no \"reproduced: yes\" for S9")
 	assert.Greater(t, utf8.RuneCountInString(scenarioLine(t, out.String(), "S3")), 300, "the wide table is wide")
-	assert.Contains(t, out.String(), "12 of 12 scenarios: unsafe reproduced (or no unsafe twin) and guarded held")
+	assert.Contains(t, out.String(), "12 of 12 scenarios passed (passed: unsafe reproduced, or no unsafe twin, and guarded held)")
 }
 
 // --json keeps its shape: {"scenarios":[{"id","title","unsafe":{"reproduced","measured","detail"},

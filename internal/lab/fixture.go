@@ -84,7 +84,9 @@ func (f *Fixture) Close(ctx context.Context) error {
 		pending, err = f.pendingEvents(ctx)
 		return pending.none(), err
 	}); err != nil || !done {
-		f.env.Log.Warn("lab: kept the rows of this run's user: points-consumer is not done with its events, "+
+		// ERROR, not WARN: incident and lab print errors only unless --verbose, and this line is the one
+		// that names the rows left behind (a helper's finding, 2026-12-07: nothing named them).
+		f.env.Log.Error("lab: kept the rows of this run's user: points-consumer is not done with its events, "+
 			"and deleting the user would dead-letter them", "user_id", f.UserID, "unconsumed", pending.unconsumed,
 			"leases_held", pending.held, "err", err)
 		return nil

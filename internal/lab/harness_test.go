@@ -3,6 +3,8 @@ package lab_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -86,6 +88,9 @@ func TestFixtureCloseKeepsItsRowsWhileEventsAreOnTheirWay(t *testing.T) {
 	t.Parallel()
 	env := labtest.NewEnv(t, nil)
 	env.Quiet = 100 * time.Millisecond
+	// At the level incident and lab log at by default: the line that names the kept rows must show.
+	logs := &testenv.Output{}
+	env.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctx := context.Background()
 	users := func(id int64) int64 {
 		var n int64
@@ -107,6 +112,8 @@ func TestFixtureCloseKeepsItsRowsWhileEventsAreOnTheirWay(t *testing.T) {
 
 	require.NoError(t, f.Close(ctx))
 	assert.EqualValues(t, 1, users(f.UserID), "kept: the event has no ledger row")
+	assert.Contains(t, logs.String(), "kept the rows of this run's user")
+	assert.Contains(t, logs.String(), "user_id="+strconv.FormatInt(f.UserID, 10))
 
 	require.NoError(t, env.DB.Exec(`INSERT INTO points_accounts (user_id, balance) VALUES (?, 12)`, f.UserID).Error)
 	require.NoError(t, env.DB.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (?, ?, 12, 'order_paid')`,

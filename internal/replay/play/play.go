@@ -191,8 +191,11 @@ func createOrders(ctx context.Context, f *lab.Fixture, recorded []replay.Order, 
 			return nil, err
 		}
 		o, resp, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("replay-%d-%d", stamp, i), product, r.Quantity)
-		if err != nil || resp.Status != http.StatusCreated {
-			return nil, fmt.Errorf("create the order for %q: %v (HTTP %d %s)", r.Ref, err, resp.Status, resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("create the order for %q: %w", r.Ref, err)
+		}
+		if resp.Status != http.StatusCreated {
+			return nil, fmt.Errorf("create the order for %q: HTTP %d %s", r.Ref, resp.Status, resp.Body)
 		}
 		if o.AmountCents != r.AmountCents {
 			return nil, fmt.Errorf("order for %q costs %d cents, the recording says %d", r.Ref, o.AmountCents, r.AmountCents)

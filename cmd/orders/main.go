@@ -113,7 +113,12 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 	}
 	defer postgres.Close(db)
 	if cfg.MigrateOnStart {
-		if err := postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger); err != nil {
+		// Bounded as `orders migrate` is: a database that stopped answering in the middle (a half-open
+		// connection: the migration's statements have no timeout, an index may take long) held the
+		// start for good, /readyz saying "starting".
+		if err := withinOnceTimeout(ctx, cfg.OnceTimeout, "migrate (MIGRATE_ON_START)", func(ctx context.Context) error {
+			return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
+		}); err != nil {
 			return fail(err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	goosepglock "github.com/pressly/goose/v3/lock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -81,6 +82,36 @@ func TestWaitsForTheMigrateJob(t *testing.T) {
 	waitFor(t, 20*time.Second, func() bool { return p.get("/readyz").code == http.StatusOK },
 		"ready once migrated; logs:\n%s", p.logs)
 	p.stop(t)
+}
+
+// The migration orders runs at start is bounded by ONCE_TIMEOUT, as `orders migrate` is: here another
+// migrator holds the migrations' lock (goose's session lock, which goose waits 5 minutes for); a
+// database that stops answering in the middle of a migration held the start for good.
+func TestMigrationOnStartEndsWithinOnceTimeout(t *testing.T) {
+	t.Parallel()
+	bin := testenv.Build(t, "idemshop/cmd/orders")
+	svc := testenv.Find(t)
+	_, dbURL := freshDatabase(t, svc, "omigto")
+	ctx := context.Background()
+	require.NoError(t, postgres.EnsureDatabase(ctx, dbURL))
+	holder, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1)", goosepglock.DefaultLockID)
+	require.NoError(t, err)
+
+	prefix := cleanPrefix(t, svc, "omigto")
+	p := launch(t, bin, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
+		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix, "ONCE_TIMEOUT=1s")
+	select {
+	case err := <-p.exited:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "logs:\n%s", p.logs)
+		assert.Equal(t, 1, ee.ExitCode())
+	case <-time.After(20 * time.Second): // 1 s, and slack; without the bound, goose's 5 minutes
+		t.Fatalf("still running 20s after start; logs:\n%s", p.logs)
+	}
+	assert.Contains(t, p.logs.String(), "did not finish within ONCE_TIMEOUT (1s)")
 }
 
 // SIGTERM during the wait: a prompt exit with status 0.

@@ -1603,6 +1603,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./loadtest"}, Run: "^TestLoadtestAgainstRealProcesses$",
 	},
 	{
+		ID: "migrate-start-bound", Guard: "start: migration bound",
+		File: "cmd/orders/main.go",
+		// The migration at start unbounded: a database silent mid-migration held the start for good.
+		Original:    `withinOnceTimeout(ctx, cfg.OnceTimeout, "migrate (MIGRATE_ON_START)"`,
+		Replacement: `withinOnceTimeout(ctx, time.Hour, "migrate (MIGRATE_ON_START)"`,
+		Pkgs:        []string{"./cmd/orders"}, Run: "^TestMigrationOnStartEndsWithinOnceTimeout$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

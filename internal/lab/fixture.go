@@ -77,9 +77,15 @@ func (f *Fixture) Close(ctx context.Context) error {
 	if f.env.Keep {
 		return nil
 	}
+	// Interrupted (Ctrl-C), it looks once instead of waiting: the wait for points-consumer held an
+	// interrupted run up to LAB_QUIET, and a second Ctrl-C was not heard (a helper's finding, 2026-12-07).
+	wait := f.env.Quiet
+	if ctx.Err() != nil {
+		wait = 0
+	}
 	ctx = context.WithoutCancel(ctx)
 	var pending pendingEvents
-	if done, err := Eventually(ctx, f.env.Quiet, func() (bool, error) {
+	if done, err := Eventually(ctx, wait, func() (bool, error) {
 		var err error
 		pending, err = f.pendingEvents(ctx)
 		return pending.none(), err

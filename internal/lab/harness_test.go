@@ -128,6 +128,42 @@ func TestFixtureCloseKeepsItsRowsWhileEventsAreOnTheirWay(t *testing.T) {
 	assert.Zero(t, users(f.UserID), "deleted once the consumer is done")
 }
 
+// An interrupted run (Ctrl-C cancelled its context) does not wait LAB_QUIET for points-consumer before
+// it keeps its rows: it looks once, and says what it kept. It waited the whole LAB_QUIET, a minute at
+// the default (a helper's finding, 2026-12-07).
+func TestFixtureCloseOfAnInterruptedRunLooksOnce(t *testing.T) {
+	t.Parallel()
+	env := labtest.NewEnv(t, nil)
+	env.Quiet = time.Minute
+	logs := &testenv.Output{}
+	env.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelError}))
+	f, err := env.NewFixture(context.Background(), "close-interrupted")
+	require.NoError(t, err)
+	product, err := f.Product(context.Background(), 10, 1250)
+	require.NoError(t, err)
+	order, r, err := f.CreateOrder(context.Background(), "/v1/orders", "close-int-1", product, 1)
+	require.NoError(t, err)
+	require.Equal(t, 201, r.Status, "%s", r.Body)
+	require.NoError(t, env.DB.Exec(`INSERT INTO outbox (event_id, routing_key, payload, published_at)
+		VALUES (gen_random_uuid(), ?, jsonb_build_object('order_id', ?::bigint, 'user_id', ?::bigint), now())`,
+		events.RoutingKeyOrderPaid, order.ID, f.UserID).Error)
+
+	interrupted, cancel := context.WithCancel(context.Background())
+	cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close(interrupted) }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second): // one look, and slack; without it, LAB_QUIET's minute
+		t.Fatal("Close waited for points-consumer after the interrupt")
+	}
+	var users int64
+	require.NoError(t, env.DB.Raw(`SELECT count(*) FROM users WHERE id = ?`, f.UserID).Scan(&users).Error)
+	assert.EqualValues(t, 1, users, "kept: the event has no ledger row")
+	assert.Contains(t, logs.String(), "user_id="+strconv.FormatInt(f.UserID, 10))
+}
+
 // TestS1: one SUCCESS callback delivered three times at once, for an order of 2 units (stock 100) at
 // 12.50 EUR each: 25 points.
 func TestS1(t *testing.T) {

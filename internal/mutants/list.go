@@ -1611,6 +1611,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestMigrationOnStartEndsWithinOnceTimeout$",
 	},
 	{
+		ID: "lab-interrupt-once", Guard: "lab: Ctrl-C looks once",
+		File: "internal/lab/fixture.go",
+		// An interrupted run waited LAB_QUIET for points-consumer before it kept its rows.
+		Original:    "\tif ctx.Err() != nil {\n\t\twait = 0\n",
+		Replacement: "\tif ctx.Err() != nil {\n\t\twait = f.env.Quiet\n",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestFixtureCloseOfAnInterruptedRunLooksOnce$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

@@ -1619,6 +1619,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/lab"}, Run: "^TestFixtureCloseOfAnInterruptedRunLooksOnce$",
 	},
 	{
+		ID: "replay-header-syntax", Guard: "replay: header syntax",
+		File: "internal/replay/replay.go",
+		// A header that is not JSON read as a delivery: refused for "format", its syntax unsaid.
+		Original:    "return errors.As(err, &syntax) && bytes.Contains(line, []byte(`\"format\"`))",
+		Replacement: "return errors.As(err, &syntax) && false",
+		Pkgs:        []string{"./internal/replay"}, Run: "^TestParseRefusesWhatItCannotReplayFaithfully$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

@@ -234,12 +234,18 @@ func Parse(r io.Reader) (*Recording, error) {
 	return rec, nil
 }
 
-// isHeader tells the header from a delivery: only the header has "format".
+// isHeader tells the header from a delivery: only the header has "format". A line that is not JSON at
+// all is a header if it names "format": decoded as a delivery, a header with a raw tab in it was
+// refused for its unknown field "format", not for its syntax (a helper's finding, 2026-12-07).
 func isHeader(line []byte) bool {
 	var probe struct {
 		Format *string `json:"format"`
 	}
-	return json.Unmarshal(line, &probe) == nil && probe.Format != nil
+	if err := json.Unmarshal(line, &probe); err != nil {
+		var syntax *json.SyntaxError
+		return errors.As(err, &syntax) && bytes.Contains(line, []byte(`"format"`))
+	}
+	return probe.Format != nil
 }
 
 // strictDecode decodes one line as the shop decodes a request body (problem.DecodeJSON): member names

@@ -113,6 +113,9 @@ func TestParseRefusesWhatItCannotReplayFaithfully(t *testing.T) {
 		"order without delivery": {[]string{`{"format":"idemshop-replay/1","orders":{"Z":{"quantity":1}}}`, ok},
 			`orders["Z"] has no delivery`},
 		"two values on a line": {[]string{ok + " {}"}, "trailing data after the JSON value"},
+		// A header that is not JSON was read as a delivery, and refused for its "format".
+		"header with a raw tab": {[]string{"{\"format\":\"idemshop-replay/1\t\"}", ok}, "line 1: header: JSON syntax error at byte"},
+		"header cut short":      {[]string{`{"format":"idemshop-replay/1","orders":{`, ok}, "line 1: header: request body ends before"},
 		// encoding/json alone matched names in any case and let the last of two win.
 		"header field in another case": {[]string{`{"format":"idemshop-replay/1","Orders":{"A":{"quantity":2}}}`, ok}, `line 1: header: unknown field "Orders" (names are case-sensitive)`},
 		"order spec field in another case": {[]string{`{"format":"idemshop-replay/1","orders":{"A":{"QUANTITY":2}}}`, ok},

@@ -319,7 +319,9 @@ func (p *Platform) adminOnly(next echo.HandlerFunc) echo.HandlerFunc {
 			if len(c.Request().Header.Values(echo.HeaderAuthorization)) > 1 {
 				return ErrAdminTokenRequired
 			}
-			got, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+			// The scheme in any case (RFC 9110 §11.1), as orders reads it: "bearer" was refused.
+			scheme, got, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+			ok = ok && strings.EqualFold(scheme, "Bearer")
 			// Hashing first makes the compare constant-time in the length too.
 			g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(p.cfg.AdminToken))
 			if !ok || subtle.ConstantTimeCompare(g[:], w[:]) != 1 {

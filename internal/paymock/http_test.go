@@ -317,6 +317,16 @@ func TestAdminAccess(t *testing.T) {
 		require.NoError(t, err)
 		resp.Body.Close()
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		// The scheme is case-insensitive (RFC 9110 §11.1), as it is for orders; the token is not.
+		for auth, want := range map[string]int{"bearer s3cret": http.StatusOK, "BEARER s3cret": http.StatusOK, "bearer S3CRET": http.StatusUnauthorized} {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, h.srv.URL+"/admin/chaos", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", auth)
+			resp, err := h.http.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, want, resp.StatusCode, "Authorization %q", auth)
+		}
 	})
 }
 

@@ -241,6 +241,12 @@ func TestCheckShopNamesTheSettingThatIsNotTheShops(t *testing.T) {
 	require.ErrorIs(t, err, lab.ErrShopSetup)
 	assert.ErrorContains(t, err, "PAYMENT_WEBHOOK_SECRET")
 
+	notOrders := *env
+	notOrders.OrdersURL = env.PaymentsURL // payments-mock's port: 404 to /v1/points
+	err = notOrders.CheckShop(ctx, false)
+	require.ErrorIs(t, err, lab.ErrShopSetup)
+	assert.ErrorContains(t, err, "ORDERS_URL must be orders'")
+
 	otherDB := *env
 	otherDB.DB = testenv.New(t).DB
 	err = otherDB.CheckShop(ctx, false)

@@ -91,6 +91,11 @@ func (e *Env) CheckShop(ctx context.Context, stores bool) error {
 	if r.Status == http.StatusUnauthorized {
 		return fmt.Errorf("%w: orders does not know the lab's user (GET /v1/points answered 401): DATABASE_URL must name the database orders uses", ErrShopSetup)
 	}
+	if r.Status != http.StatusOK {
+		// Another service at ORDERS_URL (payments-mock's port, say) answered 404, and the run went on
+		// until its first create failed, the variable unnamed (a helper's finding, 2026-12-07).
+		return fmt.Errorf("%w: GET %s/v1/points answered HTTP %d, not orders' 200: ORDERS_URL must be orders'", ErrShopSetup, e.OrdersURL, r.Status)
+	}
 	r, err = e.Do(ctx, http.MethodPost, e.OrdersURL+"/v1/payments/callback", []byte(`{}`),
 		paysig.Header, paysig.Sign(e.Secret, time.Now(), []byte(`{}`)))
 	if err != nil {

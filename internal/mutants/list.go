@@ -1627,6 +1627,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/replay"}, Run: "^TestParseRefusesWhatItCannotReplayFaithfully$",
 	},
 	{
+		ID: "lab-orders-url-check", Guard: "lab: ORDERS_URL is it",
+		File: "internal/lab/preflight.go",
+		// Another service at ORDERS_URL went unnamed until the first create failed.
+		Original:    "\tif r.Status != http.StatusOK {\n\t\t// Another service at ORDERS_URL",
+		Replacement: "\tif false {\n\t\t// Another service at ORDERS_URL",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestCheckShopNamesTheSettingThatIsNotTheShops$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

@@ -201,7 +201,10 @@ func printIncident(w io.Writer, rep lab.IncidentReport, seed uint64, asJSON, wid
 	var b bytes.Buffer
 	defer func() { _, _ = w.Write(b.Bytes()) }()
 	if asJSON {
-		_ = json.NewEncoder(&b).Encode(rep)
+		_ = json.NewEncoder(&b).Encode(struct {
+			lab.IncidentReport
+			Seed uint64 `json:"seed"`
+		}{rep, seed})
 		return
 	}
 	mode := "guarded"

@@ -30,7 +30,8 @@ func printLab(w io.Writer, results []lab.Result, seed uint64, asJSON, wide bool)
 	var b bytes.Buffer
 	switch {
 	case asJSON:
-		_ = json.NewEncoder(&b).Encode(map[string]any{"scenarios": results})
+		// The seed too: a CI job that keeps the JSON alone lost the one figure that reproduces the run.
+		_ = json.NewEncoder(&b).Encode(map[string]any{"scenarios": results, "seed": seed})
 	case wide:
 		writeLabWide(&b, results)
 	default:

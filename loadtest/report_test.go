@@ -120,12 +120,14 @@ func TestLabReportWidePrintsEveryFigure(t *testing.T) {
 // "guarded":{"ok","measured","detail"},"error","seconds"}]}, with no_twin added on S9 alone.
 func TestLabReportJSONShape(t *testing.T) {
 	var out bytes.Buffer
-	printLab(&out, labAll(t), 1, true, false)
+	printLab(&out, labAll(t), 20261129, true, false)
 	var rep struct {
 		Scenarios []map[string]json.RawMessage `json:"scenarios"`
+		Seed      uint64                       `json:"seed"`
 	}
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
 	require.Len(t, rep.Scenarios, 12)
+	assert.EqualValues(t, 20261129, rep.Seed, "the seed that reproduces the run")
 	for _, sc := range rep.Scenarios {
 		var u map[string]any
 		require.NoError(t, json.Unmarshal(sc["unsafe"], &u))
@@ -160,6 +162,18 @@ func TestReportsAreWrittenAtOnce(t *testing.T) {
 	var w writeCounter
 	printIncident(&w, lab.IncidentReport{Orders: 3, Violations: []string{"a", "b"}}, 1, false, false)
 	assert.Equal(t, 1, w.writes, "incident")
+}
+
+// The incident's JSON has its seed beside the contract's fields.
+func TestIncidentReportJSONHasItsSeed(t *testing.T) {
+	var out bytes.Buffer
+	printIncident(&out, lab.IncidentReport{Orders: 3, Violations: []string{}}, 20261129, true, false)
+	var rep map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.JSONEq(t, "20261129", string(rep["seed"]))
+	for _, f := range []string{"orders", "unsafe", "violations", "callbacks", "stock_delta", "expected_stock_delta", "points_delta", "expected_points_delta", "seconds"} {
+		assert.Contains(t, rep, f)
+	}
 }
 
 func TestIncidentReportFits100Columns(t *testing.T) {

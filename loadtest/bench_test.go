@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -70,4 +71,18 @@ func TestIncidentRefusesArguments(t *testing.T) {
 	require.Equal(t, 2, run([]string{"incident", "--orders", "2", "extra"}, &out, &errOut))
 	assert.Contains(t, errOut.String(), `loadtest incident: unexpected arguments ["extra"] (flags only)`)
 	assert.Empty(t, out.String())
+}
+
+// lab takes no incident flag: --orders and --unsafe were accepted and did nothing.
+func TestLabRefusesIncidentFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"--orders 3 S10":         "loadtest lab: --orders is for incident only",
+		"--unsafe S10":           "loadtest lab: --unsafe is for incident only",
+		"--unsafe --orders 2 S1": "loadtest lab: --orders and --unsafe are for incident only",
+	} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 2, run(append([]string{"lab"}, strings.Fields(args)...), &out, &errOut), args)
+		assert.Contains(t, errOut.String(), want, args)
+		assert.Empty(t, out.String(), args)
+	}
 }

@@ -87,6 +87,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest incident: unexpected arguments %q (flags only)\n", fs.Args())
 		return 2
 	}
+	if args[0] == "lab" {
+		// incident's flags: `lab --unsafe S10` ran the lab as ever, and said nothing.
+		var misplaced []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "orders" || f.Name == "unsafe" {
+				misplaced = append(misplaced, "--"+f.Name)
+			}
+		})
+		if len(misplaced) > 0 {
+			fmt.Fprintf(stderr, "loadtest lab: %s %s for incident only (lab runs each scenario's unsafe and guarded sides)\n",
+				strings.Join(misplaced, " and "), map[bool]string{true: "is", false: "are"}[len(misplaced) == 1])
+			return 2
+		}
+	}
 	if *orders < 1 || *orders > 10000 {
 		fmt.Fprintln(stderr, "loadtest: --orders must be 1..10000")
 		return 2

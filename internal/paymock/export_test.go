@@ -98,6 +98,12 @@ func TestExportDeliveriesAsAReplay(t *testing.T) {
 
 	status, body := h.call(t, http.MethodGet, "/admin/deliveries?format=xml", "")
 	requireProblem(t, status, body, http.StatusBadRequest, "validation_failed")
+	// A filter given twice is refused: the first won, silently.
+	for _, q := range []string{"payment_id=zzz&payment_id=" + a.ID, "format=jsonl&format=json", "event_id=a&event_id=b"} {
+		status, body := h.call(t, http.MethodGet, "/admin/deliveries?"+q, "")
+		requireProblem(t, status, body, http.StatusBadRequest, "validation_failed")
+		assert.Contains(t, string(body), "sent 2 times", q)
+	}
 }
 
 // Retries are lines too: an attempt the receiver refused is in the recording, after its wait.

@@ -423,6 +423,13 @@ type deliveryLog struct {
 // deliveries is GET /admin/deliveries[?payment_id=&event_id=][&format=json|jsonl]: the attempt log,
 // oldest first, as one JSON document, or (jsonl) as a recording `loadtest replay` sends again.
 func (p *Platform) deliveries(c echo.Context) error {
+	// Each filter once, as for GET /v1/payments: of two, the first won, and a CI job that asked for
+	// two payments got the first's attempts, or none (a helper's finding, 2026-12-07).
+	for _, q := range []string{"payment_id", "event_id", "format"} {
+		if n := len(c.QueryParams()[q]); n > 1 {
+			return invalid(fmt.Sprintf("%s sent %d times: give it once", q, n))
+		}
+	}
 	attempts := p.store.attempts(c.QueryParam("payment_id"), c.QueryParam("event_id"))
 	switch c.QueryParam("format") {
 	case "", "json":

@@ -48,15 +48,7 @@ func TestAnInboxPutBackKeepsDeliveryOrder(t *testing.T) {
 // opened again before the next copy.
 func TestARepublishAfterTheBrokerClosedThePublishingChannel(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	queue := env.Queue("points")
-	conn, err := amqp.Dial(env.AMQPURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	consume, err := conn.Channel()
-	require.NoError(t, err)
-	_, err = consume.QueueDeclare(queue, false, false, false, false, nil)
-	require.NoError(t, err)
+	env, queue, conn, consume := classicQueue(t)
 	require.NoError(t, consume.PublishWithContext(t.Context(), "", queue, false, false,
 		amqp.Publishing{MessageId: "m1", ContentType: "application/json", Body: []byte(`{"event_id":"e1"}`)}))
 	deliveries, err := consume.Consume(queue, "", false, false, false, false, nil)
@@ -95,15 +87,7 @@ func TestARepublishAfterTheBrokerClosedThePublishingChannel(t *testing.T) {
 // sets it at a redelivery, so that each is at its last delivery.
 func TestCopiesThatJoinASetAsideMessageAreRepublishedFirst(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	queue := env.Queue("points")
-	conn, err := amqp.Dial(env.AMQPURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	consume, err := conn.Channel()
-	require.NoError(t, err)
-	_, err = consume.QueueDeclare(queue, false, false, false, false, nil)
-	require.NoError(t, err)
+	_, queue, conn, consume := classicQueue(t)
 	body, err := json.Marshal(events.OrderPaid{EventID: "evt-1", OrderID: 1, UserID: 1, AmountCents: 100,
 		Points: events.PointsFor(100), OccurredAt: time.Now().UTC()})
 	require.NoError(t, err)
@@ -145,6 +129,22 @@ func TestCopiesThatJoinASetAsideMessageAreRepublishedFirst(t *testing.T) {
 		assert.Equal(t, body, cp.Body)
 		assert.Equal(t, int64(1), republishes(cp), "a copy, republished once")
 	}
+}
+
+// classicQueue declares a classic queue of the test's own on a connection of its own, and returns the
+// connection and the channel that declared it.
+func classicQueue(t *testing.T) (*testenv.Env, string, *amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	env := testenv.New(t)
+	queue := env.Queue("points")
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	consume, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = consume.QueueDeclare(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	return env, queue, conn, consume
 }
 
 func nextDelivery(t *testing.T, ds <-chan amqp.Delivery) amqp.Delivery {

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -391,6 +392,15 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 			code, out, errOut := s.loadtestWith([]string{"DATABASE_URL=" + other}, "http://"+a, args...)
 			assert.Equal(t, 2, code, "%v", args)
 			assert.Contains(t, string(errOut), "DATABASE_URL must name the database orders uses", "%v", args)
+			assert.Empty(t, out, "%v: no report", args)
+		}
+		// And one that does not exist: the driver's "does not exist" did not say which setting named it.
+		missing := strings.Replace(other, "/"+path.Base(strings.SplitN(other, "?", 2)[0]), "/idemshop_no_such_db", 1)
+		require.NotEqual(t, other, missing)
+		for _, args := range [][]string{{"replay", "decline-race.jsonl"}, {"lab", "S1"}} {
+			code, out, errOut := s.loadtestWith([]string{"DATABASE_URL=" + missing}, "http://"+a, args...)
+			assert.Equal(t, 2, code, "%v", args)
+			assert.Contains(t, string(errOut), "loadtest: DATABASE_URL: ", "%v", args)
 			assert.Empty(t, out, "%v: no report", args)
 		}
 		// A LOG_LEVEL that is none (replay refused it; incident and lab took it for "not debug").

@@ -192,7 +192,8 @@ func open(ctx context.Context, cfg config.Loadtest, stderr io.Writer) (*lab.Env,
 	db, err := postgres.Open(ctx, cfg.Postgres.URL, postgres.Options{LockTimeout: cfg.LockTimeout,
 		StatementTimeout: cfg.StatementTimeout, MaxConns: 10})
 	if err != nil {
-		return nil, nil, err
+		// A database that does not exist said so, but not which setting named it (a helper's finding).
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	// S9 points an in-process orders at a dead Redis on purpose: go-redis's pool would log every refused
 	// dial. The scenario reports what matters (no duplicates, latency), so those lines are dropped.

@@ -646,6 +646,9 @@ func paymentMatches(cb Callback, o orders.Order) bool {
 
 // reject records a refused callback and counts it.
 func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigOK bool, reason string) {
+	// The reason may quote the sender's value (a time that does not parse, twice): a signed callback
+	// with a 500 kB occurred_at made a 1 MB log line (a helper's finding, 2026-12-07).
+	reason = logging.Clip(reason)
 	s.metrics.count(OutcomeRejected)
 	var orderID int64
 	if id, ok := orders.ParseID(cb.MerchantOrderNo); ok {

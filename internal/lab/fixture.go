@@ -92,9 +92,12 @@ func (f *Fixture) Close(ctx context.Context) error {
 	}); err != nil || !done {
 		// ERROR, not WARN: incident and lab print errors only unless --verbose, and this line is the one
 		// that names the rows left behind (a helper's finding, 2026-12-07: nothing named them).
+		attrs := []any{"user_id", f.UserID, "unconsumed", pending.unconsumed, "leases_held", pending.held}
+		if err != nil {
+			attrs = append(attrs, "err", err) // not "err=<nil>" on every line
+		}
 		f.env.Log.Error("lab: kept the rows of this run's user: points-consumer is not done with its events, "+
-			"and deleting the user would dead-letter them", "user_id", f.UserID, "unconsumed", pending.unconsumed,
-			"leases_held", pending.held, "err", err)
+			"and deleting the user would dead-letter them", attrs...)
 		return nil
 	}
 	stmts := []string{

@@ -114,6 +114,7 @@ func TestFixtureCloseKeepsItsRowsWhileEventsAreOnTheirWay(t *testing.T) {
 	assert.EqualValues(t, 1, users(f.UserID), "kept: the event has no ledger row")
 	assert.Contains(t, logs.String(), "kept the rows of this run's user")
 	assert.Contains(t, logs.String(), "user_id="+strconv.FormatInt(f.UserID, 10))
+	assert.NotContains(t, logs.String(), "err=<nil>")
 
 	require.NoError(t, env.DB.Exec(`INSERT INTO points_accounts (user_id, balance) VALUES (?, 12)`, f.UserID).Error)
 	require.NoError(t, env.DB.Exec(`INSERT INTO points_ledger (user_id, biz_id, delta, reason) VALUES (?, ?, 12, 'order_paid')`,

@@ -1635,6 +1635,30 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/lab"}, Run: "^TestCheckShopNamesTheSettingThatIsNotTheShops$",
 	},
 	{
+		ID: "json-clip-name", Guard: "body: detail clipped",
+		File: "internal/platform/problem/jsonbody.go",
+		// An unknown name of 500 kB sent back whole in the 400's detail.
+		Original:    `(names are case-sensitive)", logging.Clip(name))`,
+		Replacement: `(names are case-sensitive)", name)`,
+		Pkgs:        []string{"./internal/platform/problem"}, Run: "^TestDecodeJSONClipsTheNamesItSendsBack$",
+	},
+	{
+		ID: "json-clip-nested", Guard: "body: detail clipped",
+		File: "internal/platform/problem/jsonbody.go",
+		// The same one level down, where encoding/json names the field.
+		Original:    "ErrMalformedBody.WithDetail(logging.Clip(err.Error())).Wrap(err)",
+		Replacement: "ErrMalformedBody.WithDetail(err.Error()).Wrap(err)",
+		Pkgs:        []string{"./internal/platform/problem"}, Run: "^TestDecodeJSONClipsTheNamesItSendsBack$",
+	},
+	{
+		ID: "callback-reason-clip", Guard: "callback: reason clip",
+		File: "internal/callback/callback.go",
+		// A signed callback with a 500 kB occurred_at: a 1 MB log line, and as much to the lab view.
+		Original:    "\treason = logging.Clip(reason)\n",
+		Replacement: "\t_ = logging.Clip(reason)\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestBadCallbacksChangeNothing$",
+	},
+	{
 		ID: "dlq-moved-count", Guard: "dead letter: count",
 		File: "internal/platform/rabbitmq/topology.go",
 		// A moved dead letter's first delivery keeps the DLQ's count: counted dead_lettered, requeued.

@@ -369,6 +369,8 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	// A newcomer's: encoding/json decodes null into a time as nothing, and the event was applied.
 	nullTime := regexp.MustCompile(`"occurred_at":"[^"]*"`).ReplaceAll(good, []byte(`"occurred_at":null`))
 	require.NotEqual(t, good, nullTime)
+	// A helper's (2026-12-07): the refusal quoted this value twice, in a 1 MB log line.
+	hugeTime := regexp.MustCompile(`"occurred_at":"[^"]*"`).ReplaceAll(good, []byte(`"occurred_at":"`+strings.Repeat("Z", 500_000)+`"`))
 
 	cases := []struct {
 		name   string
@@ -397,6 +399,7 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 		{"a field twice", twice, sign(twice), 400, "malformed_body"},
 		{"event_id in another case, after it", idInAnotherCase, sign(idInAnotherCase), 400, "malformed_body"},
 		{"occurred_at null", nullTime, sign(nullTime), 400, "malformed_body"},
+		{"occurred_at of 500 kB", hugeTime, sign(hugeTime), 400, "malformed_body"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -415,6 +418,9 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	assert.Zero(t, count(t, env.DB, "payment_callbacks", "event_id = 'evt-not-read'"), "audited under the member the refusal read")
 	assert.Contains(t, logs.String(), `"alert":"amount_mismatch"`, "an amount mismatch is logged as an alert")
 	assert.Equal(t, float64(len(cases)), callbackCount(t, rp, "rejected"))
+	for line := range strings.Lines(logs.String()) {
+		assert.Less(t, len(line), 4096, "a log line quotes what the sender sent, clipped: %.200s", line)
+	}
 }
 
 // Two signature lines are judged as the one value they make joined, as a proxy would forward them (a

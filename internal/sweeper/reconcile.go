@@ -371,10 +371,13 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 			r.logger.Info("reconciler moved orders to the platform's state", "orders", rep.Orders, "records", rep.Records)
 		}
 		if turn != nil {
-			// Released at once, so the next turn need not wait out the lease. A lease that ran out means
-			// the run took longer than interval, which another replica may have overlapped; an error
-			// leaves the lease to expire.
-			if err := r.turns.Release(context.WithoutCancel(ctx), turn); err != nil {
+			// Released at once, so the next turn need not wait out the lease; an error leaves the lease
+			// to expire.
+			switch err := r.turns.Release(context.WithoutCancel(ctx), turn); {
+			case errors.Is(err, lock.ErrLost):
+				r.logger.Warn("reconcile: the run took longer than RECONCILE_INTERVAL, and its turn ran out: another replica may have run beside it",
+					"interval", interval)
+			case err != nil:
 				r.logger.Warn("reconcile: releasing the turn failed; it expires by itself", "err", err)
 			}
 		}

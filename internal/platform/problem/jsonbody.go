@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"idemshop/internal/platform/logging"
 )
 
 // JSONSpace is the whitespace JSON allows around a value (RFC 8259 §2). bytes.TrimSpace also takes
@@ -74,8 +76,8 @@ func decodeJSON(body []byte, v any, open bool) error {
 				return ErrMalformedBody.WithDetail(fmt.Sprintf(`field %q must be an RFC 3339 time in a string, e.g. "2026-12-05T10:00:00Z"`,
 					name)).Wrap(err)
 			}
-			// Unknown fields come back as a plain error: `json: unknown field "x"`.
-			return ErrMalformedBody.WithDetail(err.Error()).Wrap(err)
+			// Unknown fields come back as a plain error: `json: unknown field "x"`, the name whole.
+			return ErrMalformedBody.WithDetail(logging.Clip(err.Error())).Wrap(err)
 		}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -109,7 +111,9 @@ func exactMembers(body []byte, v any, open bool) error {
 		name, _ := tok.(string)
 		if !allowed[name] {
 			if !open || foldsToField(name, allowed) {
-				return ErrMalformedBody.WithDetail(fmt.Sprintf("unknown field %q (names are case-sensitive)", name))
+				// Clipped: the detail is sent back, and a name of 500 kB came back whole (a helper's
+				// finding, 2026-12-07).
+				return ErrMalformedBody.WithDetail(fmt.Sprintf("unknown field %q (names are case-sensitive)", logging.Clip(name)))
 			}
 			if err := dec.Decode(new(json.RawMessage)); err != nil {
 				return nil

@@ -3,6 +3,7 @@ package problem_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,26 @@ func TestDecodeJSONNamesABodyCutShort(t *testing.T) {
 		require.ErrorAs(t, err, &p, in)
 		assert.Equal(t, "malformed_body", p.Code, in)
 		assert.Equal(t, "request body ends before its JSON value does", p.Detail, in)
+	}
+}
+
+// The detail is sent back to the client: an unknown name in it is clipped, at the top level and
+// deeper. A name of 500 kB came back whole (a helper's finding, 2026-12-07).
+func TestDecodeJSONClipsTheNamesItSendsBack(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("Z", 500_000)
+	var v struct {
+		A struct {
+			B int `json:"b"`
+		} `json:"a"`
+	}
+	for _, in := range []string{`{"` + long + `":1}`, `{"a":{"` + long + `":1}}`} {
+		err := problem.DecodeJSON([]byte(in), &v)
+		var p *problem.Error
+		require.ErrorAs(t, err, &p)
+		assert.Equal(t, "malformed_body", p.Code)
+		assert.Less(t, len(p.Detail), 300, "%.200s", p.Detail)
+		assert.Contains(t, p.Detail, "unknown field")
 	}
 }
 

@@ -386,7 +386,7 @@ func TestLoadtestAgainstRealProcesses(t *testing.T) {
 			assert.Empty(t, out, "%v: no report", args)
 		}
 		// A database that is not the shop's: replay checked the services only, and its first create
-		// was refused 401, "<nil> (HTTP 401 ...)", the variable unnamed (a helper's finding, 2026-12-07).
+		// was refused 401, "<nil> (HTTP 401 ...)", the variable unnamed (a helper's finding, 2026-12-06).
 		other := testenv.New(t).DatabaseURL
 		for _, args := range [][]string{{"replay", "decline-race.jsonl"}, {"incident", "--orders", "2"}} {
 			code, out, errOut := s.loadtestWith([]string{"DATABASE_URL=" + other}, "http://"+a, args...)

@@ -70,7 +70,7 @@ func runReplay(ctx context.Context, cfg config.Loadtest, args []string, stdout, 
 		return 2
 	}
 	// And the settings that must be the shop's (lab.md): with another DATABASE_URL the first order's
-	// create was refused 401, named as such, and the variable not at all (a helper's finding, 2026-12-07).
+	// create was refused 401, named as such, and the variable not at all (a helper's finding, 2026-12-06).
 	if err := env.CheckShop(ctx, false); err != nil {
 		fmt.Fprintln(stderr, "loadtest replay:", err)
 		return 2

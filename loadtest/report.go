@@ -92,7 +92,7 @@ func writeLabShort(w io.Writer, results []lab.Result, seed uint64) {
 		tail = fmt.Sprintf("; %s: no unsafe twin", strings.Join(noTwin, ", "))
 	}
 	// What passing means, not what happened: "0 of 1 passed: unsafe reproduced, guarded held" read as
-	// a claim about a run in which nothing passed (a helper's reading, 2026-12-07).
+	// a claim about a run in which nothing passed (a helper's reading, 2026-12-06).
 	fmt.Fprintf(w, "%d of %d passed (passed: unsafe reproduced, guarded held%s)\n", passed, len(results), tail)
 }
 

@@ -166,7 +166,7 @@ func TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime(t *testing.T) {
 // SIGTERM with a client that sent half its request and went quiet: orders closes it at
 // SHUTDOWN_TIMEOUT and exits 0 with a WARN. It exited 1 ("graceful shutdown: context deadline
 // exceeded", in plain text whatever LOG_FORMAT) with the connection still open (a helper's finding,
-// 2026-12-07).
+// 2026-12-06).
 func TestSIGTERMWithAStragglingClientExitsZero(t *testing.T) {
 	t.Parallel()
 	bin := testenv.Build(t, "idemshop/cmd/orders")

@@ -585,7 +585,7 @@ func classify(ctx context.Context, tx *gorm.DB, repo *orders.Repository, id int6
 }
 
 // invalid is ErrInvalidCallback whose detail says what is wrong: the platform's engineers read it in
-// their delivery log (until 2026-12-07 it was "the callback is invalid", the cause in our log alone).
+// their delivery log (until 2026-12-06 it was "the callback is invalid", the cause in our log alone).
 func invalid(format string, args ...any) error {
 	return ErrInvalidCallback.WithDetail("the callback is invalid: " + fmt.Sprintf(format, args...))
 }
@@ -647,7 +647,7 @@ func paymentMatches(cb Callback, o orders.Order) bool {
 // reject records a refused callback and counts it.
 func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigOK bool, reason string) {
 	// The reason may quote the sender's value (a time that does not parse, twice): a signed callback
-	// with a 500 kB occurred_at made a 1 MB log line (a helper's finding, 2026-12-07).
+	// with a 500 kB occurred_at made a 1 MB log line (a helper's finding, 2026-12-06).
 	reason = logging.Clip(reason)
 	s.metrics.count(OutcomeRejected)
 	var orderID int64

@@ -78,7 +78,7 @@ func (f *Fixture) Close(ctx context.Context) error {
 		return nil
 	}
 	// Interrupted (Ctrl-C), it looks once instead of waiting: the wait for points-consumer held an
-	// interrupted run up to LAB_QUIET, and a second Ctrl-C was not heard (a helper's finding, 2026-12-07).
+	// interrupted run up to LAB_QUIET, and a second Ctrl-C was not heard (a helper's finding, 2026-12-06).
 	wait := f.env.Quiet
 	if ctx.Err() != nil {
 		wait = 0
@@ -91,7 +91,7 @@ func (f *Fixture) Close(ctx context.Context) error {
 		return pending.none(), err
 	}); err != nil || !done {
 		// ERROR, not WARN: incident and lab print errors only unless --verbose, and this line is the one
-		// that names the rows left behind (a helper's finding, 2026-12-07: nothing named them).
+		// that names the rows left behind (a helper's finding, 2026-12-06: nothing named them).
 		attrs := []any{"user_id", f.UserID, "unconsumed", pending.unconsumed, "leases_held", pending.held}
 		if err != nil {
 			attrs = append(attrs, "err", err) // not "err=<nil>" on every line

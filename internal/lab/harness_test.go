@@ -131,7 +131,7 @@ func TestFixtureCloseKeepsItsRowsWhileEventsAreOnTheirWay(t *testing.T) {
 
 // An interrupted run (Ctrl-C cancelled its context) does not wait LAB_QUIET for points-consumer before
 // it keeps its rows: it looks once, and says what it kept. It waited the whole LAB_QUIET, a minute at
-// the default (a helper's finding, 2026-12-07).
+// the default (a helper's finding, 2026-12-06).
 func TestFixtureCloseOfAnInterruptedRunLooksOnce(t *testing.T) {
 	t.Parallel()
 	env := labtest.NewEnv(t, nil)

@@ -93,7 +93,7 @@ func (e *Env) CheckShop(ctx context.Context, stores bool) error {
 	}
 	if r.Status != http.StatusOK {
 		// Another service at ORDERS_URL (payments-mock's port, say) answered 404, and the run went on
-		// until its first create failed, the variable unnamed (a helper's finding, 2026-12-07).
+		// until its first create failed, the variable unnamed (a helper's finding, 2026-12-06).
 		return fmt.Errorf("%w: GET %s/v1/points answered HTTP %d, not orders' 200: ORDERS_URL must be orders'", ErrShopSetup, e.OrdersURL, r.Status)
 	}
 	r, err = e.Do(ctx, http.MethodPost, e.OrdersURL+"/v1/payments/callback", []byte(`{}`),

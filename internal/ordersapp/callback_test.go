@@ -369,7 +369,7 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	// A newcomer's: encoding/json decodes null into a time as nothing, and the event was applied.
 	nullTime := regexp.MustCompile(`"occurred_at":"[^"]*"`).ReplaceAll(good, []byte(`"occurred_at":null`))
 	require.NotEqual(t, good, nullTime)
-	// A helper's (2026-12-07): the refusal quoted this value twice, in a 1 MB log line.
+	// A helper's (2026-12-06): the refusal quoted this value twice, in a 1 MB log line.
 	hugeTime := regexp.MustCompile(`"occurred_at":"[^"]*"`).ReplaceAll(good, []byte(`"occurred_at":"`+strings.Repeat("Z", 500_000)+`"`))
 
 	cases := []struct {

@@ -508,7 +508,7 @@ func TestPayBodyAndBusyOrder(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, r.Status)
 	assert.Equal(t, "malformed_body", r.problem(t).Code)
 	assert.Zero(t, count(t, env.DB, "idempotency_keys", "idempotency_key = 'pay-null'"))
-	// A no-break space is not JSON whitespace: not "no body" (a helper's finding, 2026-12-07: it paid).
+	// A no-break space is not JSON whitespace: not "no body" (a helper's finding, 2026-12-06: it paid).
 	r = rp.call(http.MethodPost, fmt.Sprintf("/v1/orders/%d/pay", id), alice, "pay-nbsp", []byte("\u00a0"))
 	assert.Equal(t, http.StatusBadRequest, r.Status)
 	assert.Equal(t, "malformed_body", r.problem(t).Code)

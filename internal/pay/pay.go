@@ -514,7 +514,7 @@ func (p *Payer) response(orderID int64, paymentID string) payResponse {
 
 // publicBase is base without its userinfo. pay_url goes to every paying client, and is stored and
 // replayed with the answer; credentials in PAYMENTS_URL are the shop's, for its own calls (a helper's
-// finding, 2026-12-07: they were in every pay answer).
+// finding, 2026-12-06: they were in every pay answer).
 func publicBase(base string) string {
 	u, err := url.Parse(base)
 	if err != nil || u.User == nil {

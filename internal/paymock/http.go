@@ -424,7 +424,7 @@ type deliveryLog struct {
 // oldest first, as one JSON document, or (jsonl) as a recording `loadtest replay` sends again.
 func (p *Platform) deliveries(c echo.Context) error {
 	// Each filter once, as for GET /v1/payments: of two, the first won, and a CI job that asked for
-	// two payments got the first's attempts, or none (a helper's finding, 2026-12-07).
+	// two payments got the first's attempts, or none (a helper's finding, 2026-12-06).
 	for _, q := range []string{"payment_id", "event_id", "format"} {
 		if n := len(c.QueryParams()[q]); n > 1 {
 			return invalid(fmt.Sprintf("%s sent %d times: give it once", q, n))

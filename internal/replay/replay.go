@@ -236,7 +236,7 @@ func Parse(r io.Reader) (*Recording, error) {
 
 // isHeader tells the header from a delivery: only the header has "format". A line that is not JSON at
 // all is a header if it names "format": decoded as a delivery, a header with a raw tab in it was
-// refused for its unknown field "format", not for its syntax (a helper's finding, 2026-12-07).
+// refused for its unknown field "format", not for its syntax (a helper's finding, 2026-12-06).
 func isHeader(line []byte) bool {
 	var probe struct {
 		Format *string `json:"format"`

@@ -18,7 +18,7 @@ func (c *checks) add(err error) { c.errs = append(c.errs, err) }
 
 // positive checks an interval or a timeout: at least 1 ms. Shorter is a slip (1ns for 1s), never a
 // wish: at 1ns the workers' loops took 60% of a CPU against PostgreSQL, and a 1ns header timeout
-// answered no request, each started without a word (a helper's findings, 2026-12-07).
+// answered no request, each started without a word (a helper's findings, 2026-12-06).
 func (c *checks) positive(name string, d time.Duration) {
 	if d < time.Millisecond {
 		c.add(fmt.Errorf("%s must be at least 1ms, got %s", name, d))

@@ -68,7 +68,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"mistyped pay fault":            {"PAY_FAULT", "crash-after-clam", `PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got "crash-after-clam"`},
 		"pay lease under 1 ms":          {"PAY_LEASE", "500us", "PAY_LEASE must be >= 1ms"},
 		"reconcile interval under 1 ms": {"RECONCILE_INTERVAL", "500us", "RECONCILE_INTERVAL must be >= 1ms"},
-		// A helper's (2026-12-07): each started, then busy-looped or answered nothing, without a word.
+		// A helper's (2026-12-06): each started, then busy-looped or answered nothing, without a word.
 		"sweep interval of 1ns":        {"SWEEP_INTERVAL", "1ns", "SWEEP_INTERVAL must be at least 1ms, got 1ns"},
 		"poll interval of 1ns":         {"OUTBOX_POLL_INTERVAL", "1ns", "OUTBOX_POLL_INTERVAL must be at least 1ms"},
 		"header timeout of 1ns":        {"HTTP_READ_HEADER_TIMEOUT", "1ns", "HTTP_READ_HEADER_TIMEOUT must be at least 1ms"},

@@ -131,7 +131,7 @@ func New(logger *slog.Logger, reg prometheus.Registerer, bodyLimit int64, transl
 // refuseContentCodings answers 415 to a body sent with a content coding (RFC 9110 §8.4), before any
 // handler reads it, and names the one coding read in Accept-Encoding (§15.5.16). No route decodes one:
 // a gzip body was read as JSON and refused for its syntax, and a plain body labelled br was taken as it
-// was (a helper's finding, 2026-12-07). A request without a body is left alone.
+// was (a helper's finding, 2026-12-06). A request without a body is left alone.
 func refuseContentCodings(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()

@@ -75,7 +75,7 @@ func TestServeEarlyReportsTheAddressItBound(t *testing.T) {
 
 // A connection still open at SHUTDOWN_TIMEOUT is closed, and Serve says so with ErrDrainCut: one
 // that had sent half its headers, and one whose request was still in its work (its context ends).
-// Until 2026-12-07 they held the process to the bound, which then exited 1 with the connections open
+// Until 2026-12-06 they held the process to the bound, which then exited 1 with the connections open
 // (a helper's finding).
 func TestServeClosesWhatIsStillOpenAtTheShutdownTimeout(t *testing.T) {
 	t.Parallel()

@@ -15,7 +15,7 @@ import (
 
 // JSONSpace is the whitespace JSON allows around a value (RFC 8259 §2). bytes.TrimSpace also takes
 // Unicode spaces (U+00A0, U+2028, NEL) and VT and FF for blanks, which no JSON parser does: a pay body
-// of one U+00A0 was taken for "no body" and paid (a helper's finding, 2026-12-07).
+// of one U+00A0 was taken for "no body" and paid (a helper's finding, 2026-12-06).
 const JSONSpace = " \t\n\r"
 
 // BlankJSON reports whether body holds nothing but JSON whitespace: no value at all.
@@ -112,7 +112,7 @@ func exactMembers(body []byte, v any, open bool) error {
 		if !allowed[name] {
 			if !open || foldsToField(name, allowed) {
 				// Clipped: the detail is sent back, and a name of 500 kB came back whole (a helper's
-				// finding, 2026-12-07).
+				// finding, 2026-12-06).
 				return ErrMalformedBody.WithDetail(fmt.Sprintf("unknown field %q (names are case-sensitive)", logging.Clip(name)))
 			}
 			if err := dec.Decode(new(json.RawMessage)); err != nil {

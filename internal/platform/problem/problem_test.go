@@ -57,7 +57,7 @@ func TestDecodeJSONNamesABodyCutShort(t *testing.T) {
 }
 
 // The detail is sent back to the client: an unknown name in it is clipped, at the top level and
-// deeper. A name of 500 kB came back whole (a helper's finding, 2026-12-07).
+// deeper. A name of 500 kB came back whole (a helper's finding, 2026-12-06).
 func TestDecodeJSONClipsTheNamesItSendsBack(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("Z", 500_000)

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -179,8 +180,16 @@ func TestSIGTERMWithAStragglingClientExitsZero(t *testing.T) {
 	straggler, err := net.Dial("tcp", p.addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = straggler.Close() })
-	_, err = straggler.Write([]byte("POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"))
+	// Its request is in the handler, waiting for its body: the server answers 100 Continue when the
+	// handler starts reading it. (Signalled before the server had accepted the connection, orders
+	// exited at once: the connection was still in the listener's backlog.)
+	_, err = straggler.Write([]byte("POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-token\r\n" +
+		"Idempotency-Key: straggler-1\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n"))
 	require.NoError(t, err)
+	require.NoError(t, straggler.SetReadDeadline(time.Now().Add(10*time.Second)))
+	status, err := bufio.NewReader(straggler).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, status, "100 Continue", "the handler reads the body")
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {

@@ -104,14 +104,9 @@ func TestMigrationOnStartEndsWithinOnceTimeout(t *testing.T) {
 	prefix := cleanPrefix(t, svc, "omigto")
 	p := launch(t, bin, "DATABASE_URL="+dbURL, "REDIS_URL="+svc.RedisURL, "AMQP_URL="+svc.AMQPURL,
 		"REDIS_KEY_PREFIX="+prefix, "AMQP_NAME_PREFIX="+prefix, "ONCE_TIMEOUT=1s")
-	select {
-	case err := <-p.exited:
-		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee, "logs:\n%s", p.logs)
-		assert.Equal(t, 1, ee.ExitCode())
-	case <-time.After(20 * time.Second): // 1 s, and slack; without the bound, goose's 5 minutes
-		t.Fatalf("still running 20s after start; logs:\n%s", p.logs)
-	}
+	var ee *exec.ExitError
+	require.ErrorAs(t, p.wait(t, 20*time.Second), &ee, "logs:\n%s", p.logs) // 1 s, and slack; without the bound, goose's 5 minutes
+	assert.Equal(t, 1, ee.ExitCode())
 	assert.Contains(t, p.logs.String(), "did not finish within ONCE_TIMEOUT (1s)")
 }
 
@@ -128,12 +123,7 @@ func TestSignalDuringTheWaitExitsZero(t *testing.T) {
 	waitFor(t, 15*time.Second, func() bool { return p.logs.Contains("waiting for a dependency") }, "waiting; logs:\n%s", p.logs)
 	start := time.Now()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-p.exited:
-		assert.NoError(t, err, "exit 0; logs:\n%s", p.logs)
-	case <-time.After(3 * time.Second):
-		t.Fatalf("still running 3s after SIGTERM; logs:\n%s", p.logs)
-	}
+	assert.NoError(t, p.wait(t, 3*time.Second), "exit 0; logs:\n%s", p.logs)
 	assert.Less(t, time.Since(start), 3*time.Second)
 	assert.Contains(t, p.logs.String(), "stopped before it was ready")
 }
@@ -155,12 +145,8 @@ func TestSIGTERMWithABrokerThatStoppedAnsweringEndsInTime(t *testing.T) {
 
 	proxy.Stall()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-p.exited: // exit 0: a shutdown, not a crash
-		assert.NoError(t, err, "logs:\n%s", p.logs)
-	case <-time.After(7 * time.Second): // 1 s + the 2 s margin, and slack; without the bound, 20 s
-		t.Fatalf("still running 7s after SIGTERM; logs:\n%s", p.logs)
-	}
+	// Exit 0, a shutdown, not a crash, within 1 s + the 2 s margin, and slack; without the bound, 20 s.
+	assert.NoError(t, p.wait(t, 7*time.Second), "logs:\n%s", p.logs)
 	assert.Contains(t, p.logs.String(), "did not stop within SHUTDOWN_TIMEOUT")
 }
 
@@ -192,12 +178,7 @@ func TestSIGTERMWithAStragglingClientExitsZero(t *testing.T) {
 	require.Contains(t, status, "100 Continue", "the handler reads the body")
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-p.exited:
-		assert.NoError(t, err, "exit 0; logs:\n%s", p.logs)
-	case <-time.After(7 * time.Second): // 1 s, and slack
-		t.Fatalf("still running 7s after SIGTERM; logs:\n%s", p.logs)
-	}
+	assert.NoError(t, p.wait(t, 7*time.Second), "exit 0; logs:\n%s", p.logs) // 1 s, and slack
 	assert.Contains(t, p.logs.String(), "connections still open at SHUTDOWN_TIMEOUT were closed")
 	assert.Contains(t, p.logs.String(), "orders stopped")
 }
@@ -275,11 +256,18 @@ func (p *proc) requireRunning(t *testing.T) {
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	assert.NoError(t, p.wait(t, 20*time.Second), "exit 0; logs:\n%s", p.logs)
+}
+
+// wait returns the process's exit error, and fails t if it is still running d from now.
+func (p *proc) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
 	select {
 	case err := <-p.exited:
-		assert.NoError(t, err, "exit 0; logs:\n%s", p.logs)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("still running 20s after SIGTERM; logs:\n%s", p.logs)
+		return err
+	case <-time.After(d):
+		t.Fatalf("still running %s from now; logs:\n%s", d, p.logs)
+		return nil
 	}
 }
 

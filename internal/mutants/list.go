@@ -1766,6 +1766,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/points-consumer"}, Run: "^TestNotReadyWhileItCannotSubscribe$",
 	},
 	{
+		ID: "relay-health-fails", Guard: "outbox: health",
+		File: "internal/outbox/relay.go",
+		// A session that failed leaves Health as it was: ok after one good drain, whatever fails since.
+		Original:    "\t\t\tr.setHealth(fmt.Errorf(\"publishing session ended: %w\", err))\n",
+		Replacement: "\t\t\t_ = err\n",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayHealthSaysWhetherEventsGetThrough$",
+	},
+	{
+		ID: "ready-outbox", Guard: "readyz: outbox",
+		File: "internal/ordersapp/ordersapp.go",
+		// orders' /readyz asks the broker only: ok while the relay gets nothing through.
+		Original:    "\t\t\treturn relay.Health()\n",
+		Replacement: "\t\t\treturn nil\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestHealthAndReadiness$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.

@@ -16,18 +16,28 @@ func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 
-	up := newReplica(t, env, replicaOpts{})
+	up := newReplica(t, env, replicaOpts{cfg: relayOnlyWoken(env)})
 	h := up.call(http.MethodGet, "/healthz", "", "", nil)
 	assert.Equal(t, http.StatusOK, h.Status)
-	r := up.call(http.MethodGet, "/readyz", "", "", nil)
-	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var ready struct {
 		Status string            `json:"status"`
 		Checks map[string]string `json:"checks"`
 	}
+	// Until its relay has drained the outbox once, orders cannot say that events get through: degraded.
+	r := up.call(http.MethodGet, "/readyz", "", "", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.NoError(t, json.Unmarshal(r.Body, &ready))
+	assert.Equal(t, "degraded", ready.Status)
+	assert.Equal(t, map[string]string{"postgres": "ok", "redis": "ok", "rabbitmq": "ok",
+		"outbox": "down: relay has not drained the outbox yet"}, ready.Checks)
+
+	runRelay(t, up)
+	r = up.call(http.MethodGet, "/readyz", "", "", nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	ready.Checks = nil
 	require.NoError(t, json.Unmarshal(r.Body, &ready))
 	assert.Equal(t, "ok", ready.Status)
-	assert.Equal(t, map[string]string{"postgres": "ok", "redis": "ok", "rabbitmq": "ok"}, ready.Checks)
+	assert.Equal(t, map[string]string{"postgres": "ok", "redis": "ok", "rabbitmq": "ok", "outbox": "ok"}, ready.Checks)
 
 	// Redis is an efficiency layer: down means degraded (still 200), and orders still work.
 	noRedis := newReplica(t, env, replicaOpts{redis: deadRedis(t)})

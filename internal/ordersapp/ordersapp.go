@@ -162,6 +162,11 @@ func New(d Deps) (*App, error) {
 		httpserver.Check{Name: "rabbitmq", Critical: false, Probe: func(ctx context.Context) error {
 			return rabbitmq.Ping(ctx, cfg.AMQPURL)
 		}},
+		// A broker that answers is not events that flow: the relay says whether its last drain went
+		// through (it degrades too, for the same reason: the rows wait in the outbox).
+		httpserver.Check{Name: "outbox", Critical: false, Probe: func(context.Context) error {
+			return relay.Health()
+		}},
 	)
 	callbackRoute.Mount(e) // signed, not bearer-authenticated: outside the /v1 group
 	v1 := e.Group("/v1", authn.Middleware())

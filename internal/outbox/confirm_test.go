@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,6 +64,44 @@ func TestRelayLeavesNackedRowsPending(t *testing.T) {
 		assert.Empty(t, row(t, env.DB, id).LastError)
 	}
 	assert.Equal(t, 3, gathered(relay, "idemshop_outbox_published_total"))
+}
+
+// Health is orders' /readyz outbox check: it must say whether events get through, not whether the broker
+// answers. Here the broker answers throughout and nacks every publish (a full queue bound for the same
+// routing key); Health must name that until the rows are published, and be nil after.
+// Guards the relay-health-fails mutant (internal/mutants).
+func TestRelayHealthSaysWhetherEventsGetThrough(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	full := env.Queue("outbox.full")
+	broker(t, env, func(ch *amqp.Channel) error {
+		if err := rabbitmq.Declare(ch, top); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare(full, true, false, false, false, amqp.Table{
+			"x-max-length": 0, "x-overflow": "reject-publish",
+		}); err != nil {
+			return err
+		}
+		return ch.QueueBind(full, top.RoutingKey, top.Exchange, false, nil)
+	})
+	ids := insertBatch(t, env.DB, 2)
+	r, err := outbox.NewRelay(env.DB, relayConfig(env.AMQPURL, top), logger(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	require.ErrorContains(t, r.Health(), "not drained the outbox yet", "before the relay runs")
+	runInBackground(t, r.Run)
+
+	waitFor(t, 10*time.Second, func() bool { return minAttempts(t, env.DB, ids) >= 2 }, "nacked twice")
+	waitFor(t, 10*time.Second, func() bool {
+		err := r.Health()
+		return err != nil && strings.Contains(err.Error(), "not confirmed (nack or channel closed)")
+	}, "Health names the nacks")
+	assert.Equal(t, int64(2), pending(t, env.DB), "nothing published while the broker nacks")
+
+	broker(t, env, func(ch *amqp.Channel) error { _, err := ch.QueueDelete(full, false, false, false); return err })
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published once the broker takes them")
+	waitFor(t, 10*time.Second, func() bool { return r.Health() == nil }, "healthy once a drain went through")
 }
 
 // The broker takes a batch but its confirms never reach the relay (a proxy holds everything the broker

@@ -157,6 +157,11 @@ type Relay struct {
 	// one: while a wake-up is pending, more add nothing, so a burst of commits costs one drain.
 	wake chan struct{}
 
+	// health is what Health reports: errNotStarted, then nil after each drain that went through, or
+	// the error that ended the last publishing session.
+	healthMu sync.Mutex
+	health   error
+
 	// beforeMark, when set by a test, runs after the confirms and before the rows are marked; an
 	// error from it rolls the batch back, which is what a crash at that point leaves behind.
 	beforeMark func() error
@@ -181,7 +186,29 @@ func NewRelay(db *gorm.DB, cfg RelayConfig, logger *slog.Logger, reg prometheus.
 	m.polls.WithLabelValues("empty") // both series exported from the start, at zero
 	m.batchWait.Set(cfg.BatchWait.Seconds())
 	return &Relay{db: db, cfg: cfg, logger: logger.With("component", "outbox-relay"), metrics: m,
-		wake: make(chan struct{}, 1)}, nil
+		wake: make(chan struct{}, 1), health: errNotStarted}, nil
+}
+
+// errNotStarted is Health's answer before the publishing session's first drain.
+var errNotStarted = errors.New("relay has not drained the outbox yet")
+
+// Health reports whether events get through: nil after a drain of the publishing session went through
+// (its rows confirmed by the broker and marked, or none pending), otherwise why not (not started yet,
+// or the error that ended the last session: the broker, its confirms, the database), until the next
+// drain goes through. It is /readyz's outbox check. A broker that answers a probe is not enough: with
+// OUTBOX_CONFIRM_TIMEOUT shorter than the broker's confirms, every batch failed and the session
+// restarted, nothing was published, and /readyz said ok (a helper's finding, 2026-12-06). It costs
+// nothing: no connection is opened.
+func (r *Relay) Health() error {
+	r.healthMu.Lock()
+	defer r.healthMu.Unlock()
+	return r.health
+}
+
+func (r *Relay) setHealth(err error) {
+	r.healthMu.Lock()
+	r.health = err
+	r.healthMu.Unlock()
 }
 
 // Run publishes until ctx is done. Two loops run side by side, each reconnecting with the same
@@ -196,7 +223,16 @@ func (r *Relay) Run(ctx context.Context) error {
 	// The pending gauge has a loop of its own: while the broker is down it is the one sign of the
 	// events piling up, and the publishing loop is then waiting to reconnect.
 	wg.Go(func() { retry.Every(ctx, r.cfg.PollInterval, func() { r.updatePending(ctx) }) })
-	retry.Sessions(ctx, r.logger, r.cfg.ReconnectMin, r.cfg.ReconnectMax, r.session)
+	retry.Sessions(ctx, r.logger, r.cfg.ReconnectMin, r.cfg.ReconnectMax, func(ctx context.Context, progress func()) error {
+		err := r.session(ctx, func() {
+			r.setHealth(nil)
+			progress()
+		})
+		if err != nil {
+			r.setHealth(fmt.Errorf("publishing session ended: %w", err))
+		}
+		return err
+	})
 	wg.Wait()
 	r.logger.Info("outbox relay stopped")
 	return nil

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -568,6 +569,67 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, replay.Status)
 	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 	assert.EqualValues(t, 1, mock.creates(t))
+}
+
+// A pay held up after its claim (here the order's row, locked by another transaction for longer than
+// the work time) still answers within HTTP_WRITE_TIMEOUT: its work follows the request's deadline, though
+// not its client's hang-up. Until 2026-12-07 it ran on until the lock was free, and its client got no
+// answer (the server could no longer write one; a helper's finding). The record stays PROCESSING, and the
+// sweeper finishes it once the row is free: one payment, which the key then replays.
+// Guards the pay-work-deadline mutant (internal/mutants).
+func TestPayHeldUpAfterItsClaimAnswersWithinTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	// lock_timeout a minute: only the work's deadline ends the wait. No callback meanwhile.
+	env := testenv.New(t, queued)
+	mock := newMock(t, func(c *paymock.Config) { c.AutoApproveDelay = platformHangs })
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, longLease)(c)
+		c.PaymentsTimeout = time.Second
+		c.HTTP.WriteTimeout = 2 * time.Second // work time 1.5 s
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	holder := env.DB.Begin()
+	require.NoError(t, holder.Error)
+	require.NoError(t, holder.Exec(`SELECT id FROM orders WHERE id = ? FOR UPDATE`, id).Error)
+	released := make(chan struct{})
+	release := sync.OnceFunc(func() { holder.Rollback(); close(released) })
+	t.Cleanup(release)
+	// The lock is held until the answer came, or 6 s at most: without the deadline the pay waits for it,
+	// and its client then gets the end of the connection, not an answer.
+	stop := time.AfterFunc(6*time.Second, release)
+	defer stop.Stop()
+
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/v1/orders/%d/pay", rp.srv.URL, id), nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+alice)
+	req.Header.Set("Idempotency-Key", "pay-held")
+	resp, err := rp.srv.Client().Do(req)
+	select {
+	case <-released:
+		t.Fatalf("the pay waited for the row lock past its work time (answer: %v, %v)", resp, err)
+	default:
+	}
+	release()
+	require.NoError(t, err, "an answer within HTTP_WRITE_TIMEOUT")
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+	assert.Contains(t, string(body), `"code":"payment_outcome_unknown"`, "the payment may exist")
+	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-held").State, "left for the sweeper, as after a crash")
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, mock.creates(t))
+
+	expireLease(t, env, "pay-held")
+	done, err := rp.app.Sweeper.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.RepairCompleted: 1}, done)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+	replay := rp.pay(alice, id, "pay-held")
+	assert.Equal(t, http.StatusCreated, replay.Status, "%s", replay.Body)
+	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	assert.EqualValues(t, 1, mock.creates(t), "one payment")
 }
 
 // The lease is set on the database's clock: locked_until is the database's now() plus PAY_LEASE, so

@@ -190,10 +190,18 @@ func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, erro
 	lg = lg.With("fence", rec.Fence)
 	// From the claim on, the work no longer follows the client's connection: a client that hangs up
 	// must not leave a created payment unrecorded. The platform call (PAYMENTS_TIMEOUT) and each
-	// statement (DB_STATEMENT_TIMEOUT) keep their own bounds; this one only ends a holder that is stuck
-	// for good. It is deliberately not the lease: a holder that outlives its lease is stopped by the
-	// fence in its write, which is the guard this flow teaches.
-	work, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), detachedWorkLimit)
+	// statement (DB_STATEMENT_TIMEOUT) keep their own bounds; detachedWorkLimit only ends a holder that
+	// is stuck for good. It is deliberately not the lease: a holder that outlives its lease is stopped
+	// by the fence in its write, which is the guard this flow teaches. The request's deadline (the
+	// work time: HTTP_WRITE_TIMEOUT less the part kept to write the answer) still holds: past it the
+	// answer could no longer be written, and a pay held up by a lock answered its client nothing (a
+	// helper's finding, 2026-12-07). Work cut there leaves the record PROCESSING for the sweeper, as a
+	// crash would.
+	deadline := time.Now().Add(detachedWorkLimit)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	work, cancelWork := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancelWork()
 	ctx = work
 	p.fault.At(ctx, CrashAfterClaim)

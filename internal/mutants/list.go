@@ -1790,6 +1790,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayHeldUpAfterItsClaimAnswersWithinTheWriteTimeout$",
 	},
 	{
+		ID: "poison-event-id", Guard: "points: poison's id",
+		File: "internal/points/consumer.go",
+		// A body that did not decode names no event_id in the poison's WARN lines.
+		Original:    "\t_ = json.Unmarshal(body, &v) // the other members are skipped, whatever their types\n",
+		Replacement: "\t_ = body\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAnUndecodableMessageIsLoggedWithItsEventID$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.

@@ -608,6 +608,7 @@ func (m *message) decode() error {
 	case events.RoutingKeyOrderPaid:
 		var ev events.OrderPaid
 		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
+			m.eventID = logging.Clip(eventIDOf(m.d.Body))
 			return fmt.Errorf("%w: decode order.paid: %w", errPoison, err)
 		}
 		m.eventID = logging.Clip(ev.EventID)
@@ -618,6 +619,7 @@ func (m *message) decode() error {
 	case events.RoutingKeyRefunded:
 		var ev events.OrderRefunded
 		if err := json.Unmarshal(m.d.Body, &ev); err != nil {
+			m.eventID = logging.Clip(eventIDOf(m.d.Body))
 			return fmt.Errorf("%w: decode order.refunded: %w", errPoison, err)
 		}
 		m.eventID = logging.Clip(ev.EventID)
@@ -632,6 +634,18 @@ func (m *message) decode() error {
 	}
 	m.kind = kind
 	return nil
+}
+
+// eventIDOf reads the event_id of a body that did not decode as its event, for the log lines: the
+// poison's WARN lines named no event_id when another member had the wrong type (an order_id as a
+// string, an occurred_at that is no time), though the body had one (a helper's finding, 2026-12-07).
+// "" when it has none, or the body is no JSON object.
+func eventIDOf(body []byte) string {
+	var v struct {
+		EventID string `json:"event_id"`
+	}
+	_ = json.Unmarshal(body, &v) // the other members are skipped, whatever their types
+	return v.EventID
 }
 
 // checkEvent refuses a missing event_id, ids <= 0, an amount <= 0 and a points figure that is not the

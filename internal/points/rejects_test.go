@@ -32,3 +32,19 @@ func TestOnlyPoisonIsRejected(t *testing.T) {
 		assert.Equal(t, c.want, rejects(c.m), name)
 	}
 }
+
+// A poison message that names its event names it in the log, whichever member failed to decode: the
+// WARN lines said event_id="" when another member had the wrong type. Guards the poison-event-id mutant.
+func TestAnUndecodableMessageIsLoggedWithItsEventID(t *testing.T) {
+	for name, c := range map[string]struct{ key, body, want string }{
+		"order_id a string":          {"order.paid", `{"event_id":"e-strid","order_id":"4011","user_id":1,"amount_cents":500,"points":5}`, "e-strid"},
+		"occurred_at no time, first": {"order.refunded", `{"occurred_at":"x","event_id":"e-late","order_id":1,"user_id":1,"amount_cents":500,"points":5}`, "e-late"},
+		"event_id a number":          {"order.paid", `{"event_id":7,"order_id":1}`, ""},
+		"no JSON":                    {"order.paid", `{"event_id":`, ""},
+	} {
+		m := &message{d: amqp.Delivery{RoutingKey: c.key, Body: []byte(c.body)}}
+		err := m.decode()
+		assert.ErrorIs(t, err, errPoison, name)
+		assert.Equal(t, c.want, m.eventID, name)
+	}
+}

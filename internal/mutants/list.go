@@ -1798,6 +1798,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAnUndecodableMessageIsLoggedWithItsEventID$",
 	},
 	{
+		ID: "amqp-conn-name", Guard: "amqp: connection name",
+		File: "internal/platform/rabbitmq/rabbitmq.go",
+		// Connections carry amqp091's default properties only: every Go client's look alike.
+		Original:    "\tp.SetClientConnectionName(ConnectionName)\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/platform/rabbitmq"}, Run: "^TestDialNamesTheConnectionAfterItsProcess$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.

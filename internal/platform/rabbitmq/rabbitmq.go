@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -26,7 +28,8 @@ func dial(ctx context.Context, url string, heartbeat time.Duration) (*amqp.Conne
 	stop := func() bool { return false }
 	defer func() { stop() }()
 	conn, err := amqp.DialConfig(url, amqp.Config{
-		Heartbeat: heartbeat,
+		Heartbeat:  heartbeat,
+		Properties: clientProperties(),
 		Dial: func(network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: timeout}
 			c, err := d.DialContext(ctx, network, addr)
@@ -49,6 +52,19 @@ func dial(ctx context.Context, url string, heartbeat time.Duration) (*amqp.Conne
 		return nil, fmt.Errorf("dial amqp: %w", err)
 	}
 	return conn, nil
+}
+
+// ConnectionName is the name every connection gives the broker (AMQP's connection_name client
+// property, which `rabbitmqctl list_connections name client_properties` and the management UI show):
+// the program and its pid. Without it the relay's, points-consumer's and any other Go client's
+// connections looked alike, and closing one process's connections meant mapping peer ports by hand (a
+// helper's finding, 2026-12-07).
+var ConnectionName = fmt.Sprintf("%s (pid %d)", filepath.Base(os.Args[0]), os.Getpid())
+
+func clientProperties() amqp.Table {
+	p := amqp.NewConnectionProperties()
+	p.SetClientConnectionName(ConnectionName)
+	return p
 }
 
 // openDeadlineConn is the socket amqp091 is given. amqp091 clears the handshake's deadline once the

@@ -2,11 +2,14 @@ package rabbitmq_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/platform/rabbitmq"
@@ -88,4 +91,15 @@ func TestDialGivesAmqpASocketThatGivesUpOnSilence(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	require.Equal(t, "*rabbitmq.openDeadlineConn", rabbitmq.SocketType(conn),
 		"an empty name: amqp091 no longer holds its socket in a field conn; look again")
+}
+
+// Every connection names its process to the broker (connection_name), so that an operator can tell the
+// relay's and points-consumer's connections from each other and from other clients'.
+func TestDialNamesTheConnectionAfterItsProcess(t *testing.T) {
+	t.Parallel()
+	conn, err := rabbitmq.Dial(t.Context(), testenv.Find(t).AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	assert.Equal(t, rabbitmq.ConnectionName, conn.Config.Properties["connection_name"])
+	assert.Equal(t, fmt.Sprintf("rabbitmq.test (pid %d)", os.Getpid()), rabbitmq.ConnectionName)
 }

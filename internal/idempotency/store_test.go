@@ -264,3 +264,52 @@ func TestClaimNeverTakesOverTheRecordOfAnotherRequest(t *testing.T) {
 	assert.True(t, c.Claimed)
 	assert.EqualValues(t, 2, c.Record.Fence)
 }
+
+// The sweeper's count of unanswered questions is fenced like every other write of the record: a sweeper
+// whose question was about a holder since replaced must not add to the new holder's count, or the
+// sweeper would give that holder up before it had asked about it SWEEP_MAX_UNANSWERED times.
+// Guards the note-unanswered-fence mutant (internal/mutants).
+func TestNoteUnansweredByAStaleAskerChangesNothing(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	ctx := context.Background()
+	a := claim(t, st, "asked", 1)
+	require.True(t, a.Claimed)
+	n, err := st.NoteUnanswered(ctx, a.Record.ID, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+
+	expire(t, env, a.Record.ID)
+	b := claim(t, st, "asked", 2)
+	require.True(t, b.Claimed)
+	n, err = st.NoteUnanswered(ctx, a.Record.ID, 1)
+	require.ErrorIs(t, err, idempotency.ErrFenced)
+	assert.Zero(t, n)
+	assert.Equal(t, 1, stored(t, env, "asked").Sweeps, "the newer holder's count is untouched")
+
+	n, err = st.NoteUnanswered(ctx, b.Record.ID, 2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+}
+
+// Stuck returns the records whose lease ran out, not the live ones: a batch of live records would be
+// asked about (and counted unanswered) while their holders are still at work, and would crowd the
+// stuck ones out of the batch. Guards the stuck-lease-out mutant (internal/mutants).
+func TestStuckLeavesLiveLeasesAlone(t *testing.T) {
+	t.Parallel()
+	st, env := newStore(t)
+	ctx := context.Background()
+	live := claim(t, st, "live", 1)
+	require.True(t, live.Claimed)
+	out := claim(t, st, "out", 1)
+	require.True(t, out.Claimed)
+	expire(t, env, out.Record.ID)
+
+	stuck, err := st.Stuck(ctx, idempotency.KindPay, 5, 1)
+	require.NoError(t, err)
+	require.Len(t, stuck, 1)
+	assert.Equal(t, out.Record.ID, stuck[0].ID, "the one whose lease ran out")
+	stuck, err = st.Stuck(ctx, idempotency.KindPay, 5, 10)
+	require.NoError(t, err)
+	assert.Len(t, stuck, 1, "never the live one")
+}

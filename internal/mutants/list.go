@@ -1806,6 +1806,38 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/rabbitmq"}, Run: "^TestDialNamesTheConnectionAfterItsProcess$",
 	},
 	{
+		ID: "order-first-payment", Guard: "order: first payment",
+		File: "internal/orders/repository.go",
+		// The state machine's UPDATE stores whichever payment id it is given, over the first.
+		Original:    "payment_id = COALESCE(payment_id, NULLIF(?, ''))",
+		Replacement: "payment_id = COALESCE(NULLIF(?, ''), payment_id)",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestTransitionKeepsTheFirstPaymentID$",
+	},
+	{
+		ID: "reconcile-lookback", Guard: "reconciler: lookback",
+		File: "internal/orders/repository.go",
+		// Every run reaches back to the shop's first order, whatever RECONCILE_LOOKBACK says.
+		Original:    "\t\t  AND created_at > now() - make_interval(secs => ?)\n",
+		Replacement: "\t\t  AND (created_at > now() - make_interval(secs => ?) OR true)\n",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestReconcileCandidatesKeepToTheirWindow$",
+	},
+	{
+		ID: "note-unanswered-fence", Guard: "sweep count: fence",
+		File: "internal/idempotency/store.go",
+		// A stale sweeper adds to the count of the holder that replaced the one it asked about.
+		Original:    "WHERE id = ? AND fence <= ? RETURNING sweeps`, id, fence)",
+		Replacement: "WHERE id = ? AND ? > -1 RETURNING sweeps`, id, fence)",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestNoteUnansweredByAStaleAskerChangesNothing$",
+	},
+	{
+		ID: "stuck-lease-out", Guard: "stuck: lease ran out",
+		File: "internal/idempotency/store.go",
+		// Stuck returns live records too: their holders are asked about while still at work.
+		Original:    "Where(\"state = ? AND locked_until < now() AND kind = ? AND sweeps < ?\", StateProcessing, kind, maxSweeps)",
+		Replacement: "Where(\"state = ? AND kind = ? AND sweeps < ?\", StateProcessing, kind, maxSweeps)",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestStuckLeavesLiveLeasesAlone$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.

@@ -3,6 +3,7 @@ package orders_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,4 +121,73 @@ func TestRecordRefundReportsEventsPastTheAmount(t *testing.T) {
 	fresh, over = record(late.ID, "late-1", late.AmountCents)
 	assert.True(t, fresh)
 	assert.Zero(t, over, "the events make up the total the reconciler set")
+}
+
+// An order keeps the first payment id it records: the state machine's UPDATE sets payment_id only while
+// it is empty. The callback checks the payment on a read taken before the row lock, so a SUCCESS of
+// another payment can reach the UPDATE just after the first one was stored; overwritten, the order would
+// name the second payment, and the first one's refunds would be refused as another payment's.
+// Guards the order-first-payment mutant (internal/mutants).
+func TestTransitionKeepsTheFirstPaymentID(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	repo, err := orders.NewRepository(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
+	require.NoError(t, err)
+	paymentOf := func() string {
+		t.Helper()
+		got, err := repo.Lookup(ctx, env.DB, o.ID)
+		require.NoError(t, err)
+		require.NotNil(t, got.PaymentID)
+		return *got.PaymentID
+	}
+
+	changed, err := repo.Transition(ctx, env.DB, o.ID, orders.StatusPaying, "pay_A")
+	require.NoError(t, err)
+	require.True(t, changed)
+	assert.Equal(t, "pay_A", paymentOf())
+
+	paid, _, err := repo.Pay(ctx, env.DB, o.ID, "pay_B")
+	require.NoError(t, err)
+	require.True(t, paid, "PAYING → PAID")
+	assert.Equal(t, "pay_A", paymentOf(), "the first payment id stays")
+}
+
+// ReconcileCandidates keeps to its window: orders not final, untouched for Grace, created within
+// Lookback, not compared within Recheck. Lookback is what bounds the platform queries of each run to
+// recent orders (RECONCILE_LOOKBACK, 24 h by default); without it every run would go back to the
+// shop's first order. Guards the reconcile-lookback mutant (internal/mutants).
+func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	repo, err := orders.NewRepository(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	order := func(status, created, updated, reconciled string) int64 {
+		t.Helper()
+		o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
+		require.NoError(t, err)
+		require.NoError(t, env.DB.Exec(`UPDATE orders SET status = ?, created_at = now() - ?::interval,
+			updated_at = now() - ?::interval, reconciled_at = now() - ?::interval WHERE id = ?`,
+			status, created, updated, reconciled, o.ID).Error)
+		return o.ID
+	}
+	in := order("PAYING", "2 hours", "2 hours", "2 hours")
+	order("PAYING", "25 hours", "2 hours", "2 hours")   // created before the lookback
+	order("PAYING", "2 hours", "10 seconds", "2 hours") // touched within the grace
+	order("PAYING", "2 hours", "2 hours", "10 seconds") // compared within the recheck
+	order("REFUNDED", "2 hours", "2 hours", "2 hours")  // final
+	order("PENDING", "2 hours", "2 hours", "2 hours")   // nothing to compare yet
+	alsoIn := order("PAID", "23 hours", "2 hours", "2 hours")
+
+	list, err := repo.ReconcileCandidates(ctx, orders.ReconcileWindow{Grace: time.Minute, Lookback: 24 * time.Hour,
+		Recheck: time.Minute, Limit: 10})
+	require.NoError(t, err)
+	var ids []int64
+	for _, o := range list {
+		ids = append(ids, o.ID)
+	}
+	assert.ElementsMatch(t, []int64{in, alsoIn}, ids)
 }

@@ -166,6 +166,36 @@ func TestInvalidTokens(t *testing.T) {
 	assert.Equal(t, formtoken.Acquired, c.Outcome)
 }
 
+// A malformed id is refused before it reaches Redis: it is the caller's fault (400) whatever Redis's
+// state, never a 503, and never part of a key (a '}' would move the key's hash tag). Guards the
+// formtoken-begin-id mutant (internal/mutants).
+func TestBeginRefusesAMalformedIDWithoutAskingRedis(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	s := newStore(t, env, time.Minute, time.Minute)
+	// The same store's keys, on a Redis that is down: a refusal that asked Redis would be its error.
+	down, err := redisx.Open("redis://127.0.0.1:1/0", 100*time.Millisecond)
+	require.NoError(t, err)
+	defer down.Close()
+	offline, err := formtoken.New(down, formtoken.Options{KeyPrefix: env.Prefix, TTL: time.Minute, Lease: time.Minute})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	for _, id := range []string{
+		"", "not-a-token}", strings.Repeat("A", formtoken.IDLen-1), strings.Repeat("A", formtoken.IDLen+1),
+		strings.Repeat("A", formtoken.IDLen-1) + "}", strings.Repeat("A", formtoken.IDLen-1) + "=",
+	} {
+		require.False(t, formtoken.ValidID(id), id)
+		_, err := s.Begin(ctx, id, 1, "redeem")
+		assert.ErrorIs(t, err, formtoken.ErrInvalid, "%q", id)
+		_, err = offline.Begin(ctx, id, 1, "redeem")
+		assert.ErrorIs(t, err, formtoken.ErrInvalid, "%q with Redis down", id)
+	}
+	keys, err := env.Redis.Keys(ctx, env.Prefix+"*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "no key of the store's prefix written")
+}
+
 func TestConcurrentBeginAdmitsOne(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)

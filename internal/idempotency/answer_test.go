@@ -34,11 +34,18 @@ func TestReplay(t *testing.T) {
 	assert.Equal(t, refused, a.Status)
 	assert.True(t, a.Replayed)
 
-	for _, st := range []State{StateProcessing, StateFailedRetryable} {
-		_, err = Replay(m, "/r", Record{Fingerprint: "fp", State: st}, "fp", 3*time.Second)
+	// A record that may run again is never replayed, not even with a stored answer (a FAILED_RETRYABLE
+	// pay keeps its 503): the retry is told to come back, and runs when it does (mutant replay-final-only).
+	unavailable := http.StatusServiceUnavailable
+	for _, rec := range []Record{
+		{Fingerprint: "fp", State: StateProcessing},
+		{Fingerprint: "fp", State: StateFailedRetryable},
+		{Fingerprint: "fp", State: StateFailedRetryable, ResponseStatus: &unavailable, ResponseBody: []byte(`{}`)},
+	} {
+		_, err = Replay(m, "/r", rec, "fp", 3*time.Second)
 		var pe *problem.Error
-		require.True(t, errors.As(err, &pe), "%s: %v", st, err)
-		assert.Equal(t, ErrKeyInUse.Code, pe.Code, st)
+		require.True(t, errors.As(err, &pe), "%s: %v", rec.State, err)
+		assert.Equal(t, ErrKeyInUse.Code, pe.Code, rec.State)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"idemshop/internal/lock"
 	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
 )
 
 // held is a lease TTL far longer than any test: a lease the test means to hold stays held however
@@ -312,6 +313,79 @@ func TestKeepAlive_EndsQuietlyWhenTheHolderIsDone(t *testing.T) {
 	}
 	assert.Equal(t, lease.Owner, owner(t, env, l, "rec"), "cancelling the watchdog must not release the lease")
 	assert.NoError(t, l.Release(ctx, lease))
+}
+
+// A renewal that hangs on a stalled Redis must end as a loss by the time the lease can be someone
+// else's, or the holder writes on. The client's read timeout is an hour (it honours ctx deadlines):
+// only the renewal deadline ends the wait. Guards the lock-renew-deadline mutant (internal/mutants).
+func TestKeepAlive_ReportsAHungRenewalAsALossWithinTheTTL(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.RedisURL)
+	opt, err := redis.ParseURL(viaProxy)
+	require.NoError(t, err)
+	opt.ContextTimeoutEnabled = true
+	opt.ReadTimeout, opt.WriteTimeout, opt.MaxRetries = time.Hour, time.Hour, -1
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := lock.New(rdb, env.Prefix)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	const ttl, every = time.Second, 250 * time.Millisecond
+	lease, err := l.Acquire(ctx, "rec", ttl)
+	require.NoError(t, err)
+	// Push the lease's TTL to an hour behind the watchdog's back: seeing it back at ttl proves a
+	// renewal went through the proxy before the stall.
+	require.NoError(t, env.Redis.PExpire(ctx, l.LockKey("rec"), time.Hour).Err())
+	lost := l.KeepAlive(ctx, lease, ttl, every)
+	require.Eventually(t, func() bool {
+		d, err := env.Redis.PTTL(ctx, l.LockKey("rec")).Result()
+		return err == nil && d > 0 && d <= ttl
+	}, time.Minute, 5*time.Millisecond, "the watchdog renewed the lease")
+
+	proxy.Stall()
+	stalled := time.Now()
+	// The next tick comes within every, and its renewal gives up after ttl-every: ttl in all. The
+	// margin is for a loaded machine; without the deadline the renewal waits its hour.
+	const margin = 3 * time.Second
+	select {
+	case err := <-lost:
+		require.Error(t, err, "a renewal that got no answer is a loss, not a quiet end")
+		t.Logf("loss reported %v after the stall: %v", time.Since(stalled), err)
+	case <-time.After(ttl + margin):
+		t.Fatalf("no loss reported %v after Redis stalled: the holder would write on a lease past its TTL", ttl+margin)
+	}
+}
+
+// KeepAlive refuses an `every` that is not shorter than ttl at once, on the channel it returns: the
+// lease would run out between two renewals, and the holder would learn of it only after the fact (or,
+// for an every of an hour, never). Guards the lock-keepalive-every mutant (internal/mutants).
+func TestKeepAlive_RefusesAnEveryNotShorterThanTheTTL(t *testing.T) {
+	t.Parallel()
+	l, env := newLocker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lease, err := l.Acquire(ctx, "rec", held)
+	require.NoError(t, err)
+
+	for _, every := range []time.Duration{time.Second, time.Hour} {
+		lost := l.KeepAlive(ctx, lease, time.Second, every)
+		// The refusal is already on the channel when KeepAlive returns; nothing was started.
+		select {
+		case err, open := <-lost:
+			require.True(t, open, "every %v: an error, not a quiet close", every)
+			require.Error(t, err, "every %v", every)
+			assert.Contains(t, err.Error(), "every", "every %v", every)
+			assert.NotErrorIs(t, err, lock.ErrLost, "every %v", every)
+		default:
+			t.Fatalf("every %v >= ttl 1s: KeepAlive started a watchdog instead of refusing", every)
+		}
+		_, open := <-lost
+		assert.False(t, open, "every %v: one error, then closed", every)
+	}
+	assert.Equal(t, lease.Owner, owner(t, env, l, "rec"), "the refusal left the lease alone")
 }
 
 func TestAcquireWait(t *testing.T) {

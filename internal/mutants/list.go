@@ -1838,6 +1838,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestStuckLeavesLiveLeasesAlone$",
 	},
 	{
+		ID: "own-refunds-capped", Guard: "own refunds: capped",
+		File: "internal/orders/repository.go",
+		// The total recomputed from the order's own refund events may pass its amount.
+		Original:    "THEN LEAST(o.amount_cents, e.own) ELSE",
+		Replacement: "THEN e.own ELSE",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestOwnRefundsStopAtTheAmount$",
+	},
+	{
+		ID: "replay-final-only", Guard: "replay: final only",
+		File: "internal/idempotency/guard.go",
+		// A record that may run again is replayed when it has a stored answer (FAILED_RETRYABLE's 503).
+		Original:    "if (rec.State == StateCompleted || rec.State == StateFailedPermanent) && rec.ResponseStatus != nil {",
+		Replacement: "if rec.ResponseStatus != nil {",
+		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestReplay$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.
@@ -2142,5 +2158,47 @@ var List = []Mutant{
 		Original:    "\t\tr.metrics.notifications.Inc()\n\t\tr.Wake()",
 		Replacement: "\t\tr.metrics.notifications.Inc()",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayWakesOnCommitWithoutWaitingForThePoll$",
+	},
+
+	// ── Guards a mutation audit found unproven (2026-12-07) ──
+	{
+		ID: "lock-renew-deadline", Guard: "lock: renew deadline",
+		File: "internal/lock/lock.go",
+		// A hung renewal waits as long as the client does: the loss is told after the lease may be another's.
+		Original:    "rctx, cancel := context.WithTimeout(ctx, ttl-every)",
+		Replacement: "rctx, cancel := context.WithCancel(ctx)",
+		Pkgs:        []string{"./internal/lock"}, Run: "^TestKeepAlive_ReportsAHungRenewalAsALossWithinTheTTL$",
+	},
+	{
+		ID: "lock-keepalive-every", Guard: "keepalive: every < ttl",
+		File: "internal/lock/lock.go",
+		// An every not shorter than ttl starts a watchdog whose lease runs out between two renewals.
+		Original:    "if lease == nil || every <= 0 || every >= ttl {",
+		Replacement: "if lease == nil || every <= 0 {",
+		Pkgs:        []string{"./internal/lock"}, Run: "^TestKeepAlive_RefusesAnEveryNotShorterThanTheTTL$",
+	},
+	{
+		ID: "paysig-header-cap", Guard: "paysig: header cap",
+		File: "internal/paysig/paysig.go",
+		// A header of any length is split and parsed: the per-request work is unbounded.
+		Original:    "if len(h) > maxHeaderLen {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerifyRefusesAHeaderLongerThanTheCap$",
+	},
+	{
+		ID: "ledger-reverse-neg", Guard: "reversal: points >= 0",
+		File: "internal/points/ledger.go",
+		// A negative reversal of a stored negative credit takes back -40 points: it adds 40.
+		Original:    "if r.OrderID <= 0 || r.UserID <= 0 || r.Points < 0 {",
+		Replacement: "if r.OrderID <= 0 || r.UserID <= 0 {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalWithNegativePointsIsRefusedAndWritesNothing$",
+	},
+	{
+		ID: "formtoken-begin-id", Guard: "form token: id shape",
+		File: "internal/formtoken/formtoken.go",
+		// A malformed id goes into a Redis key: with Redis down it is a 503 instead of ErrInvalid.
+		Original:    "if !ValidID(id) {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/formtoken"}, Run: "^TestBeginRefusesAMalformedIDWithoutAskingRedis$",
 	},
 }

@@ -191,3 +191,33 @@ func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []int64{in, alsoIn}, ids)
 }
+
+// OwnRefunds recomputes the refunded total from the order's own refund events once it learns its
+// payment, and caps it at the amount: the events of a payment can add up past it (a resent refund under
+// a new event id, the platform's mistakes), and a total past the amount would refund, and reverse
+// points, for money the order never held. Guards the own-refunds-capped mutant (internal/mutants).
+func TestOwnRefundsStopAtTheAmount(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	repo, err := orders.NewRepository(env.DB)
+	require.NoError(t, err)
+	ctx := context.Background()
+	o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
+	require.NoError(t, err)
+	part := o.AmountCents*2/3 + 1
+	for _, e := range []struct {
+		id, payment string
+		cents       int64
+	}{{"other-1", "pay_X", 100}, {"own-1", "pay_1", part}, {"own-2", "pay_1", part}} {
+		_, _, err := repo.RecordRefund(ctx, env.DB, o.ID, e.id, e.payment, e.cents)
+		require.NoError(t, err)
+	}
+
+	refunded, takenOut, err := repo.OwnRefunds(ctx, env.DB, o.ID, "pay_1")
+	require.NoError(t, err)
+	assert.Equal(t, o.AmountCents, refunded, "the own events add up past the amount; the total stops at it")
+	assert.Zero(t, takenOut, "the total was at the amount before, and is at it after")
+	stored, _, err := repo.Refunded(ctx, env.DB, o.ID)
+	require.NoError(t, err)
+	assert.Equal(t, o.AmountCents, stored)
+}

@@ -82,6 +82,28 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// The length cap bounds the parsing one request can cause, whatever the header holds: a valid
+// signature padded with an entry the parser otherwise skips (an unknown v2) is refused past 1024
+// bytes, and accepted at exactly 1024. Guards the paysig-header-cap mutant (internal/mutants).
+func TestVerifyRefusesAHeaderLongerThanTheCap(t *testing.T) {
+	t.Parallel()
+	const limit = 1024 // maxHeaderLen
+	valid := paysig.Sign(secret, now, body)
+	padded := func(n int) string {
+		pad := ",v2="
+		return valid + pad + strings.Repeat("a", n-len(valid)-len(pad))
+	}
+	atLimit, over := padded(limit), padded(limit+1)
+	require.Len(t, atLimit, limit)
+	require.Len(t, over, limit+1)
+
+	assert.NoError(t, verifier().Verify(atLimit, body), "a valid header of exactly the cap")
+	err := verifier().Verify(over, body)
+	assert.ErrorIs(t, err, paysig.ErrMalformed, "one byte over the cap")
+	_, err = paysig.ParseHeader(over)
+	assert.ErrorIs(t, err, paysig.ErrMalformed)
+}
+
 func TestVerifyRefusesEverythingWithoutASecret(t *testing.T) {
 	t.Parallel()
 	v := paysig.Verifier{Now: func() time.Time { return now }}

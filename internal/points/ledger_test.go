@@ -337,6 +337,34 @@ func TestReversalThatIsNotOfItsCreditIsRefused(t *testing.T) {
 	assert.EqualValues(t, 100, accountOf(t, env, 1).Balance)
 }
 
+// A reversal of negative points is refused and writes nothing. Where the ledger holds a negative
+// credit for its order (Apply does not check signs), only this guard stops it: it takes back -40, that
+// is, it adds 40 points. Guards the ledger-reverse-neg mutant (internal/mutants).
+func TestReversalWithNegativePointsIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	env, l := ledgerWithCredit(t, 71, 1, 100)
+	ctx := context.Background()
+	// Order 72's credit is -40, beside order 73's +40: the database's CHECK sees the batch's sum, 0.
+	_, err := l.Apply(ctx, []points.Credit{
+		{BizID: points.BizIDOrderPaid(72), UserID: 1, Delta: -40, Reason: points.ReasonOrderPaid},
+		{BizID: points.BizIDOrderPaid(73), UserID: 1, Delta: 40, Reason: points.ReasonOrderPaid},
+	})
+	require.NoError(t, err)
+	before := accountOf(t, env, 1)
+	require.EqualValues(t, 100, before.Balance)
+
+	for _, r := range []points.Reversal{
+		{OrderID: 72, UserID: 1, Points: -40}, // of the stored negative credit: +40 if let through
+		{OrderID: 74, UserID: 1, Points: -40}, // no credit yet: step 1 would write one of -40
+	} {
+		applied, delta, err := l.Reverse(ctx, r)
+		require.ErrorIs(t, err, points.ErrRejected, "%+v", r)
+		assert.False(t, applied, "%+v", r)
+		assert.Zero(t, delta, "%+v", r)
+	}
+	assert.Equal(t, before, accountOf(t, env, 1), "no ledger row, the balance unchanged")
+}
+
 // A reversal whose order credited a user who is gone since (account and user deleted) is refused and
 // writes nothing: its ledger row is written with the account row, whose foreign key refuses the user.
 // (The reversal takes 0 there, and a row written without its account would belong to nobody.)

@@ -223,6 +223,13 @@ func (c Orders) Validate() error {
 		// The lease must outlast the platform call, or the record looks abandoned while the call runs.
 		ck.add(fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than PAY_LEASE (%s)", c.PaymentsTimeout, c.PayLease))
 	}
+	if renewal := c.PayLease - c.PayLease/3; c.Redis.Timeout >= renewal {
+		// The pay watchdog renews the lease every PAY_LEASE/3, and a renewal that hangs must end before
+		// the lease can pass to another holder. Its own deadline does not end a read go-redis is in:
+		// REDIS_TIMEOUT does (a helper's finding, 2026-12-07).
+		ck.add(fmt.Errorf("REDIS_TIMEOUT (%s) must be shorter than PAY_LEASE less a third (%s): a pay lease renewal that hangs must end before the lease can pass to another holder",
+			c.Redis.Timeout, renewal))
+	}
 	if work := httpserver.WorkTime(c.HTTP.WriteTimeout); c.HTTP.WriteTimeout > 0 && c.PaymentsTimeout >= work {
 		// A pay's answer waits for the platform call; past the work time it could not be written.
 		ck.add(fmt.Errorf("PAYMENTS_TIMEOUT (%s) must be shorter than a request's work time, %s: HTTP_WRITE_TIMEOUT (%s) less the part kept to write the answer",

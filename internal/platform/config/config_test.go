@@ -67,6 +67,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		// A newcomer's (2026-12-06): each of these started orders, and failed later or said less.
 		"mistyped pay fault":            {"PAY_FAULT", "crash-after-clam", `PAY_FAULT must be crash-after-claim, crash-after-rpc or crash-before-write, got "crash-after-clam"`},
 		"pay lease under 1 ms":          {"PAY_LEASE", "500us", "PAY_LEASE must be >= 1ms"},
+		"Redis timeout past a renewal":  {"REDIS_TIMEOUT", "7s", "REDIS_TIMEOUT (7s) must be shorter than PAY_LEASE less a third (6.666666667s)"},
 		"reconcile interval under 1 ms": {"RECONCILE_INTERVAL", "500us", "RECONCILE_INTERVAL must be >= 1ms"},
 		// A helper's (2026-12-06): each started, then busy-looped or answered nothing, without a word.
 		"sweep interval of 1ns":        {"SWEEP_INTERVAL", "1ns", "SWEEP_INTERVAL must be at least 1ms, got 1ns"},

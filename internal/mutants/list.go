@@ -1862,6 +1862,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestReplay$",
 	},
 	{
+		ID: "relay-persistent", Guard: "relay: persistent",
+		File: "internal/outbox/relay.go",
+		// The relay publishes transient messages and marks their rows published.
+		Original:    "\t\t\t\tDeliveryMode: amqp.Persistent,\n",
+		Replacement: "\t\t\t\tDeliveryMode: amqp.Transient,\n",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayPublishesPersistentMessages$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.

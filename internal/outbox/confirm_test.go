@@ -66,6 +66,38 @@ func TestRelayLeavesNackedRowsPending(t *testing.T) {
 	assert.Equal(t, 3, gathered(relay, "idemshop_outbox_published_total"))
 }
 
+// The relay publishes persistent messages: the quorum queue keeps every message on disk anyway, but a
+// message marked transient is not one the relay may count as the broker's responsibility (a classic
+// queue, or a policy that changes the queue type, would lose it in a broker restart after its row was
+// marked published). Guards the relay-persistent mutant (internal/mutants).
+func TestRelayPublishesPersistentMessages(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	broker(t, env, func(ch *amqp.Channel) error { return rabbitmq.Declare(ch, top) })
+	ids := insertBatch(t, env.DB, 2)
+	startRelay(t, env, env.AMQPURL, top, nil)
+	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published")
+
+	var got []amqp.Delivery
+	broker(t, env, func(ch *amqp.Channel) error {
+		for range ids {
+			d, ok, err := ch.Get(top.Queue, true)
+			if err != nil {
+				return err
+			}
+			if ok {
+				got = append(got, d)
+			}
+		}
+		return nil
+	})
+	require.Len(t, got, len(ids), "both rows' messages are in the queue")
+	for _, d := range got {
+		assert.Equal(t, amqp.Persistent, d.DeliveryMode, "message %s", d.MessageId)
+	}
+}
+
 // Health is orders' /readyz outbox check: it must say whether events get through, not whether the broker
 // answers. Here the broker answers throughout and nacks every publish (a full queue bound for the same
 // routing key); Health must name that until the rows are published, and be nil after.

@@ -1379,7 +1379,7 @@ var List = []Mutant{
 		ID: "points-missing-alert", Guard: "points: missing alert",
 		File: "internal/sweeper/reconcile.go",
 		// No check: a published event whose credit a purge or a restore lost stays lost in silence.
-		Original:    "\tr.checkPoints(ctx, &rep)\n",
+		Original:    "\tr.checkPoints(ctx, &rep, shared)\n",
 		Replacement: "",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAPublishedEventWithoutItsLedgerRowIsAnAlert$",
 	},
@@ -1868,6 +1868,14 @@ var List = []Mutant{
 		Original:    "\t\t\t\tDeliveryMode: amqp.Persistent,\n",
 		Replacement: "\t\t\t\tDeliveryMode: amqp.Transient,\n",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayPublishesPersistentMessages$",
+	},
+	{
+		ID: "points-check-shared", Guard: "points check: once",
+		File: "internal/sweeper/reconcile.go",
+		// Each replica keeps its own clock for the points check: each raises every alert.
+		Original:    "\tif shared {\n",
+		Replacement: "\tif false {\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReplicasRaiseAPointsAlertOnce$",
 	},
 	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",

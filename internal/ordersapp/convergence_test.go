@@ -1529,3 +1529,44 @@ func TestAPublishedEventWithoutItsLedgerRowIsAnAlert(t *testing.T) {
 	require.NoError(t, err)
 	check(0)
 }
+
+// The service's points check keeps one clock for all replicas: its alert comes once a RECONCILE_RECHECK,
+// not once per replica. Each replica kept its own clock, and the replica whose turn came next checked
+// again and raised every alert a second time (a helper's finding, 2026-12-06). Here two replicas take
+// turns every 20 ms under a recheck of a minute: one alerts, the other skips its check.
+// Guards the points-check-shared mutant (internal/mutants).
+func TestReplicasRaiseAPointsAlertOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	replicas := make([]*replica, 2)
+	logs := make([]*testenv.Output, 2)
+	for i := range replicas {
+		logs[i] = &testenv.Output{}
+		replicas[i] = newReplica(t, env, replicaOpts{
+			logger: slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelDebug})),
+			cfg: func(c *config.Orders) {
+				c.ReconcilePointsAfter = time.Minute
+				c.ReconcileRecheck = time.Minute
+			}})
+	}
+	rp := replicas[0]
+	id, amount := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusOK, rp.postCallback(callbackFor(id, "SUCCESS", amount, "evt-points-once")).Status)
+	require.NoError(t, env.DB.Exec(`UPDATE outbox SET published_at = now() - interval '2 minutes'
+		WHERE (payload->>'order_id')::bigint = ?`, id).Error)
+
+	runs, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, r := range replicas {
+		wg.Go(func() { r.app.Reconciler.Run(runs, 20*time.Millisecond) })
+	}
+	t.Cleanup(func() { stop(); wg.Wait() })
+	alerts := func(i int) float64 {
+		return metricValue(t, replicas[i].reg, "idemshop_reconcile_points_missing_total", nil)
+	}
+	skipped := func(i int) bool { return strings.Contains(logs[i].String(), "another replica checked the points") }
+	require.Eventually(t, func() bool {
+		return alerts(0) == 1 && skipped(1) || alerts(1) == 1 && skipped(0)
+	}, 20*time.Second, 10*time.Millisecond, "one replica alerted, the other skipped its check")
+	assert.Equal(t, 1.0, alerts(0)+alerts(1), "one alert from both replicas")
+}

@@ -151,10 +151,15 @@ type Report struct {
 // It stops early, without error, when the platform stops answering, and with ctx's error, quietly,
 // when ctx ends (the process stopping).
 func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
+	return r.runOnce(ctx, false)
+}
+
+// runOnce is RunOnce; shared: the points check keeps the replicas' shared clock (the service's runs).
+func (r *Reconciler) runOnce(ctx context.Context, shared bool) (Report, error) {
 	rep := Report{Orders: map[string]int{}, Records: map[string]int{}, Points: map[string]int{}}
 	// First, as it does not ask the platform: a run the platform does not answer stops early. A check
 	// that fails is counted and logged; the passes that move orders go on.
-	r.checkPoints(ctx, &rep)
+	r.checkPoints(ctx, &rep, shared)
 	recs, err := r.sweeper.store.Unfinished(ctx, idempotency.KindPay, r.cfg.Grace, r.cfg.Batch)
 	if err != nil {
 		return rep, err
@@ -204,12 +209,33 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 // writes the ledger, and a republish of the outbox row, which an operator decides on, hands it the
 // event again. In the service it runs at most every Recheck; one that failed (ReconcileFailed, logged)
 // runs again at the next run.
-func (r *Reconciler) checkPoints(ctx context.Context, rep *Report) {
+//
+// shared (the service's runs): the replicas share the clock. Each kept its own, so each raised every
+// alert once a recheck (a helper's finding, 2026-12-06); now the first check of each Recheck leaves the
+// lease PointsCheckLease in Redis for that long, unreleased, and the other replicas skip theirs until
+// it runs out. A check that fails releases it, so that the next run of any replica tries again. With
+// Redis down each replica keeps its own clock, as before.
+func (r *Reconciler) checkPoints(ctx context.Context, rep *Report, shared bool) {
 	if last := r.pointsChecked.Load(); last != 0 && time.Since(time.Unix(0, last)) < r.cfg.Recheck {
 		return
 	}
+	var mark *lock.Lease
+	if shared {
+		var err error
+		mark, err = r.turns.Acquire(ctx, PointsCheckLease, r.cfg.Recheck)
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired):
+			r.logger.Debug("reconcile: another replica checked the points within RECONCILE_RECHECK; skipping")
+			return
+		case err != nil && ctx.Err() == nil:
+			r.logger.Warn("reconcile: the points check's shared clock is unavailable; keeping this replica's", "err", err)
+		}
+	}
 	missing, err := r.repo.UncreditedEvents(ctx, r.cfg.PointsAfter, r.cfg.Lookback, r.cfg.Batch)
 	if err != nil {
+		if mark != nil {
+			_ = r.turns.Release(context.WithoutCancel(ctx), mark) // an error leaves it to run out
+		}
 		if ctx.Err() == nil {
 			r.logger.Error("reconcile: points check failed", "err", err)
 			rep.Points[ReconcileFailed]++
@@ -345,6 +371,10 @@ func (r *Reconciler) movedSince(ctx context.Context, lg *slog.Logger, o orders.O
 // TurnLease is the name of the lease a service's run holds (lock.Locker.LockKey gives its Redis key).
 const TurnLease = "reconcile:turn"
 
+// PointsCheckLease is the name of the lease a service's points check leaves for RECONCILE_RECHECK: the
+// replicas' shared clock (checkPoints).
+const PointsCheckLease = "reconcile:points-checked"
+
 // Run calls RunOnce every interval until ctx is done, taking turns with the other replicas' reconcilers.
 //
 // A reconciler runs in every replica, and their tickers run close together. Two runs at once read the
@@ -364,7 +394,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 		if err != nil && ctx.Err() == nil {
 			r.logger.Warn("reconcile: the turn lease is unavailable; running without it", "err", err)
 		}
-		rep, err := r.RunOnce(ctx)
+		rep, err := r.runOnce(ctx, true)
 		if err != nil && ctx.Err() == nil {
 			r.logger.Error("reconcile run failed", "err", err)
 		} else if rep.Orders[ReconcileChanged]+rep.Records[ReconcileChanged] > 0 {

@@ -55,7 +55,7 @@ func dial(ctx context.Context, url string, heartbeat time.Duration) (*amqp.Conne
 }
 
 // ConnectionName is the name every connection gives the broker (AMQP's connection_name client
-// property, which `rabbitmqctl list_connections name client_properties` and the management UI show):
+// property, which `rabbitmqctl list_connections pid client_properties` and the management UI show):
 // the program and its pid. Without it the relay's, points-consumer's and any other Go client's
 // connections looked alike, and closing one process's connections meant mapping peer ports by hand (a
 // helper's finding, 2026-12-07).

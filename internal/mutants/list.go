@@ -1878,6 +1878,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReplicasRaiseAPointsAlertOnce$",
 	},
 	{
+		ID: "takeover-lock-busy", Guard: "takeover: lock busy",
+		File: "internal/pay/takeover.go",
+		// The sweeper takes a stuck record over while a live retry holds its order's lock.
+		Original:    "\t\t\treturn idempotency.Record{}, nil, false, nil // a live retry is on it\n",
+		Replacement: "\t\t\t_ = 0 // a live retry is on it\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperLeavesARecordWhoseOrderLockIsHeld$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.

@@ -571,6 +571,45 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 	assert.EqualValues(t, 1, mock.creates(t))
 }
 
+// The sweeper leaves a stuck record alone while its order's Redis lock is held: a live retry of the pay
+// holds it and is about to take the record over itself. Taking it over anyway would be safe (the fence
+// decides) but would race that retry for nothing and make it answer 409. Once the lock is free, the
+// sweeper completes the record. Guards the takeover-lock-busy mutant (internal/mutants).
+func TestSweeperLeavesARecordWhoseOrderLockIsHeld(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) {
+		c.Chaos.CreateTimeoutRate = 1
+		c.CreateTimeoutDelay = platformHangs
+	})
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
+	id, _ := rp.newOrder(alice, 1, 1)
+	first := rp.pay(alice, id, "pay-busy")
+	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	before := recordOf(t, env, "pay-busy")
+	require.Equal(t, "PROCESSING", before.State)
+	expireLease(t, env, "pay-busy")
+	expireLock(t, env, id)
+
+	ctx := context.Background()
+	locker, err := lock.New(env.Redis, env.Prefix)
+	require.NoError(t, err)
+	retry, err := locker.Acquire(ctx, pay.LockName(id), time.Minute) // a live retry's
+	require.NoError(t, err)
+	_, err = rp.app.Sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	after := recordOf(t, env, "pay-busy")
+	assert.Equal(t, "PROCESSING", after.State, "left to the retry that holds the lock")
+	assert.Equal(t, before.Fence, after.Fence, "not taken over")
+
+	require.NoError(t, locker.Release(ctx, retry))
+	done, err := rp.app.Sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{sweeper.RepairCompleted: 1}, done)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-busy").State)
+	assert.EqualValues(t, 1, mock.creates(t))
+}
+
 // A pay held up after its claim (here the order's row, locked by another transaction for longer than
 // the work time) still answers within HTTP_WRITE_TIMEOUT: its work follows the request's deadline, though
 // not its client's hang-up. Until 2026-12-07 it ran on until the lock was free, and its client got no

@@ -13,13 +13,20 @@ import (
 	"idemshop/internal/testenv"
 )
 
+// newRepository is an orders repository on a database of the test's own.
+func newRepository(t *testing.T) (*testenv.Env, *orders.Repository) {
+	t.Helper()
+	env := testenv.New(t)
+	repo, err := orders.NewRepository(env.DB)
+	require.NoError(t, err)
+	return env, repo
+}
+
 // Newest is the storefront's "my orders": the user's own orders only, newest first, at most limit,
 // each with its product's name.
 func TestNewestListsTheUsersOwnOrdersWithProductNames(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	repo, err := orders.NewRepository(env.DB)
-	require.NoError(t, err)
+	env, repo := newRepository(t)
 	ctx := context.Background()
 	for _, o := range []struct {
 		user, product int64
@@ -52,9 +59,7 @@ func TestNewestListsTheUsersOwnOrdersWithProductNames(t *testing.T) {
 // there fails here. An unknown order is ErrOrderNotFound, as with Lookup.
 func TestBeginAndLookupReadsWhatLookupReads(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	repo, err := orders.NewRepository(env.DB)
-	require.NoError(t, err)
+	env, repo := newRepository(t)
 	ctx := context.Background()
 	created, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 2})
 	require.NoError(t, err)
@@ -86,9 +91,7 @@ func TestBeginAndLookupReadsWhatLookupReads(t *testing.T) {
 // refunded (RecordFullRefund), which they make up rather than exceed.
 func TestRecordRefundReportsEventsPastTheAmount(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	repo, err := orders.NewRepository(env.DB)
-	require.NoError(t, err)
+	env, repo := newRepository(t)
 	ctx := context.Background()
 	newOrder := func() orders.Order {
 		o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
@@ -130,9 +133,7 @@ func TestRecordRefundReportsEventsPastTheAmount(t *testing.T) {
 // Guards the order-first-payment mutant (internal/mutants).
 func TestTransitionKeepsTheFirstPaymentID(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	repo, err := orders.NewRepository(env.DB)
-	require.NoError(t, err)
+	env, repo := newRepository(t)
 	ctx := context.Background()
 	o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
 	require.NoError(t, err)
@@ -161,9 +162,7 @@ func TestTransitionKeepsTheFirstPaymentID(t *testing.T) {
 // shop's first order. Guards the reconcile-lookback mutant (internal/mutants).
 func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	repo, err := orders.NewRepository(env.DB)
-	require.NoError(t, err)
+	env, repo := newRepository(t)
 	ctx := context.Background()
 	order := func(status, created, updated, reconciled string) int64 {
 		t.Helper()
@@ -198,9 +197,7 @@ func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 // points, for money the order never held. Guards the own-refunds-capped mutant (internal/mutants).
 func TestOwnRefundsStopAtTheAmount(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	repo, err := orders.NewRepository(env.DB)
-	require.NoError(t, err)
+	env, repo := newRepository(t)
 	ctx := context.Background()
 	o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
 	require.NoError(t, err)

@@ -36,6 +36,15 @@ const longLease = time.Hour
 // mock lets go as soon as the caller hangs up.
 const platformHangs = time.Hour
 
+// committingButSilent is a platform that commits every payment and then holds its answer (S7): the
+// pay flow's PAYMENTS_TIMEOUT ends the call, and the payment exists.
+func committingButSilent(t testing.TB) *mockPlatform {
+	return newMock(t, func(c *paymock.Config) {
+		c.Chaos.CreateTimeoutRate = 1
+		c.CreateTimeoutDelay = platformHangs
+	})
+}
+
 func payTo(m *mockPlatform, lease time.Duration) func(*config.Orders) {
 	return func(c *config.Orders) {
 		c.PaymentsURL = m.srv.URL
@@ -144,10 +153,7 @@ func TestPayAnotherKeyForAPaidOrderIsRefused(t *testing.T) {
 func TestPayTimeoutIsResolvedBySweeper(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	mock := newMock(t, func(c *paymock.Config) {
-		c.Chaos.CreateTimeoutRate = 1
-		c.CreateTimeoutDelay = platformHangs
-	})
+	mock := committingButSilent(t)
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
 	id, _ := rp.newOrder(alice, 1, 2)
 
@@ -467,10 +473,7 @@ func TestRefundMadeAfterTheRequestIsNotAskedAgain(t *testing.T) {
 func TestFailedCallbackBeforePayRecordedStillEndsFailed(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	mock := newMock(t, func(c *paymock.Config) {
-		c.Chaos.CreateTimeoutRate = 1
-		c.CreateTimeoutDelay = platformHangs
-	})
+	mock := committingButSilent(t)
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
 	id, _ := rp.newOrder(alice, 1, 1)
 	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-race").Status)
@@ -578,10 +581,7 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 func TestSweeperLeavesARecordWhoseOrderLockIsHeld(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	mock := newMock(t, func(c *paymock.Config) {
-		c.Chaos.CreateTimeoutRate = 1
-		c.CreateTimeoutDelay = platformHangs
-	})
+	mock := committingButSilent(t)
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
 	id, _ := rp.newOrder(alice, 1, 1)
 	first := rp.pay(alice, id, "pay-busy")
@@ -712,10 +712,7 @@ func TestPayRetryAfterThePlatformForgotAnswersWithTheOrdersPayment(t *testing.T)
 		t.Run(tc.order, func(t *testing.T) {
 			t.Parallel()
 			env := testenv.New(t)
-			before := newMock(t, func(c *paymock.Config) {
-				c.CreateTimeoutDelay = platformHangs
-				c.Chaos.CreateTimeoutRate = 1
-			})
+			before := committingButSilent(t)
 			rp := newReplica(t, env, replicaOpts{cfg: payTo(before, longLease)})
 			id, amount := rp.newOrder(alice, 1, 1)
 			first := rp.pay(alice, id, "pay-forgotten")

@@ -30,18 +30,7 @@ func TestRelayLeavesNackedRowsPending(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	full := env.Queue("outbox.full")
-	broker(t, env, func(ch *amqp.Channel) error {
-		if err := rabbitmq.Declare(ch, top); err != nil {
-			return err
-		}
-		if _, err := ch.QueueDeclare(full, true, false, false, false, amqp.Table{
-			"x-max-length": 0, "x-overflow": "reject-publish",
-		}); err != nil {
-			return err
-		}
-		return ch.QueueBind(full, top.RoutingKey, top.Exchange, false, nil)
-	})
+	full := declareWithAFullQueue(t, env, top)
 	ids := insertBatch(t, env.DB, 3)
 	relay := startRelay(t, env, env.AMQPURL, top, nil)
 
@@ -106,18 +95,7 @@ func TestRelayHealthSaysWhetherEventsGetThrough(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	full := env.Queue("outbox.full")
-	broker(t, env, func(ch *amqp.Channel) error {
-		if err := rabbitmq.Declare(ch, top); err != nil {
-			return err
-		}
-		if _, err := ch.QueueDeclare(full, true, false, false, false, amqp.Table{
-			"x-max-length": 0, "x-overflow": "reject-publish",
-		}); err != nil {
-			return err
-		}
-		return ch.QueueBind(full, top.RoutingKey, top.Exchange, false, nil)
-	})
+	full := declareWithAFullQueue(t, env, top)
 	ids := insertBatch(t, env.DB, 2)
 	r, err := outbox.NewRelay(env.DB, relayConfig(env.AMQPURL, top), logger(), prometheus.NewRegistry())
 	require.NoError(t, err)
@@ -134,6 +112,26 @@ func TestRelayHealthSaysWhetherEventsGetThrough(t *testing.T) {
 	broker(t, env, func(ch *amqp.Channel) error { _, err := ch.QueueDelete(full, false, false, false); return err })
 	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published once the broker takes them")
 	waitFor(t, 10*time.Second, func() bool { return r.Health() == nil }, "healthy once a drain went through")
+}
+
+// declareWithAFullQueue declares top and a second queue bound for its routing key that is full and
+// rejects publishes (x-overflow reject-publish, which RabbitMQ reports as basic.nack), and returns that
+// queue's name: the broker nacks every publish until it is deleted.
+func declareWithAFullQueue(t *testing.T, env *testenv.Env, top rabbitmq.Topology) string {
+	t.Helper()
+	full := env.Queue("outbox.full")
+	broker(t, env, func(ch *amqp.Channel) error {
+		if err := rabbitmq.Declare(ch, top); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare(full, true, false, false, false, amqp.Table{
+			"x-max-length": 0, "x-overflow": "reject-publish",
+		}); err != nil {
+			return err
+		}
+		return ch.QueueBind(full, top.RoutingKey, top.Exchange, false, nil)
+	})
+	return full
 }
 
 // The broker takes a batch but its confirms never reach the relay (a proxy holds everything the broker

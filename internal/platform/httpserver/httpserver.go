@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -293,6 +294,8 @@ func NewServer(h http.Handler, cfg Config) *http.Server {
 // Serve is Run on an open listener with any handler (a Starting gate, say); it closes ln.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) error {
 	srv := NewServer(h, cfg)
+	open := &openConns{state: make(map[net.Conn]http.ConnState)}
+	srv.ConnState = open.track
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -305,15 +308,48 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, cfg Config) err
 	if err := srv.Shutdown(sctx); err != nil {
 		// A connection still open at SHUTDOWN_TIMEOUT (a slow body, a silent client, a request in its
 		// work) held the process there, which then exited 1 without closing it. It is closed now,
-		// which ends its request's context; the client retries with its key, as after any cut.
+		// which ends its request's context; the client retries with its key, as after any cut. The
+		// count goes into the WARN: the cut requests are logged unevenly, or not at all.
+		n := open.busy()
 		_ = srv.Close()
 		<-errc
-		return fmt.Errorf("%w: %w", ErrDrainCut, err)
+		return fmt.Errorf("%w (%d connections): %w", ErrDrainCut, n, err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// openConns follows the server's connections through its ConnState hook, to count those a shutdown
+// waited for in vain.
+type openConns struct {
+	mu    sync.Mutex
+	state map[net.Conn]http.ConnState
+}
+
+func (o *openConns) track(c net.Conn, s http.ConnState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if s == http.StateClosed || s == http.StateHijacked {
+		delete(o.state, c)
+		return
+	}
+	o.state[c] = s
+}
+
+// busy is how many connections are open and not idle: a request in its work or still being read, or a
+// client that connected and has sent nothing yet.
+func (o *openConns) busy() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, s := range o.state {
+		if s != http.StateIdle {
+			n++
+		}
+	}
+	return n
 }
 
 // ErrDrainCut is Serve's answer when connections were still open SHUTDOWN_TIMEOUT after the signal:

@@ -113,6 +113,7 @@ func TestServeClosesWhatIsStillOpenAtTheShutdownTimeout(t *testing.T) {
 	select {
 	case err := <-served:
 		assert.ErrorIs(t, err, httpserver.ErrDrainCut)
+		assert.ErrorContains(t, err, "(2 connections)", "the half-sent request and the one in its work")
 	case <-time.After(5 * time.Second): // 200 ms, and slack
 		t.Fatal("Serve did not return after its shutdown timeout")
 	}

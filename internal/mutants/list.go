@@ -1886,6 +1886,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestSweeperLeavesARecordWhoseOrderLockIsHeld$",
 	},
 	{
+		ID: "reconcile-refunded", Guard: "reconciler: refunded",
+		File: "internal/orders/repository.go",
+		// REFUNDED orders are never compared: a forged full refund stays unsaid.
+		Original:    "\t\tWHERE status NOT IN ('PENDING', 'CANCELLED')\n",
+		Replacement: "\t\tWHERE status NOT IN ('PENDING', 'CANCELLED', 'REFUNDED')\n",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerAlertsARefundedOrderThePlatformDidNotRefund$",
+	},
+	{
 		ID: "amqp-dial-cancel", Guard: "dial: cancel handshake",
 		File: "internal/platform/rabbitmq/rabbitmq.go",
 		// A shutdown waits out the handshake's 5 s on a broker that never answers.

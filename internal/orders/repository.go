@@ -381,15 +381,16 @@ type ReconcileWindow struct {
 	Limit    int           // at most this many
 }
 
-// ReconcileCandidates are the orders that may still differ from the platform: not CANCELLED or REFUNDED
-// (those are final), inside w. Oldest comparison first, so a large backlog is worked through in turn.
+// ReconcileCandidates are the orders that may still differ from the platform: not PENDING or CANCELLED,
+// inside w (REFUNDED is final, but compared for its refunded total: a forged full refund). Oldest
+// comparison first, so a large backlog is worked through in turn.
 // PENDING orders are left out: a payment exists only after a pay record was claimed, and an unfinished
 // record is settled first (which moves its order too), so asking about every unpaid cart would only
 // cost the platform queries.
 func (r *Repository) ReconcileCandidates(ctx context.Context, w ReconcileWindow) ([]Order, error) {
 	var list []Order
 	err := r.db.WithContext(ctx).Raw(`SELECT * FROM orders
-		WHERE status NOT IN ('PENDING', 'CANCELLED', 'REFUNDED')
+		WHERE status NOT IN ('PENDING', 'CANCELLED')
 		  AND updated_at < now() - make_interval(secs => ?)
 		  AND created_at > now() - make_interval(secs => ?)
 		  AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))

@@ -156,7 +156,7 @@ func TestTransitionKeepsTheFirstPaymentID(t *testing.T) {
 	assert.Equal(t, "pay_A", paymentOf(), "the first payment id stays")
 }
 
-// ReconcileCandidates keeps to its window: orders not final, untouched for Grace, created within
+// ReconcileCandidates keeps to its window: orders not PENDING or CANCELLED, untouched for Grace, created within
 // Lookback, not compared within Recheck. Lookback is what bounds the platform queries of each run to
 // recent orders (RECONCILE_LOOKBACK, 24 h by default); without it every run would go back to the
 // shop's first order. Guards the reconcile-lookback mutant (internal/mutants).
@@ -174,11 +174,12 @@ func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 		return o.ID
 	}
 	in := order("PAYING", "2 hours", "2 hours", "2 hours")
-	order("PAYING", "25 hours", "2 hours", "2 hours")   // created before the lookback
-	order("PAYING", "2 hours", "10 seconds", "2 hours") // touched within the grace
-	order("PAYING", "2 hours", "2 hours", "10 seconds") // compared within the recheck
-	order("REFUNDED", "2 hours", "2 hours", "2 hours")  // final
-	order("PENDING", "2 hours", "2 hours", "2 hours")   // nothing to compare yet
+	order("PAYING", "25 hours", "2 hours", "2 hours")              // created before the lookback
+	order("PAYING", "2 hours", "10 seconds", "2 hours")            // touched within the grace
+	order("PAYING", "2 hours", "2 hours", "10 seconds")            // compared within the recheck
+	refunded := order("REFUNDED", "2 hours", "2 hours", "2 hours") // final, compared for its refunded total
+	order("CANCELLED", "2 hours", "2 hours", "2 hours")            // final, nothing to compare
+	order("PENDING", "2 hours", "2 hours", "2 hours")              // nothing to compare yet
 	alsoIn := order("PAID", "23 hours", "2 hours", "2 hours")
 
 	list, err := repo.ReconcileCandidates(ctx, orders.ReconcileWindow{Grace: time.Minute, Lookback: 24 * time.Hour,
@@ -188,7 +189,7 @@ func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 	for _, o := range list {
 		ids = append(ids, o.ID)
 	}
-	assert.ElementsMatch(t, []int64{in, alsoIn}, ids)
+	assert.ElementsMatch(t, []int64{in, alsoIn, refunded}, ids)
 }
 
 // OwnRefunds recomputes the refunded total from the order's own refund events once it learns its

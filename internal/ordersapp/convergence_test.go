@@ -1570,3 +1570,45 @@ func TestReplicasRaiseAPointsAlertOnce(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "one replica alerted, the other skipped its check")
 	assert.Equal(t, 1.0, alerts(0)+alerts(1), "one alert from both replicas")
 }
+
+// A REFUNDED order is compared with the platform too, for its refunded total alone: a forged REFUNDED
+// that reaches the amount refunds the order (stock back, points reversed) while the platform still holds
+// the money, and since the reconciler left REFUNDED orders alone, nothing said so (a helper's finding,
+// 2026-12-07; a forged partial one was already a refund_drift). Nothing is applied to it: it is final.
+// Guards the reconcile-refunded mutant (internal/mutants).
+func TestReconcilerAlertsARefundedOrderThePlatformDidNotRefund(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	logs := &testenv.Output{}
+	rp := newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
+		callbacksLost(t, mock, c)
+		c.ReconcileRecheck = time.Millisecond
+		c.ReconcileRefundDriftAfter = 0
+	}})
+	ctx := context.Background()
+	id, amount := rp.newOrder(alice, 1, 2)
+	pid := paymentID(t, rp.pay(alice, id, "pay-forged-refund"))
+	_, err := mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	rep, err := rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
+	require.Equal(t, "PAID", statusOf(t, env.DB, id))
+
+	forged := callbackFor(id, callback.StatusRefunded, amount, "evt-forged-refund")
+	forged.PaymentID = pid
+	assertAcked(t, []response{rp.postCallback(forged)})
+	require.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK
+	rep, err = rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileRefundDrift], "%+v", rep)
+	assert.Contains(t, logs.String(), "alert=refund_drift")
+	assert.Contains(t, logs.String(), "platform_refunded_cents=0 order_refunded_cents="+strconv.FormatInt(amount, 10))
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'REFUNDED' AND refunded_cents = ?", id, amount),
+		"nothing applied: REFUNDED is final")
+	p, err := mock.client.GetPayment(ctx, pid)
+	require.NoError(t, err)
+	assert.Equal(t, "SUCCESS", p.Status, "the platform keeps the money")
+}

@@ -781,6 +781,23 @@ func TestReconcilerGoesOnPastAnOrderTheDatabaseRefuses(t *testing.T) {
 	assert.Equal(t, "PAID", statusOf(t, env.DB, ids[0]))
 }
 
+// paidThroughTheReconciler pays a new order of alice's (2 of product 1) under key, has the platform
+// approve it, and lets rp's reconciler apply the SUCCESS whose callback was lost (callbacksLost): the
+// order is PAID. It returns the order's id, amount (cents) and payment id.
+func paidThroughTheReconciler(t *testing.T, env *testenv.Env, rp *replica, mock *mockPlatform, key string) (int64, int64, string) {
+	t.Helper()
+	ctx := context.Background()
+	id, amount := rp.newOrder(alice, 1, 2)
+	pid := paymentID(t, rp.pay(alice, id, key))
+	_, err := mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	rep, err := rp.app.Reconciler.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
+	require.Equal(t, "PAID", statusOf(t, env.DB, id))
+	return id, amount, pid
+}
+
 // A partial refund the shop never recorded (its callback lost here; refused as event_id_reused, or
 // forged, elsewhere) is not copied from the platform: its event would count it again if it came. The
 // reconciler says it instead, once the platform has left the payment alone for
@@ -800,19 +817,12 @@ func TestReconcilerAlertsARefundTheOrderNeverRecorded(t *testing.T) {
 	}
 	patient, rp := replicaWith(time.Hour), replicaWith(0)
 	ctx := context.Background()
-	id, amount := rp.newOrder(alice, 1, 2)
-	pid := paymentID(t, rp.pay(alice, id, "pay-drift"))
-	_, err := mock.client.Approve(ctx, pid)
-	require.NoError(t, err)
-	rep, err := rp.app.Reconciler.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
-	require.Equal(t, "PAID", statusOf(t, env.DB, id))
+	id, amount, pid := paidThroughTheReconciler(t, env, rp, mock, "pay-drift")
 
-	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-part", AmountCents: amount / 2})
+	_, _, err := mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-part", AmountCents: amount / 2})
 	require.NoError(t, err)
 	time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK
-	rep, err = patient.app.Reconciler.RunOnce(ctx)
+	rep, err := patient.app.Reconciler.RunOnce(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileUnchanged], "the platform changed the payment just now: %+v", rep)
 	assert.NotContains(t, logs.String(), "alert=refund_drift")
@@ -1587,21 +1597,14 @@ func TestReconcilerAlertsARefundedOrderThePlatformDidNotRefund(t *testing.T) {
 		c.ReconcileRefundDriftAfter = 0
 	}})
 	ctx := context.Background()
-	id, amount := rp.newOrder(alice, 1, 2)
-	pid := paymentID(t, rp.pay(alice, id, "pay-forged-refund"))
-	_, err := mock.client.Approve(ctx, pid)
-	require.NoError(t, err)
-	rep, err := rp.app.Reconciler.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
-	require.Equal(t, "PAID", statusOf(t, env.DB, id))
+	id, amount, pid := paidThroughTheReconciler(t, env, rp, mock, "pay-forged-refund")
 
 	forged := callbackFor(id, callback.StatusRefunded, amount, "evt-forged-refund")
 	forged.PaymentID = pid
 	assertAcked(t, []response{rp.postCallback(forged)})
 	require.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
 	time.Sleep(2 * time.Millisecond) // past RECONCILE_RECHECK
-	rep, err = rp.app.Reconciler.RunOnce(ctx)
+	rep, err := rp.app.Reconciler.RunOnce(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileRefundDrift], "%+v", rep)
 	assert.Contains(t, logs.String(), "alert=refund_drift")

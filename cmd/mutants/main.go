@@ -13,7 +13,7 @@
 //
 // The tests run without -race and without vet (the suite runs both; a mutant only needs an assertion to
 // fail), so they share the build cache `go vet ./...` filled in `make lint`. The project's own packages
-// are compiled without optimizations and inlining (-gcflags=./...=-N -l), which halves their compile time
+// are compiled without optimizations and inlining (-gcflags=idemshop/...=-N -l, mutants.BuildFlags), which halves their compile time
 // while the Go spec promises the same behaviour; the suite runs the tests on the optimized build. Do not
 // edit the tree during a run: the mutated files are read once, the others live.
 //
@@ -304,7 +304,7 @@ func writeOverlayFile(overlay string, replace map[string]string) error {
 // buildFlags are the build flags of every test binary the runner builds, alone or in a schema (see
 // goTest).
 func buildFlags(o options) []string {
-	flags := []string{"-vet=off", "-ldflags=-s -w", "-gcflags=./...=-N -l"}
+	flags := append([]string{"-vet=off"}, mutants.BuildFlags...)
 	if o.race {
 		flags = append(flags, "-race")
 	}
@@ -314,7 +314,7 @@ func buildFlags(o options) []string {
 // goTest runs `go test -count=1 -failfast -vet=off [-race] [-overlay F] -timeout T -run R pkgs` in the
 // module directory and returns its combined output. -ldflags=-s -w only shortens
 // the link: a test binary is linked anew for every mutant, and its symbol table is never read.
-// -gcflags=./...=-N -l: see the package comment (the module's packages only; dependencies keep the
+// The -gcflags of mutants.BuildFlags: see the package comment (the module's packages only; dependencies keep the
 // build cache that go vet filled).
 func goTest(ctx context.Context, o options, overlay, runRE string, pkgs []string) ([]byte, error) {
 	args := append([]string{"test", "-count=1", "-failfast"}, buildFlags(o)...)

@@ -114,9 +114,10 @@ func Build(t testing.TB, pkg string) string {
 	}
 	bin := filepath.Join(buildDir, filepath.Base(pkg))
 	args := []string{"build", "-o", bin}
-	// Under `make mutants`, with the mutant's overlay: the binary runs the mutated code, as the test does.
+	// Under `make mutants`, with the mutant's overlay: the binary runs the mutated code, as the test does,
+	// built with the test binary's flags, so that it links the packages that build compiled.
 	if overlay := os.Getenv(mutants.OverlayEnv); overlay != "" {
-		args = append(args, "-overlay", overlay)
+		args = append(append(args, "-overlay", overlay), mutants.BuildFlags...)
 	}
 	if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
 		t.Fatalf("testenv: go build %s: %v\n%s", pkg, err, out)

@@ -1822,6 +1822,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/orders"}, Run: "^TestReconcileCandidatesKeepToTheirWindow$",
 	},
 	{
+		ID: "reconcile-idx-usable", Guard: "reconciler: its index",
+		File: "internal/orders/repository.go",
+		// The same rows, but a status list the index's predicate no longer follows from: every run reads
+		// the whole orders table (as from REFUNDED's joining the list until migration 00016).
+		Original:    "\t\tWHERE status NOT IN ('PENDING', 'CANCELLED')\n",
+		Replacement: "\t\tWHERE status || '' NOT IN ('PENDING', 'CANCELLED')\n",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestReconcileCandidatesCanUseTheirIndex$",
+	},
+	{
 		ID: "note-unanswered-fence", Guard: "sweep count: fence",
 		File: "internal/idempotency/store.go",
 		// A stale sweeper adds to the count of the holder that replaced the one it asked about.

@@ -2,11 +2,13 @@ package orders_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"idemshop/internal/orders"
 	"idemshop/internal/platform/pgtx"
@@ -190,6 +192,27 @@ func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 		ids = append(ids, o.ID)
 	}
 	assert.ElementsMatch(t, []int64{in, alsoIn, refunded}, ids)
+}
+
+// The reconciler's scan can use orders_reconcile_idx (migration 00016): its status list implies the
+// index's predicate, so a run reads the orders created within the lookback, not the whole table. The
+// planner is asked with sequential scans priced out (a small table would be read whole either way), so
+// the plan names the index exactly when the index can serve the query. Guards the reconcile-idx-usable
+// mutant (internal/mutants).
+func TestReconcileCandidatesCanUseTheirIndex(t *testing.T) {
+	t.Parallel()
+	env, _ := newRepository(t)
+	args := orders.ReconcileCandidatesArgs(orders.ReconcileWindow{Grace: time.Minute, Lookback: 24 * time.Hour,
+		Recheck: 10 * time.Minute, Limit: 100})
+	var plan []string
+	require.NoError(t, env.DB.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(`SET LOCAL enable_seqscan = off`).Error; err != nil {
+			return err
+		}
+		return tx.Raw("EXPLAIN "+orders.ReconcileCandidatesSQL, args...).Scan(&plan).Error
+	}))
+	require.NotEmpty(t, plan)
+	assert.Contains(t, strings.Join(plan, "\n"), "orders_reconcile_idx", "the plan:\n%s", strings.Join(plan, "\n"))
 }
 
 // OwnRefunds recomputes the refunded total from the order's own refund events once it learns its

@@ -190,30 +190,42 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	var outcome Outcome
 	var reason string
 	auditLater := false
-	err = pgtx.Run(ctx, s.db, func(t *pgtx.Tx) error {
-		var err error
-		if o, err = s.orders.BeginAndLookup(ctx, t, orderID); err != nil {
+	// A second pass only when the first committed nothing because of the log alone (errAuditUnprepared):
+	// the work runs once more, its audit row written after the commit.
+	for auditInTx := true; ; auditInTx = false {
+		err = pgtx.Run(ctx, s.db, func(t *pgtx.Tx) error {
+			var err error
+			if o, err = s.orders.BeginAndLookup(ctx, t, orderID); err != nil {
+				return err
+			}
+			if !amountMatches(cb, o) {
+				return ErrAmountMismatch
+			}
+			if !paymentMatches(cb, o) {
+				return ErrPaymentMismatch
+			}
+			// A resend that arrives after its twin committed changes nothing and takes no row lock: an
+			// order's status only moves forward, so if it already has the status this callback asks for,
+			// nothing this callback could do would change it. Its audit row commits alone. (Skipping on a
+			// stale read is safe here, acting on one would not be: the conditional UPDATE stays the only way
+			// anything is applied.)
+			if s.applier.resendFastPath && already(cb.Status, o.Status) {
+				outcome, reason = OutcomeDuplicate, "already "+string(o.Status)
+			} else if outcome, reason, err = s.applier.apply(s, ctx, t.Work, cb, o); err != nil {
+				return err // pgtx.Run rolls the transaction back
+			}
+			if !auditInTx {
+				auditLater = true
+				return pgtx.CommitOutcome(t.Exec(ctx, "COMMIT"))
+			}
+			auditLater, err = commitWithAudit(ctx, t, lg, auditArgs(cb, orderID, true, outcome, reason))
 			return err
+		})
+		if !auditInTx || !errors.Is(err, errAuditUnprepared) {
+			break
 		}
-		if !amountMatches(cb, o) {
-			return ErrAmountMismatch
-		}
-		if !paymentMatches(cb, o) {
-			return ErrPaymentMismatch
-		}
-		// A resend that arrives after its twin committed changes nothing and takes no row lock: an
-		// order's status only moves forward, so if it already has the status this callback asks for,
-		// nothing this callback could do would change it. Its audit row commits alone. (Skipping on a
-		// stale read is safe here, acting on one would not be: the conditional UPDATE stays the only way
-		// anything is applied.)
-		if s.applier.resendFastPath && already(cb.Status, o.Status) {
-			outcome, reason = OutcomeDuplicate, "already "+string(o.Status)
-		} else if outcome, reason, err = s.applier.apply(s, ctx, t.Work, cb, o); err != nil {
-			return err // pgtx.Run rolls the transaction back
-		}
-		auditLater, err = commitWithAudit(ctx, t, lg, auditArgs(cb, orderID, true, outcome, reason))
-		return err
-	})
+		lg.Warn("audit row could not be prepared in the transaction; applying the callback again with the row written after the commit", "err", err)
+	}
 	switch {
 	case errors.Is(err, orders.ErrOrderNotFound):
 		s.reject(ctx, lg, cb, true, "unknown order")
@@ -282,11 +294,22 @@ const overRefund = "refunds exceed the amount paid"
 // errAuditRow marks the audit INSERT's failure inside commitWithAudit's batch.
 var errAuditRow = errors.New("audit row not written")
 
+// errAuditUnprepared marks a commitWithAudit that failed before anything in its batch ran, because
+// the audit INSERT could not be prepared: nothing was committed, for the log's sake alone.
+var errAuditUnprepared = errors.New("audit row could not be prepared")
+
 // commitWithAudit commits the open transaction with its audit row (auditInsert's args) in one round
 // trip: SAVEPOINT, the audit INSERT, COMMIT. If the INSERT fails, PostgreSQL skips the COMMIT queued
 // behind it (pgtx), and the transaction waits, aborted, with the savepoint intact: a second round trip
 // rolls back to the savepoint and commits the business change alone. It reports whether the audit row
 // still has to be written (after the commit); an error means nothing was committed.
+//
+// pgx prepares a statement new to its connection before the batch runs, and preparing the INSERT takes
+// the audit table's lock: a prepare that fails (the table locked past DB_LOCK_TIMEOUT by DDL such as
+// CREATE INDEX, or gone) fails inside the transaction before the savepoint exists, and aborts the
+// business change with it. That error is errAuditUnprepared, on which Handle applies the callback once
+// more with the audit row after the commit (until 2026-12-07 it answered 503, and every resend on a new
+// connection failed alike while the lock lasted: a DBA helper's finding).
 func commitWithAudit(ctx context.Context, t *pgtx.Tx, lg *slog.Logger, args []any) (auditLater bool, err error) {
 	err = t.Batch(ctx, func(b *pgx.Batch) {
 		b.Queue("SAVEPOINT audit")
@@ -302,6 +325,10 @@ func commitWithAudit(ctx context.Context, t *pgtx.Tx, lg *slog.Logger, args []an
 		_, err := br.Exec()
 		return err
 	})
+	var unprepared pgx.ErrPreprocessingBatch
+	if errors.As(err, &unprepared) && unprepared.SQL() == auditInsert {
+		return false, fmt.Errorf("%w: %w", errAuditUnprepared, err)
+	}
 	if !errors.Is(err, errAuditRow) {
 		return false, pgtx.CommitOutcome(err)
 	}

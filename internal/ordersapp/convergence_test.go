@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -1390,6 +1391,44 @@ func TestAuditFailureNeverRollsBackThePayment(t *testing.T) {
 	assert.Equal(t, "PAID", statusOf(t, env.DB, next))
 	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND applied", next))
 	assert.Equal(t, before-2, stockOf(t, env.DB, 1))
+}
+
+// A callback whose audit INSERT cannot even be prepared (the audit table locked past DB_LOCK_TIMEOUT, as
+// CREATE INDEX on it does) still pays its order: pgx prepares a statement new to the connection before
+// its batch runs, so that failure came before the savepoint and aborted the business change too, and
+// every resend on a fresh connection failed alike while the lock lasted. The callback is applied once
+// more with the audit row after the commit. Guards the audit-unprepared mutant (internal/mutants).
+func TestAnAuditTableLockedForItsPrepareNeverRollsBackThePayment(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	// A pool of its own: no connection of it has prepared the audit INSERT yet.
+	db, err := postgres.Open(context.Background(), env.DatabaseURL, postgres.Options{LockTimeout: 300 * time.Millisecond,
+		StatementTimeout: 10 * time.Second, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	rp := newReplica(t, env, replicaOpts{db: db})
+	before := stockOf(t, env.DB, 1)
+	id, amount := rp.newOrder(alice, 1, 1)
+
+	locker, err := pgx.Connect(context.Background(), env.DatabaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(context.Background()) })
+	lockTx, err := locker.Begin(context.Background())
+	require.NoError(t, err)
+	_, err = lockTx.Exec(context.Background(), `LOCK TABLE payment_callbacks IN SHARE MODE`)
+	require.NoError(t, err)
+
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-audit-locked"))})
+	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+	assert.Equal(t, before-1, stockOf(t, env.DB, 1))
+
+	// The lock gone, a resend of the event changes nothing, and its audit row is written.
+	require.NoError(t, lockTx.Rollback(context.Background()))
+	assertAcked(t, []response{rp.postCallback(callbackFor(id, callback.StatusSuccess, amount, "evt-audit-locked"))})
+	assert.Equal(t, before-1, stockOf(t, env.DB, 1))
+	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+	assert.EqualValues(t, 1, count(t, env.DB, "payment_callbacks", "order_id = ? AND outcome = 'duplicate'", id))
 }
 
 // lostCommitReplica is a replica whose database connections go through a proxy that can lose the

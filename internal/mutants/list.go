@@ -314,9 +314,25 @@ var List = []Mutant{
 		ID: "refund-postpone", Guard: "refund: unanswered",
 		File: "internal/refunds/executor.go",
 		// An unanswered refund keeps its place at the head of the queue.
-		Original:    "} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn sent, perr\n\t\t\t} else {",
-		Replacement: "} else {",
+		Original:    "} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn sent, perr\n\t\t\t} else if n == e.alertAfter {",
+		Replacement: "} else if n := 0; n == e.alertAfter {",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestUnansweredRefundGoesToTheBack$",
+	},
+	{
+		ID: "refund-unanswered-once", Guard: "refund: silent, once",
+		File: "internal/refunds/executor.go",
+		// The alert at every unanswered send from the count on, as the WARN was before it.
+		Original:    "\t\t\t} else if n == e.alertAfter {\n",
+		Replacement: "\t\t\t} else if n >= e.alertAfter {\n",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestARefundLeftUnansweredIsAlertedOnce$",
+	},
+	{
+		ID: "refund-unanswered-sum", Guard: "refund: silent counted",
+		File: "internal/refunds/refunds.go",
+		// Unanswered sends not counted: the alert never comes.
+		Original:    "SET updated_at = clock_timestamp(), unanswered = unanswered + 1\n",
+		Replacement: "SET updated_at = clock_timestamp(), unanswered = 1\n",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestARefundLeftUnansweredIsAlertedOnce$",
 	},
 	{
 		ID: "refund-refused-later", Guard: "refund: refused, later",

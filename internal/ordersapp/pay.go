@@ -50,7 +50,7 @@ func mountPay(v1 *echo.Group, d Deps, repo *orders.Repository, m *idempotency.Me
 	}
 	h.Mount(v1)
 	refunder, err := refunds.NewExecutor(d.DB, client, d.Logger, d.Registry, cfg.SweepBatch,
-		refunds.RetryPolicy{Min: cfg.RefundRetryMin, Max: cfg.RefundRetryMax})
+		refunds.RetryPolicy{Min: cfg.RefundRetryMin, Max: cfg.RefundRetryMax}, cfg.SweepMaxAttempts)
 	if err != nil {
 		return nil, nil, err
 	}

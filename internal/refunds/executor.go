@@ -21,33 +21,41 @@ const (
 
 // Executor sends PENDING refund requests to the platform. The sweeper runs it on every sweep.
 type Executor struct {
-	db       *gorm.DB
-	platform *payclient.Client
-	logger   *slog.Logger
-	batch    int
-	retry    RetryPolicy
-	results  *prometheus.CounterVec
+	db         *gorm.DB
+	platform   *payclient.Client
+	logger     *slog.Logger
+	batch      int
+	retry      RetryPolicy
+	alertAfter int
+	results    *prometheus.CounterVec
+	unanswered prometheus.Counter
 }
 
 // NewExecutor returns the executor; batch bounds the requests of one run, retry spaces out the
-// requests of a refused refund. Its counter is registered on reg.
+// requests of a refused refund, and a request the platform has left unanswered alertAfter times
+// (SWEEP_MAX_ATTEMPTS) is alerted once (alert=refund_unanswered) and still sent at every run. Its
+// counters are registered on reg.
 func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, reg prometheus.Registerer, batch int,
-	retry RetryPolicy) (*Executor, error) {
-	if db == nil || platform == nil || logger == nil || reg == nil || batch <= 0 {
-		return nil, errors.New("refunds: NewExecutor needs a db, a platform client, a logger, a registry and batch > 0")
+	retry RetryPolicy, alertAfter int) (*Executor, error) {
+	if db == nil || platform == nil || logger == nil || reg == nil || batch <= 0 || alertAfter <= 0 {
+		return nil, errors.New("refunds: NewExecutor needs a db, a platform client, a logger, a registry, batch > 0 and alertAfter > 0")
 	}
 	if retry.Min <= 0 || retry.Max < retry.Min {
 		return nil, fmt.Errorf("refunds: bad retry policy %+v (want 0 < Min <= Max)", retry)
 	}
-	e := &Executor{db: db, platform: platform, logger: logger, batch: batch, retry: retry,
+	e := &Executor{db: db, platform: platform, logger: logger, batch: batch, retry: retry, alertAfter: alertAfter,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemshop_refunds_requests_total",
 			Help: "Refund requests sent to the payment platform, by result.",
-		}, []string{"result"})}
+		}, []string{"result"}),
+		unanswered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemshop_refunds_unanswered_alerts_total",
+			Help: "Refund requests the payment platform left unanswered SWEEP_MAX_ATTEMPTS times (alert=refund_unanswered); each is still sent at every sweep.",
+		})}
 	for _, r := range []string{ResultRequested, ResultUnreachable, ResultRefused} {
 		e.results.WithLabelValues(r) // every series exists from the start, at 0
 	}
-	reg.MustRegister(e.results)
+	reg.MustRegister(e.results, e.unanswered)
 	return e, nil
 }
 
@@ -88,11 +96,18 @@ func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error)
 						"counted it in the same round, or the request was capped while it was sent",
 						"order_id", r.OrderID, "refund_no", r.RefundNo, "sent_cents", r.AmountCents)
 				}
-			} else if perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
+			} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
 				return sent, perr
+			} else if n == e.alertAfter {
+				// Once, at the count (each sweeper gets a count of its own): the refund is owed all the
+				// while, and a WARN at every sweep is what nobody reads.
+				e.logger.Error("ALERT: payment platform has not answered a refund; it is owed and still sent at every sweep",
+					"alert", "refund_unanswered", "order_id", r.OrderID, "payment_id", r.PaymentID, "refund_no", r.RefundNo,
+					"amount_cents", r.AmountCents, "unanswered", n, "err", err)
+				e.unanswered.Inc()
 			} else {
 				e.logger.Warn("payment platform did not answer a refund; sent again at the next sweep",
-					"order_id", r.OrderID, "refund_no", r.RefundNo, "err", err)
+					"order_id", r.OrderID, "refund_no", r.RefundNo, "unanswered", n, "err", err)
 			}
 			sent[result]++
 			e.results.WithLabelValues(result).Inc()

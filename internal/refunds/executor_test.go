@@ -3,6 +3,7 @@ package refunds_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -131,7 +132,7 @@ func TestRefusedRefundIsAskedAgainAfterItsWait(t *testing.T) {
 	p, client := newPlatform(t, byRefundNo(map[string]int{"refused": http.StatusNotFound}), nil)
 	logs := &testenv.Output{}
 	policy := refunds.RetryPolicy{Min: 300 * time.Millisecond, Max: time.Hour}
-	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10, policy)
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10, policy, 3)
 	require.NoError(t, err)
 	owe(t, env, "refused")
 
@@ -192,7 +193,7 @@ func TestTwoSweepersCountOneRefusalOnce(t *testing.T) {
 	logs := &testenv.Output{}
 	policy := refunds.RetryPolicy{Min: time.Minute, Max: time.Hour}
 	sweeper := func() *refunds.Executor {
-		e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10, policy)
+		e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10, policy, 3)
 		require.NoError(t, err)
 		return e
 	}
@@ -231,7 +232,7 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	env := testenv.New(t)
 	p, client := newPlatform(t, byRefundNo(map[string]int{"unanswered": http.StatusServiceUnavailable}), nil)
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 1,
-		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour}, 3)
 	require.NoError(t, err)
 	owe(t, env, "unanswered")
 	owe(t, env, "behind")
@@ -249,6 +250,42 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 	assert.Zero(t, refusals, "not answered is not refused: due again at once, behind the others")
 	runOnce(t, e)
 	assert.Equal(t, 2, p.requests("unanswered"))
+}
+
+// A refund the platform leaves unanswered is owed all the while and sent at every run; at the
+// alertAfter-th unanswered send it is one ALERT (and one on the counter), not one at every sweep after
+// it, and it is still sent. Until 2026-12-07 it was a WARN at every sweep for as long as it lasted (an
+// on-call helper's finding). Guards the refund-unanswered-alert mutant (internal/mutants).
+func TestARefundLeftUnansweredIsAlertedOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	p, client := newPlatform(t, byRefundNo(map[string]int{"silent": http.StatusServiceUnavailable}), nil)
+	logs := &testenv.Output{}
+	reg := prometheus.NewRegistry()
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), reg, 10,
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour}, 3)
+	require.NoError(t, err)
+	orderID := owe(t, env, "silent")
+
+	for range 5 {
+		runOnce(t, e)
+	}
+	assert.Equal(t, 5, p.requests("silent"), "sent at every run")
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=refund_unanswered"), "%s", logs.String())
+	assert.Contains(t, logs.String(), fmt.Sprintf("order_id=%d payment_id=pay_silent refund_no=silent amount_cents=100 unanswered=3", orderID))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	alerts := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "idemshop_refunds_unanswered_alerts_total" {
+			alerts = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	assert.Equal(t, 1.0, alerts)
+	var unanswered int
+	require.NoError(t, env.DB.Raw(`SELECT unanswered FROM refund_requests WHERE refund_no = 'silent' AND status = 'PENDING'`).
+		Row().Scan(&unanswered))
+	assert.Equal(t, 5, unanswered)
 }
 
 // request reads refund request refundNo back: its status, amount, refusals, and whether it is due now.
@@ -270,7 +307,7 @@ func TestCappedRefundIsSentAtOnceForWhatIsLeft(t *testing.T) {
 	const left = 75 // the platform has refunded 25 of the 100 cents by other means
 	p, client := newPlatform(t, leftToRefund(left), nil)
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 10,
-		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour}, 3)
 	require.NoError(t, err)
 	orderID := owe(t, env, "capped")
 
@@ -313,7 +350,7 @@ func TestRefundCappedWhileItIsSentStaysDue(t *testing.T) {
 	})
 	logs := &testenv.Output{}
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry(), 10,
-		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour}, 3)
 	require.NoError(t, err)
 	orderID = owe(t, env, "capped-in-flight")
 
@@ -347,7 +384,7 @@ func TestARefundClosedWhileItIsSentStaysDone(t *testing.T) {
 		closeOnce.Do(func() { assert.NoError(t, refunds.CloseAll(ctx, env.DB, orderID)) })
 	})
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 10,
-		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour})
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour}, 3)
 	require.NoError(t, err)
 	orderID = owe(t, env, "closed-in-flight")
 

@@ -84,14 +84,16 @@ func ListPending(ctx context.Context, db *gorm.DB, limit int) ([]Pending, error)
 	return reqs, nil
 }
 
-// Postpone puts PENDING refund request id at the back of ListPending's order; it stays PENDING, to be
-// sent again on a later sweep.
-func Postpone(ctx context.Context, db *gorm.DB, id int64, refundNo string) error {
-	if err := db.WithContext(ctx).Exec(`UPDATE refund_requests SET updated_at = clock_timestamp()
-			WHERE id = ? AND status = 'PENDING'`, id).Error; err != nil {
-		return fmt.Errorf("postpone refund %s: %w", refundNo, err)
+// Postpone puts PENDING refund request id at the back of ListPending's order and counts one more send
+// the platform left unanswered; it stays PENDING, to be sent again on a later sweep. unanswered is the
+// count with this one (0 if the request is no longer PENDING). Each sweeper that postpones the request
+// gets a count of its own, so exactly one sees any given number (the Executor's alert).
+func Postpone(ctx context.Context, db *gorm.DB, id int64, refundNo string) (unanswered int, err error) {
+	if err := db.WithContext(ctx).Raw(`UPDATE refund_requests SET updated_at = clock_timestamp(), unanswered = unanswered + 1
+			WHERE id = ? AND status = 'PENDING' RETURNING unanswered`, id).Scan(&unanswered).Error; err != nil {
+		return 0, fmt.Errorf("postpone refund %s: %w", refundNo, err)
 	}
-	return nil
+	return unanswered, nil
 }
 
 // Refused records that the platform refused PENDING refund request id once more: it stays owed, and

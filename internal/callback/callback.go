@@ -144,7 +144,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	if err := s.verifier.Verify(signature, raw); err != nil {
 		var claimed Callback
 		problem.DecodeClaimed(raw, &claimed) // for the audit row only: nothing here is trusted
-		s.reject(ctx, lg, claimed, false, "signature: "+err.Error())
+		s.reject(ctx, lg, claimed, false, RejectedSignature, "signature: "+err.Error())
 		return OutcomeRejected, ErrSignature.Wrap(err)
 	}
 
@@ -158,13 +158,13 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	if err := problem.DecodeJSONOpen(raw, &cb); err != nil {
 		var claimed Callback
 		problem.DecodeClaimed(raw, &claimed) // for the audit row only
-		s.reject(ctx, lg, claimed, true, err.Error())
+		s.reject(ctx, lg, claimed, true, RejectedMalformed, err.Error())
 		return OutcomeRejected, err
 	}
 	orderID, err := validate(cb)
 	cb = cb.cleaned()
 	if err != nil {
-		s.reject(ctx, lg, cb, true, err.Error())
+		s.reject(ctx, lg, cb, true, RejectedMalformed, err.Error())
 		return OutcomeRejected, err
 	}
 	lg = lg.With("event_id", cb.EventID, "order_id", orderID, "payment_id", cb.PaymentID, "callback_status", cb.Status)
@@ -228,25 +228,25 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 	}
 	switch {
 	case errors.Is(err, orders.ErrOrderNotFound):
-		s.reject(ctx, lg, cb, true, "unknown order")
+		s.reject(ctx, lg, cb, true, RejectedUnknownOrder, "unknown order")
 		return OutcomeRejected, err
 	case errors.Is(err, ErrAmountMismatch):
 		lg.Error("ALERT: payment callback amount or currency does not match the order",
 			"alert", "amount_mismatch", "callback_amount_cents", cb.AmountCents, "callback_currency", cb.Currency,
 			"order_amount_cents", o.AmountCents, "order_currency", o.Currency)
-		s.reject(ctx, lg, cb, true, "amount or currency mismatch")
+		s.reject(ctx, lg, cb, true, RejectedAmount, "amount or currency mismatch")
 		return OutcomeRejected, err
 	case errors.Is(err, ErrPaymentMismatch):
 		lg.Error("ALERT: payment callback is for another payment than the order's",
 			"alert", "payment_mismatch", "order_payment_id", *o.PaymentID)
-		s.reject(ctx, lg, cb, true, "payment mismatch: the order's payment is "+*o.PaymentID)
+		s.reject(ctx, lg, cb, true, RejectedPayment, "payment mismatch: the order's payment is "+*o.PaymentID)
 		return OutcomeRejected, err
 	case errors.Is(err, orders.ErrOtherPayment):
 		// The order learnt its payment after this callback read it: a SUCCESS or FAILED of its own
 		// committed in between (addRefunded, samePayment).
 		lg.Error("ALERT: payment callback is for another payment than the order's",
 			"alert", "payment_mismatch", "err", err)
-		s.reject(ctx, lg, cb, true, "payment mismatch: "+err.Error())
+		s.reject(ctx, lg, cb, true, RejectedPayment, "payment mismatch: "+err.Error())
 		return OutcomeRejected, ErrPaymentMismatch.Wrap(err)
 	case errors.Is(err, orders.ErrRefundEventReused):
 		// Answered duplicate, this refund would be lost for good: the platform stops resending, and the
@@ -255,7 +255,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		errors.As(err, &reused) // the case above matched: the chain holds it
 		lg.Error("ALERT: a refund came under an event id already recorded for another refund",
 			"alert", "event_id_reused", "err", reused.Err)
-		s.reject(ctx, lg, cb, true, "event id reused: "+reused.Err.Error())
+		s.reject(ctx, lg, cb, true, RejectedEventReused, "event id reused: "+reused.Err.Error())
 		return OutcomeRejected, reused
 	}
 	if err != nil {
@@ -268,7 +268,7 @@ func (s *Service) Handle(ctx context.Context, signature string, raw []byte) (Out
 		if errors.Is(err, pgtx.ErrCommitUnknown) {
 			reason = "outcome unknown (the answer to COMMIT was lost; a resend finds the order's state): "
 		}
-		s.reject(ctx, lg, cb, true, reason+err.Error())
+		s.reject(ctx, lg, cb, true, RejectedNotApplied, reason+err.Error())
 		return OutcomeRejected, fmt.Errorf("apply callback %s: %w", cb.EventID, postgres.TranslateError(err))
 	}
 	s.committed(outcome)
@@ -671,19 +671,19 @@ func paymentMatches(cb Callback, o orders.Order) bool {
 	return o.PaymentID == nil || *o.PaymentID == cb.PaymentID
 }
 
-// reject records a refused callback and counts it.
-func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigOK bool, reason string) {
+// reject records a refused callback and counts it under why; reason is the audit row's and the log's.
+func (s *Service) reject(ctx context.Context, lg *slog.Logger, cb Callback, sigOK bool, why Rejection, reason string) {
 	// The reason may quote the sender's value (a time that does not parse, twice): a signed callback
 	// with a 500 kB occurred_at made a 1 MB log line (a helper's finding, 2026-12-06).
 	reason = logging.Clip(reason)
-	s.metrics.count(OutcomeRejected)
+	s.metrics.reject(why)
 	var orderID int64
 	if id, ok := orders.ParseID(cb.MerchantOrderNo); ok {
 		orderID = id
 	}
 	s.audit(ctx, lg, cb, orderID, sigOK, OutcomeRejected, reason)
 	s.report(cb, orderID, OutcomeRejected, reason)
-	lg.Warn("payment callback rejected", "reason", reason, "signature_ok", sigOK)
+	lg.Warn("payment callback rejected", "rejected", why, "reason", reason, "signature_ok", sigOK)
 }
 
 // report tells the sink (the lab's live view) what this callback did; the bus numbers its copies.

@@ -418,6 +418,9 @@ func TestBadCallbacksChangeNothing(t *testing.T) {
 	assert.Zero(t, count(t, env.DB, "payment_callbacks", "event_id = 'evt-not-read'"), "audited under the member the refusal read")
 	assert.Contains(t, logs.String(), `"alert":"amount_mismatch"`, "an amount mismatch is logged as an alert")
 	assert.Equal(t, float64(len(cases)), callbackCount(t, rp, "rejected"))
+	// By reason: a platform whose secret no longer matches shows apart from a body the shop cannot read.
+	assert.Equal(t, map[string]float64{"signature_invalid": 5, "amount_mismatch": 2, "order_not_found": 1,
+		"malformed": float64(len(cases) - 8), "payment_mismatch": 0, "event_id_reused": 0, "not_applied": 0}, rejectedCounts(t, rp))
 	for line := range strings.Lines(logs.String()) {
 		assert.Less(t, len(line), 4096, "a log line quotes what the sender sent, clipped: %.200s", line)
 	}
@@ -468,6 +471,22 @@ func TestCallbackIgnoresMembersItDoesNotKnow(t *testing.T) {
 	assert.Equal(t, "PAID", statusOf(t, env.DB, id))
 	assert.EqualValues(t, 99, stockOf(t, env.DB, 1))
 	assert.EqualValues(t, 1, outboxRows(t, env.DB, id))
+}
+
+// rejectedCounts reads idemshop_payments_callbacks_rejected_total by reason.
+func rejectedCounts(t testing.TB, rp *replica) map[string]float64 {
+	t.Helper()
+	mfs, err := rp.reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "idemshop_payments_callbacks_rejected_total" {
+			for _, m := range mf.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return got
 }
 
 func callbackCount(t testing.TB, rp *replica, outcome string) float64 {

@@ -296,9 +296,19 @@ func TranslateError(err error) error {
 		return fmt.Errorf("%w: %w: %w", ErrLockTimeout, ErrTransient, err)
 	case transientCodes[pgErr.Code] || strings.HasPrefix(pgErr.Code, "08"):
 		return fmt.Errorf("%w: SQLSTATE %s: %w", ErrTransient, pgErr.Code, err)
+	case pgErr.Code == "0A000" && pgErr.Message == cachedPlanChanged:
+		return fmt.Errorf("%w: a prepared statement outlived a schema change: %w", ErrTransient, err)
 	}
 	return err
 }
+
+// cachedPlanChanged is PostgreSQL's refusal of a statement prepared before its table's columns changed
+// (a migration that adds one, under a running orders: `SELECT *` then returns another row type). pgx
+// forgets a statement that failed, so the same request succeeds when retried on any connection: 503
+// with Retry-After, where it was a 500 for up to one request per pooled connection (a DBA helper's
+// finding, 2026-12-07). Matched by its text as well, because its SQLSTATE, feature_not_supported, is
+// mostly a bug's.
+const cachedPlanChanged = "cached plan must not change result type"
 
 // connectionLost reports a failure to reach or keep the server that carries no SQLSTATE: a refused
 // dial, a connection closed under a statement (a reset, or an EOF where an answer should have been),

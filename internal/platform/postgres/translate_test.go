@@ -47,6 +47,48 @@ func TestTranslateErrorTransient(t *testing.T) {
 	assert.Equal(t, problem.KindInternal, httpproblem.Resolve(postgres.TranslateError(errors.New("a bug"))).Kind)
 }
 
+// A statement a connection prepared before a migration added a column to its table fails once with
+// "cached plan must not change result type" (SQLSTATE 0A000): that is transient, 503 with Retry-After,
+// because pgx forgets the statement and the same query succeeds when retried. Any other 0A000 stays a
+// 500. Guards the cached-plan-transient mutant (internal/mutants).
+func TestAStatementPreparedBeforeAColumnWasAddedIsTransient(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, env.DatabaseURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	read := func() error {
+		var n int
+		rows, err := conn.Query(ctx, `SELECT * FROM products WHERE id = $1`, 1)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if rows.Err() == nil && n != 1 {
+			return fmt.Errorf("read %d rows, want 1", n)
+		}
+		return rows.Err()
+	}
+	require.NoError(t, read()) // prepared and cached on this connection
+	require.NoError(t, env.DB.Exec(`ALTER TABLE products ADD COLUMN added_by_a_migration text`).Error)
+
+	err = postgres.TranslateError(read())
+	require.Error(t, err, "the cached plan no longer fits the table")
+	assert.ErrorIs(t, err, postgres.ErrTransient)
+	pe := httpproblem.Resolve(err)
+	assert.Equal(t, problem.KindUnavailable, pe.Kind)
+	assert.Positive(t, pe.RetryAfter)
+	require.NoError(t, read(), "retried, it succeeds")
+
+	other := postgres.TranslateError(&pgconn.PgError{Code: "0A000", Message: "some feature is not supported"})
+	assert.False(t, errors.Is(other, postgres.ErrTransient))
+	assert.Equal(t, problem.KindInternal, httpproblem.Resolve(other).Kind)
+}
+
 // A connection the server refused with a FATAL (the database does not exist: the window of a recreate
 // or a restore) is 503, not 500: the error carries the FATAL's SQLSTATE, 3D000, which is not a
 // statement's (a helper's finding, 2026-12-06).

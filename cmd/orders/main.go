@@ -58,7 +58,7 @@ func run() error {
 	switch {
 	case cmd == "migrate" && len(os.Args) <= 2:
 		return withinOnceTimeout(ctx, cfg.OnceTimeout, "migrate", func(ctx context.Context) error {
-			return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
+			return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, cfg.MigrateLockTimeout, logger)
 		})
 	case (cmd == "sweep" || cmd == "reconcile") && len(os.Args) == 3 && os.Args[2] == "--once":
 		return withinOnceTimeout(ctx, cfg.OnceTimeout, cmd+" --once", func(ctx context.Context) error {
@@ -117,7 +117,7 @@ func serve(ctx context.Context, stop context.CancelFunc, cfg config.Orders, logg
 		// connection: the migration's statements have no timeout, an index may take long) held the
 		// start for good, /readyz saying "starting".
 		if err := withinOnceTimeout(ctx, cfg.OnceTimeout, "migrate (MIGRATE_ON_START)", func(ctx context.Context) error {
-			return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, logger)
+			return postgres.EnsureAndMigrate(ctx, cfg.Postgres.URL, cfg.MigrateLockTimeout, logger)
 		}); err != nil {
 			return fail(err)
 		}
@@ -176,7 +176,7 @@ func withinOnceTimeout(parent context.Context, limit time.Duration, name string,
 // one-shot job should fail and say so, and the next run will find the database.
 func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Logger) error {
 	if cfg.MigrateOnStart {
-		if err := postgres.MigrateExisting(ctx, cfg.Postgres.URL, logger); err != nil {
+		if err := postgres.MigrateExisting(ctx, cfg.Postgres.URL, cfg.MigrateLockTimeout, logger); err != nil {
 			return err
 		}
 	}

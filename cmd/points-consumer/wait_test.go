@@ -58,7 +58,7 @@ func TestWaitsForTheDatabaseToBeCreatedAndMigrated(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	require.NoError(t, postgres.EnsureAndMigrate(ctx, dbURL, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(t, postgres.EnsureAndMigrate(ctx, dbURL, 0, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	waitFor(t, 20*time.Second, func() bool { return p.get(t, "/readyz").code == http.StatusOK },
 		"ready once migrated; logs:\n%s", p.logs.String())
 	waitFor(t, 15*time.Second, func() bool { return p.logs.Contains("points consumer connected") },

@@ -72,7 +72,11 @@ type Orders struct {
 	CallbackURL          string `env:"CALLBACK_URL" envDefault:"http://127.0.0.1:8080/v1/payments/callback"`
 	PaymentWebhookSecret string `env:"PAYMENT_WEBHOOK_SECRET" envDefault:"idemshop-demo-webhook-secret"`
 	MigrateOnStart       bool   `env:"MIGRATE_ON_START" envDefault:"true"`
-	Lab                  bool   `env:"ORDERS_LAB" envDefault:"false"`
+	// MigrateLockTimeout bounds each lock wait of a migration (postgres.MigrateExisting): past it the
+	// migration is rolled back and the command exits 1, instead of queueing the shop's writes to the
+	// table behind it.
+	MigrateLockTimeout time.Duration `env:"MIGRATE_LOCK_TIMEOUT" envDefault:"5s"`
+	Lab                bool          `env:"ORDERS_LAB" envDefault:"false"`
 
 	// IdempotencyRetention is how long a key is kept (at least) before the reaper may delete it.
 	IdempotencyRetention time.Duration `env:"IDEMPOTENCY_RETENTION" envDefault:"24h"`
@@ -197,6 +201,7 @@ func (c Orders) Validate() error {
 	ck.positive("OUTBOX_RETENTION", c.OutboxRetention)
 	ck.positive("CALLBACK_AUDIT_RETENTION", c.CallbackAuditRetention)
 	ck.positive("ONCE_TIMEOUT", c.OnceTimeout)
+	ck.positive("MIGRATE_LOCK_TIMEOUT", c.MigrateLockTimeout)
 	ck.positive("SWEEP_INTERVAL", c.SweepInterval)
 	ck.atLeastOne("SWEEP_MAX_ATTEMPTS", int64(c.SweepMaxAttempts))
 	ck.atLeastOne("SWEEP_BATCH", int64(c.SweepBatch))

@@ -217,19 +217,26 @@ func Migrate(ctx context.Context, db *sql.DB) ([]*goose.MigrationResult, error) 
 }
 
 // EnsureAndMigrate is what `orders migrate` and MIGRATE_ON_START run: create the database if missing,
-// then apply the migrations.
-func EnsureAndMigrate(ctx context.Context, url string, logger *slog.Logger) error {
+// then apply the migrations (MigrateExisting, with lockTimeout).
+func EnsureAndMigrate(ctx context.Context, url string, lockTimeout time.Duration, logger *slog.Logger) error {
 	if err := EnsureDatabase(ctx, url); err != nil {
 		return err
 	}
-	return MigrateExisting(ctx, url, logger)
+	return MigrateExisting(ctx, url, lockTimeout, logger)
 }
 
 // MigrateExisting applies the migrations to a database that must exist already: what the one-shot
 // commands (`orders sweep --once`, `reconcile --once`) run, which have nothing to do on a new database,
 // and for which a missing one is a mistyped DATABASE_URL, not a database to create.
-func MigrateExisting(ctx context.Context, url string, logger *slog.Logger) error {
-	db, err := Open(ctx, url, Options{MaxConns: 2})
+//
+// lockTimeout (MIGRATE_LOCK_TIMEOUT; 0: none) bounds each lock wait of a migration. A migration's
+// statement that waits for a table (an ALTER behind a long transaction that read it, a CREATE INDEX
+// behind one that wrote it) queues every later statement on that table behind itself, the running
+// shop's included: unbounded, it stopped writes to the table for as long as the transaction lasted
+// (a DBA helper's finding, 2026-12-07). Bounded, the migration fails, its transaction rolled back, and
+// the error says to run it again.
+func MigrateExisting(ctx context.Context, url string, lockTimeout time.Duration, logger *slog.Logger) error {
+	db, err := Open(ctx, url, Options{MaxConns: 2, LockTimeout: lockTimeout})
 	if err != nil {
 		return err
 	}
@@ -239,6 +246,9 @@ func MigrateExisting(ctx context.Context, url string, logger *slog.Logger) error
 		return err
 	}
 	res, err := Migrate(ctx, sqlDB)
+	if err != nil && errors.Is(TranslateError(err), ErrLockTimeout) {
+		return fmt.Errorf("a migration waited MIGRATE_LOCK_TIMEOUT (%s) for a table another transaction holds, and was rolled back; run it again once that transaction has ended (pg_stat_activity shows it): %w", lockTimeout, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/testenv"
 	"idemshop/internal/testenv/tcpproxy"
+	"idemshop/migrations"
 )
 
 // EnsureAndMigrate creates a missing database, migrates it with the seed, and is a no-op when repeated.
@@ -36,7 +38,7 @@ func TestEnsureAndMigrateCreatesMissingDatabase(t *testing.T) {
 	})
 
 	for range 2 {
-		require.NoError(t, postgres.EnsureAndMigrate(ctx, url, slog.New(slog.DiscardHandler)))
+		require.NoError(t, postgres.EnsureAndMigrate(ctx, url, 0, slog.New(slog.DiscardHandler)))
 	}
 	db, err := postgres.Open(ctx, url, postgres.Options{})
 	require.NoError(t, err)
@@ -47,6 +49,67 @@ func TestEnsureAndMigrateCreatesMissingDatabase(t *testing.T) {
 	var stock map[string]any = map[string]any{}
 	require.NoError(t, db.Raw(`SELECT stock FROM products WHERE id = 1`).Scan(&stock).Error)
 	assert.EqualValues(t, 100, stock["stock"])
+}
+
+// A migration that waits for a table another transaction holds gives up after MIGRATE_LOCK_TIMEOUT,
+// rolled back, and says what to do, instead of queueing the shop's writes to that table behind it for
+// as long as the transaction lasts; run again once the table is free, it applies. Whatever the last
+// migration touches: the holder locks every table but goose's own in ROW EXCLUSIVE mode, which both an
+// ALTER and a CREATE INDEX must wait for. Guards the migrate-lock-timeout mutant (internal/mutants).
+func TestAMigrationBehindALongTransactionGivesUpAtItsLockTimeout(t *testing.T) {
+	t.Parallel()
+	svc := testenv.Find(t)
+	ctx := context.Background()
+	name := fmt.Sprintf("idemshop_test_%d_migratelock", os.Getpid())
+	url := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
+	t.Cleanup(func() {
+		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+	require.NoError(t, postgres.EnsureDatabase(ctx, url))
+	db, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { postgres.Close(db) })
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS)
+	require.NoError(t, err)
+	sources := p.ListSources()
+	last := sources[len(sources)-1].Version
+	_, err = p.UpTo(ctx, sources[len(sources)-2].Version)
+	require.NoError(t, err)
+
+	holder, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close(ctx) })
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	var tables string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables
+		WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`).Scan(&tables))
+	_, err = tx.Exec(ctx, "LOCK TABLE "+tables+" IN ROW EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	// The test's own bound: without the lock timeout the migration would wait for the holder for good.
+	bounded, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = postgres.MigrateExisting(bounded, url, 300*time.Millisecond, slog.New(slog.DiscardHandler))
+	require.Error(t, err)
+	assert.NoError(t, bounded.Err(), "ended by the lock timeout, not by the test's bound")
+	assert.Less(t, time.Since(start), 3*time.Second)
+	assert.Contains(t, err.Error(), "waited MIGRATE_LOCK_TIMEOUT (300ms) for a table another transaction holds")
+	version, err := p.GetDBVersion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, sources[len(sources)-2].Version, version, "rolled back")
+
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, postgres.MigrateExisting(ctx, url, 300*time.Millisecond, slog.New(slog.DiscardHandler)))
+	version, err = p.GetDBVersion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, last, version)
 }
 
 // Callers that race to create one missing database all succeed: the losers' CREATE DATABASE fails with

@@ -331,16 +331,24 @@ var List = []Mutant{
 		ID: "refund-postpone", Guard: "refund: unanswered",
 		File: "internal/refunds/executor.go",
 		// An unanswered refund keeps its place at the head of the queue.
-		Original:    "} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn sent, perr\n\t\t\t} else if n == e.alertAfter {",
-		Replacement: "} else if n := 0; n == e.alertAfter {",
+		Original:    "} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn sent, perr\n\t\t\t} else if aerr := e.unansweredSend(after, r, n, err); aerr != nil {",
+		Replacement: "} else if aerr := e.unansweredSend(after, r, 0, err); aerr != nil {",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestUnansweredRefundGoesToTheBack$",
 	},
 	{
 		ID: "refund-unanswered-once", Guard: "refund: silent, once",
-		File: "internal/refunds/executor.go",
+		File: "internal/refunds/refunds.go",
 		// The alert at every unanswered send from the count on, as the WARN was before it.
-		Original:    "\t\t\t} else if n == e.alertAfter {\n",
-		Replacement: "\t\t\t} else if n >= e.alertAfter {\n",
+		Original:    "\t\t\tWHERE id = ? AND NOT unanswered_alerted`, id)",
+		Replacement: "\t\t\tWHERE id = ?`, id)",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestARefundLeftUnansweredIsAlertedOnce$",
+	},
+	{
+		ID: "refund-unanswered-past", Guard: "refund: silent, past",
+		File: "internal/refunds/executor.go",
+		// Alerted only at the exact count: a request past a threshold lowered since is never alerted.
+		Original:    "\tif n >= e.alertAfter {\n",
+		Replacement: "\tif n == e.alertAfter {\n",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestARefundLeftUnansweredIsAlertedOnce$",
 	},
 	{

@@ -89,8 +89,8 @@ func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error)
 				}
 				if recorded {
 					e.logger.Error("ALERT: payment platform refused a refund; check it by hand", "alert", "refund_refused",
-						"order_id", r.OrderID, "refund_no", r.RefundNo, "refusals", r.Refusals+1, "next_attempt_in", wait,
-						"err", err)
+						"order_id", r.OrderID, "payment_id", r.PaymentID, "refund_no", r.RefundNo, "amount_cents", r.AmountCents,
+						"refusals", r.Refusals+1, "next_attempt_in", wait, "err", err)
 				} else {
 					e.logger.Info("payment platform refused a refund whose refusal was not counted: another sweeper "+
 						"counted it in the same round, or the request was capped while it was sent",
@@ -98,16 +98,8 @@ func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error)
 				}
 			} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
 				return sent, perr
-			} else if n == e.alertAfter {
-				// Once, at the count (each sweeper gets a count of its own): the refund is owed all the
-				// while, and a WARN at every sweep is what nobody reads.
-				e.logger.Error("ALERT: payment platform has not answered a refund; it is owed and still sent at every sweep",
-					"alert", "refund_unanswered", "order_id", r.OrderID, "payment_id", r.PaymentID, "refund_no", r.RefundNo,
-					"amount_cents", r.AmountCents, "unanswered", n, "err", err)
-				e.unanswered.Inc()
-			} else {
-				e.logger.Warn("payment platform did not answer a refund; sent again at the next sweep",
-					"order_id", r.OrderID, "refund_no", r.RefundNo, "unanswered", n, "err", err)
+			} else if aerr := e.unansweredSend(after, r, n, err); aerr != nil {
+				return sent, aerr
 			}
 			sent[result]++
 			e.results.WithLabelValues(result).Inc()
@@ -123,6 +115,28 @@ func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error)
 		e.results.WithLabelValues(ResultRequested).Inc()
 	}
 	return sent, nil
+}
+
+// unansweredSend logs the n-th send of request r that the platform left unanswered (sendErr): a WARN,
+// and once n reaches alertAfter, one ALERT for the request (MarkUnansweredAlerted), not one at every
+// sweep: the refund is owed all the while, and a WARN at every sweep is what nobody reads.
+func (e *Executor) unansweredSend(ctx context.Context, r Pending, n int, sendErr error) error {
+	if n >= e.alertAfter {
+		first, err := MarkUnansweredAlerted(ctx, e.db, r.ID, r.RefundNo)
+		if err != nil {
+			return err
+		}
+		if first {
+			e.logger.Error("ALERT: payment platform has not answered a refund; it is owed and still sent at every sweep",
+				"alert", "refund_unanswered", "order_id", r.OrderID, "payment_id", r.PaymentID, "refund_no", r.RefundNo,
+				"amount_cents", r.AmountCents, "unanswered", n, "err", sendErr)
+			e.unanswered.Inc()
+			return nil
+		}
+	}
+	e.logger.Warn("payment platform did not answer a refund; sent again at the next sweep",
+		"order_id", r.OrderID, "refund_no", r.RefundNo, "unanswered", n, "err", sendErr)
+	return nil
 }
 
 // sendResult names a failed send that did not stop the run: refused when the platform said no to the

@@ -254,12 +254,14 @@ func TestUnansweredRefundGoesToTheBack(t *testing.T) {
 
 // A refund the platform leaves unanswered is owed all the while and sent at every run; at the
 // alertAfter-th unanswered send it is one ALERT (and one on the counter), not one at every sweep after
-// it, and it is still sent. Until 2026-12-07 it was a WARN at every sweep for as long as it lasted (an
-// on-call helper's finding). Guards the refund-unanswered-alert mutant (internal/mutants).
+// it, and it is still sent. A request whose count is already past a threshold lowered since (a restart
+// with a smaller SWEEP_MAX_ATTEMPTS, or `sweep --once` set apart) is alerted too, once. Until 2026-12-07
+// it was a WARN at every sweep for as long as it lasted (an on-call helper's finding). Guards the
+// refund-unanswered-once and refund-unanswered-sum mutants (internal/mutants).
 func TestARefundLeftUnansweredIsAlertedOnce(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	p, client := newPlatform(t, byRefundNo(map[string]int{"silent": http.StatusServiceUnavailable}), nil)
+	p, client := newPlatform(t, byRefundNo(map[string]int{"silent": http.StatusServiceUnavailable, "silent-too": http.StatusServiceUnavailable}), nil)
 	logs := &testenv.Output{}
 	reg := prometheus.NewRegistry()
 	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), reg, 10,
@@ -286,6 +288,20 @@ func TestARefundLeftUnansweredIsAlertedOnce(t *testing.T) {
 	require.NoError(t, env.DB.Raw(`SELECT unanswered FROM refund_requests WHERE refund_no = 'silent' AND status = 'PENDING'`).
 		Row().Scan(&unanswered))
 	assert.Equal(t, 5, unanswered)
+
+	// Another request, past a lower threshold given later: alerted at its next unanswered send, once.
+	owe(t, env, "silent-too")
+	patient, err := refunds.NewExecutor(env.DB, client, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), 10,
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour}, 10)
+	require.NoError(t, err)
+	for range 4 {
+		runOnce(t, patient)
+	}
+	for range 2 {
+		runOnce(t, e)
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "refund_no=silent-too amount_cents=100 unanswered=5"), "%s", logs.String())
+	assert.Equal(t, 2, strings.Count(logs.String(), "alert=refund_unanswered"), "one for each request")
 }
 
 // request reads refund request refundNo back: its status, amount, refusals, and whether it is due now.

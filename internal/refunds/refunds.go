@@ -86,14 +86,26 @@ func ListPending(ctx context.Context, db *gorm.DB, limit int) ([]Pending, error)
 
 // Postpone puts PENDING refund request id at the back of ListPending's order and counts one more send
 // the platform left unanswered; it stays PENDING, to be sent again on a later sweep. unanswered is the
-// count with this one (0 if the request is no longer PENDING). Each sweeper that postpones the request
-// gets a count of its own, so exactly one sees any given number (the Executor's alert).
+// count with this one (0 if the request is no longer PENDING).
 func Postpone(ctx context.Context, db *gorm.DB, id int64, refundNo string) (unanswered int, err error) {
 	if err := db.WithContext(ctx).Raw(`UPDATE refund_requests SET updated_at = clock_timestamp(), unanswered = unanswered + 1
 			WHERE id = ? AND status = 'PENDING' RETURNING unanswered`, id).Scan(&unanswered).Error; err != nil {
 		return 0, fmt.Errorf("postpone refund %s: %w", refundNo, err)
 	}
 	return unanswered, nil
+}
+
+// MarkUnansweredAlerted records that the unanswered sends of refund request id were alerted, and
+// reports whether this call did: one caller gets true, whichever sweeper (replicas, `sweep --once`)
+// and whatever its SWEEP_MAX_ATTEMPTS. A count compared for equality alone would skip a request whose
+// count was past a threshold lowered since (a hands-on verifier's finding, 2026-12-07).
+func MarkUnansweredAlerted(ctx context.Context, db *gorm.DB, id int64, refundNo string) (first bool, err error) {
+	res := db.WithContext(ctx).Exec(`UPDATE refund_requests SET unanswered_alerted = true
+			WHERE id = ? AND NOT unanswered_alerted`, id)
+	if res.Error != nil {
+		return false, fmt.Errorf("record the alert of unanswered refund %s: %w", refundNo, res.Error)
+	}
+	return res.RowsAffected == 1, nil
 }
 
 // Refused records that the platform refused PENDING refund request id once more: it stays owed, and

@@ -297,7 +297,8 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 			paymentID = *o.PaymentID
 		}
 		lg.Error("ALERT: the order has a payment here and the platform has none for it; nothing applied",
-			"alert", "reconcile_payment_missing", "payment_id", paymentID)
+			"alert", "reconcile_payment_missing", "payment_id", paymentID, "amount_cents", o.AmountCents,
+			"refunded_cents", o.RefundedCents)
 		result = ReconcilePaymentMissing
 	}
 	if found {
@@ -331,7 +332,8 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 	if result == ReconcileUnchanged && (payment.Status == callback.StatusFailed || payment.Status == payclient.StatusPending) &&
 		(o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) && !r.movedSince(ctx, lg, o) {
 		lg.Error("ALERT: the order is paid here and the platform has not taken its payment; nothing applied",
-			"alert", "reconcile_payment_not_taken", "payment_id", payment.ID, "payment_status", payment.Status)
+			"alert", "reconcile_payment_not_taken", "payment_id", payment.ID, "payment_status", payment.Status,
+			"amount_cents", o.AmountCents)
 		result = ReconcilePaymentNotTaken
 	}
 	// A partial refund is never copied from the platform (its events would count it again when they

@@ -23,7 +23,9 @@ type UncreditedEvent struct {
 // silence (a helper's findings, 2026-12-06). The biz_id prefixes are points.BizIDOrderPaid's and
 // points.BizIDOrderRefunded's (orders does not import the consumer's package;
 // TestAPublishedEventWithoutItsLedgerRowIsAnAlert writes them with those functions). The window
-// uses the outbox's index of published rows, so each check reads only the rows it reports on.
+// uses the outbox's index of published rows, and each row in it is looked up in the ledger by its
+// unique biz_id: a check reads every event published within the window (about 57,000 rows and 156 ms
+// for a day at 0.66 events/s, a DBA helper's figure), not only the ones it reports.
 func (r *Repository) UncreditedEvents(ctx context.Context, after, lookback time.Duration, limit int) ([]UncreditedEvent, error) {
 	var list []UncreditedEvent
 	err := r.db.WithContext(ctx).Raw(`SELECT x.event_id::text AS event_id, x.routing_key,

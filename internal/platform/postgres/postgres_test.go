@@ -21,21 +21,29 @@ import (
 	"idemshop/migrations"
 )
 
-// EnsureAndMigrate creates a missing database, migrates it with the seed, and is a no-op when repeated.
-func TestEnsureAndMigrateCreatesMissingDatabase(t *testing.T) {
-	t.Parallel()
+// scratchDatabaseURL is the URL of a database named for the test process and tag, which the test may
+// create (it does not exist yet) and which is dropped at the test's end.
+func scratchDatabaseURL(t *testing.T, tag string) string {
+	t.Helper()
 	svc := testenv.Find(t)
-	ctx := context.Background()
-	name := fmt.Sprintf("idemshop_test_%d_ensure", os.Getpid())
+	name := fmt.Sprintf("idemshop_test_%d_%s", os.Getpid(), tag)
 	url := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
 	require.NotEqual(t, svc.PostgresURL, url)
 	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, svc.PostgresURL)
-		if err == nil {
+		ctx := context.Background()
+		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {
 			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 			conn.Close(ctx)
 		}
 	})
+	return url
+}
+
+// EnsureAndMigrate creates a missing database, migrates it with the seed, and is a no-op when repeated.
+func TestEnsureAndMigrateCreatesMissingDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := scratchDatabaseURL(t, "ensure")
 
 	for range 2 {
 		require.NoError(t, postgres.EnsureAndMigrate(ctx, url, 0, slog.New(slog.DiscardHandler)))
@@ -58,16 +66,8 @@ func TestEnsureAndMigrateCreatesMissingDatabase(t *testing.T) {
 // ALTER and a CREATE INDEX must wait for. Guards the migrate-lock-timeout mutant (internal/mutants).
 func TestAMigrationBehindALongTransactionGivesUpAtItsLockTimeout(t *testing.T) {
 	t.Parallel()
-	svc := testenv.Find(t)
 	ctx := context.Background()
-	name := fmt.Sprintf("idemshop_test_%d_migratelock", os.Getpid())
-	url := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
-	t.Cleanup(func() {
-		if conn, err := pgx.Connect(ctx, svc.PostgresURL); err == nil {
-			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			conn.Close(ctx)
-		}
-	})
+	url := scratchDatabaseURL(t, "migratelock")
 	require.NoError(t, postgres.EnsureDatabase(ctx, url))
 	db, err := postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
 	require.NoError(t, err)
@@ -117,18 +117,9 @@ func TestAMigrationBehindALongTransactionGivesUpAtItsLockTimeout(t *testing.T) {
 // database is there. (Two `orders migrate` started together on a fresh machine.)
 func TestEnsureDatabaseRacingCallersAllSucceed(t *testing.T) {
 	t.Parallel()
-	svc := testenv.Find(t)
 	ctx := context.Background()
 	for round := range 5 {
-		name := fmt.Sprintf("idemshop_test_%d_race_%d", os.Getpid(), round)
-		url := strings.Replace(svc.PostgresURL, "/postgres?", "/"+name+"?", 1)
-		t.Cleanup(func() {
-			conn, err := pgx.Connect(ctx, svc.PostgresURL)
-			if err == nil {
-				_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-				conn.Close(ctx)
-			}
-		})
+		url := scratchDatabaseURL(t, fmt.Sprintf("race_%d", round))
 		const callers = 6
 		start := make(chan struct{})
 		errs := make(chan error, callers)

@@ -64,4 +64,10 @@ func TestSoakConvergesShort(t *testing.T) {
 		t.Fatalf("the soak with seed 1 did not converge cleanly: exit %d, converged %v, %d violations (report above)",
 			code, rep.Converged, rep.ViolationCount)
 	}
+	// A passing run deletes its logs; their ERROR lines and ALERTs are counted first.
+	for _, svc := range []string{"orders", "payments-mock", "points-consumer"} {
+		if _, ok := rep.ServiceLogs[svc]; !ok {
+			t.Errorf("the report counted no log lines of %s: %+v", svc, rep.ServiceLogs)
+		}
+	}
 }

@@ -1,6 +1,9 @@
 package soak
 
 import (
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -322,5 +325,43 @@ func TestReportCountsTheProbesOrders(t *testing.T) {
 	r.Print(&b)
 	if want := "472 created; shop:"; !strings.Contains(b.String(), want) {
 		t.Errorf("report without %q:\n%s", want, b.String())
+	}
+}
+
+// A run's ERROR lines and ALERTs are counted by service from its logs, before a passing run's logs are
+// deleted, and the report prints them: a WARN quoting "level=ERROR" and the soak's own header lines are
+// not counted, a missing log is left out.
+func TestLogLinesAreCountedAndReported(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, lines ...string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("orders.log",
+		"===== soak: start #1 of orders at 2026-12-07T04:01:23Z =====",
+		`time=2026-12-07T04:01:23.432Z level=WARN msg="quoted: level=ERROR alert=refund_drift"`,
+		`time=2026-12-07T04:01:31.956Z level=ERROR msg="record payment callback audit row" order_id=68`,
+		`time=2026-12-07T04:01:32.000Z level=ERROR msg="ALERT: drift" alert=refund_drift order_id=7`,
+		`time=2026-12-07T04:01:33.000Z level=ERROR msg="ALERT: drift" alert=refund_drift order_id=8`,
+		`time=2026-12-07T04:01:34.000Z level=ERROR msg="ALERT: gave up" alert=sweeper_gave_up`)
+	write("payments-mock.log", `time=2026-12-07T04:01:23.432Z level=INFO msg=listening`)
+	got, err := countLogLines(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]LogCount{
+		"orders":        {Errors: 4, Alerts: map[string]int{"refund_drift": 2, "sweeper_gave_up": 1}},
+		"payments-mock": {Errors: 0},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("counted %+v, want %+v", got, want)
+	}
+
+	r := Report{ServiceLogs: got}
+	var b strings.Builder
+	r.Print(&b)
+	if line := "log lines     orders 4 ERROR, ALERT refund_drift 2, sweeper_gave_up 1; payments-mock 0 ERROR\n"; !strings.Contains(b.String(), line) {
+		t.Errorf("the report lacks %q:\n%s", line, b.String())
 	}
 }

@@ -57,8 +57,18 @@ type Report struct {
 	ViolationCount int            `json:"violation_count"`
 	ByCheck        map[string]int `json:"violations_by_check"` // all of them, by rule
 
+	// ServiceLogs is each service's ERROR lines and ALERTs, counted before a passing run's logs are
+	// deleted: an ERROR outside a fault window, and any ALERT, is worth reading (docs/reliability.md).
+	ServiceLogs map[string]LogCount `json:"service_logs,omitempty"`
+
 	Notes []string `json:"notes,omitempty"`
 	Logs  string   `json:"logs,omitempty"` // the services' logs, kept when the run failed
+}
+
+// LogCount is what one service logged at ERROR during a run, and its ALERT lines by alert name.
+type LogCount struct {
+	Errors int            `json:"errors"`
+	Alerts map[string]int `json:"alerts,omitempty"`
 }
 
 // OK is true when the shop converged with no violation.
@@ -185,6 +195,21 @@ func (r *Report) Print(w io.Writer) {
 				}
 			}
 		}
+	}
+	if len(r.ServiceLogs) > 0 {
+		var parts []string
+		for _, svc := range serviceNames {
+			c, ok := r.ServiceLogs[svc]
+			if !ok {
+				continue
+			}
+			part := fmt.Sprintf("%s %d ERROR", svc, c.Errors)
+			if len(c.Alerts) > 0 {
+				part += ", ALERT " + counts(c.Alerts)
+			}
+			parts = append(parts, part)
+		}
+		line("log lines", strings.Join(parts, "; "))
 	}
 	for _, n := range r.Notes {
 		line("note", n)

@@ -139,7 +139,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			rep.Notes = append(rep.Notes, "cleanup: "+e.Error())
 		}
 		progress("")
-		if st.ownLogs && err == nil && rep.OK() {
+		// Counted before a passing run's logs go: a pass said nothing of its ERROR lines and ALERTs,
+		// which reliability.md says are worth reading (a fresh soak helper's finding, 2026-12-07).
+		counted, cerr := countLogLines(st.logs)
+		rep.ServiceLogs = counted
+		if cerr != nil {
+			rep.Notes = append(rep.Notes, "logs: "+cerr.Error())
+		}
+		if st.ownLogs && err == nil && rep.OK() && cerr == nil {
 			_ = os.RemoveAll(st.logs)
 		} else {
 			rep.Logs = st.logs

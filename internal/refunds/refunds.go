@@ -108,6 +108,17 @@ func MarkUnansweredAlerted(ctx context.Context, db *gorm.DB, id int64, refundNo 
 	return res.RowsAffected == 1, nil
 }
 
+// CountUnansweredAlerted counts the refund requests still owed (PENDING) whose unanswered sends were
+// alerted (MarkUnansweredAlerted).
+func CountUnansweredAlerted(ctx context.Context, db *gorm.DB) (int64, error) {
+	var n int64
+	if err := db.WithContext(ctx).Raw(`SELECT count(*) FROM refund_requests
+		WHERE status = 'PENDING' AND unanswered_alerted`).Scan(&n).Error; err != nil {
+		return 0, fmt.Errorf("count unanswered refund requests: %w", err)
+	}
+	return n, nil
+}
+
 // Refused records that the platform refused PENDING refund request id once more: it stays owed, and
 // is not due again before wait has passed (RetryPolicy.After), behind the others. seen and sentCents
 // are the refusal count and the amount the caller read with the request (Pending.Refusals,

@@ -35,7 +35,7 @@ type Executor struct {
 // NewExecutor returns the executor; batch bounds the requests of one run, retry spaces out the
 // requests of a refused refund, and a request the platform has left unanswered alertAfter times
 // (SWEEP_MAX_ATTEMPTS) is alerted once (alert=refund_unanswered) and still sent at every run. Its
-// counters are registered on reg.
+// metrics are registered on reg.
 func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, reg prometheus.Registerer, batch int,
 	retry RetryPolicy, alertAfter int) (*Executor, error) {
 	if db == nil || platform == nil || logger == nil || reg == nil || batch <= 0 || alertAfter <= 0 {
@@ -148,8 +148,12 @@ func (e *Executor) unansweredSend(ctx context.Context, r Pending, n int, sendErr
 // countOwedSilent sets idemshop_refunds_unanswered_pending from the database. The alert's counter
 // counts only the process that raised it, and `orders sweep --once` has no /metrics: an alert it raised
 // marked the request, so no replica counted it (an on-call trainee's finding, 2026-12-07). The gauge
-// is the same on every replica, and stays up while the refund is owed. A failed read leaves it as it was.
+// is the same on every replica, and stays up while the refund is owed. A failed read leaves it as it
+// was, and a stopping process does not read.
 func (e *Executor) countOwedSilent(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
 	n, err := CountUnansweredAlerted(ctx, e.db)
 	if err != nil {
 		e.logger.Warn("refunds: could not count the unanswered refunds still owed", "err", err)

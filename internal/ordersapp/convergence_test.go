@@ -1402,11 +1402,7 @@ func TestAnAuditTableLockedForItsPrepareNeverRollsBackThePayment(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	// A pool of its own: no connection of it has prepared the audit INSERT yet.
-	db, err := postgres.Open(context.Background(), env.DatabaseURL, postgres.Options{LockTimeout: 300 * time.Millisecond,
-		StatementTimeout: 10 * time.Second, MaxConns: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = postgres.Close(db) })
-	rp := newReplica(t, env, replicaOpts{db: db})
+	rp := newReplica(t, env, replicaOpts{db: testenv.OpenDB(t, env.DatabaseURL, 300*time.Millisecond)})
 	before := stockOf(t, env.DB, 1)
 	id, amount := rp.newOrder(alice, 1, 1)
 

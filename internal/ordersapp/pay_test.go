@@ -45,6 +45,22 @@ func committingButSilent(t testing.TB) *mockPlatform {
 	})
 }
 
+// payOutcomeUnknown starts a replica whose platform commits each payment and never answers, and pays a
+// new order of quantity units of product 1 with key: the answer is 503 payment_outcome_unknown, and the
+// key's record stays PROCESSING for the sweeper.
+func payOutcomeUnknown(t *testing.T, key string, quantity int) (*testenv.Env, *replica, *mockPlatform, int64, response) {
+	t.Helper()
+	env := testenv.New(t)
+	mock := committingButSilent(t)
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
+	id, _ := rp.newOrder(alice, 1, quantity)
+	first := rp.pay(alice, id, key)
+	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	require.Equal(t, "payment_outcome_unknown", first.problem(t).Code)
+	require.Equal(t, "PROCESSING", recordOf(t, env, key).State)
+	return env, rp, mock, id, first
+}
+
 func payTo(m *mockPlatform, lease time.Duration) func(*config.Orders) {
 	return func(c *config.Orders) {
 		c.PaymentsURL = m.srv.URL
@@ -152,16 +168,8 @@ func TestPayAnotherKeyForAPaidOrderIsRefused(t *testing.T) {
 // until the pay flow's PAYMENTS_TIMEOUT (2 s) ends the call; the lease is run out by hand.
 func TestPayTimeoutIsResolvedBySweeper(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	mock := committingButSilent(t)
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
-	id, _ := rp.newOrder(alice, 1, 2)
-
-	first := rp.pay(alice, id, "pay-timeout")
-	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
-	assert.Equal(t, "payment_outcome_unknown", first.problem(t).Code)
+	env, rp, mock, id, first := payOutcomeUnknown(t, "pay-timeout", 2)
 	assert.NotEmpty(t, first.Header.Get("Retry-After"))
-	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-timeout").State)
 	_, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
 	require.NoError(t, err)
 	require.True(t, found, "the platform committed the payment despite the timeout")
@@ -472,11 +480,7 @@ func TestRefundMadeAfterTheRequestIsNotAskedAgain(t *testing.T) {
 // sweeper then completes the record, and leaves the order FAILED.
 func TestFailedCallbackBeforePayRecordedStillEndsFailed(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	mock := committingButSilent(t)
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
-	id, _ := rp.newOrder(alice, 1, 1)
-	require.Equal(t, http.StatusServiceUnavailable, rp.pay(alice, id, "pay-race").Status)
+	env, rp, mock, id, _ := payOutcomeUnknown(t, "pay-race", 1)
 	mock.setChaos(t, `{"create_timeout_rate":0}`)
 	p, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
 	require.NoError(t, err)
@@ -580,14 +584,8 @@ func TestPayClientHangUpStillRecordsThePayment(t *testing.T) {
 // sweeper completes the record. Guards the takeover-lock-busy mutant (internal/mutants).
 func TestSweeperLeavesARecordWhoseOrderLockIsHeld(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	mock := committingButSilent(t)
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
-	id, _ := rp.newOrder(alice, 1, 1)
-	first := rp.pay(alice, id, "pay-busy")
-	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	env, rp, mock, id, _ := payOutcomeUnknown(t, "pay-busy", 1)
 	before := recordOf(t, env, "pay-busy")
-	require.Equal(t, "PROCESSING", before.State)
 	expireLease(t, env, "pay-busy")
 	expireLock(t, env, id)
 

@@ -18,6 +18,7 @@ import (
 	"idemshop/internal/callback"
 	"idemshop/internal/events"
 	"idemshop/internal/paysig"
+	"idemshop/internal/platform/config"
 	"idemshop/internal/points"
 )
 
@@ -277,12 +278,12 @@ func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
 	}
 	r, err := e.Do(ctx, http.MethodPut, e.PaymentsURL+"/admin/chaos", body, h...)
 	if err != nil {
-		return fmt.Errorf("set chaos of payments-mock at %s (PAYMENTS_URL): %w", e.PaymentsURL, err)
+		return fmt.Errorf("set chaos of payments-mock at %s (PAYMENTS_URL): %w", config.RedactURL(e.PaymentsURL), err)
 	}
 	if r.Status != http.StatusOK {
 		// Named, because the usual cause is PAYMENTS_URL pointing at another service (orders answers 404).
 		return fmt.Errorf("set chaos of payments-mock at %s (PAYMENTS_URL): PUT /admin/chaos answered HTTP %d: %s",
-			e.PaymentsURL, r.Status, r.Body)
+			config.RedactURL(e.PaymentsURL), r.Status, r.Body)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"idemshop/internal/paysig"
+	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/rabbitmq"
 )
 
@@ -27,11 +28,11 @@ func (e *Env) CheckPlatformAdmin(ctx context.Context) error {
 	}
 	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/chaos", nil, h...)
 	if err != nil {
-		return fmt.Errorf("payments-mock at %s (PAYMENTS_URL): GET /admin/chaos: %w", e.PaymentsURL, err)
+		return fmt.Errorf("payments-mock at %s (PAYMENTS_URL): GET /admin/chaos: %w", config.RedactURL(e.PaymentsURL), err)
 	}
 	if r.Status == http.StatusUnauthorized || r.Status == http.StatusForbidden {
 		return fmt.Errorf("%w: GET %s/admin/chaos answered HTTP %d; set ADMIN_TOKEN to payments-mock's ADMIN_TOKEN",
-			ErrPlatformAdmin, e.PaymentsURL, r.Status)
+			ErrPlatformAdmin, config.RedactURL(e.PaymentsURL), r.Status)
 	}
 	return nil
 }
@@ -48,7 +49,7 @@ func (e *Env) CheckServices(ctx context.Context, needLab bool) error {
 		{"orders", "ORDERS_URL", e.OrdersURL}, {"payments-mock", "PAYMENTS_URL", e.PaymentsURL},
 	} {
 		if _, err := e.Do(ctx, http.MethodGet, s.url+"/readyz", nil); err != nil {
-			return fmt.Errorf("%s at %s (%s) does not answer: %w", s.name, s.url, s.variable, err)
+			return fmt.Errorf("%s at %s (%s) does not answer: %w", s.name, config.RedactURL(s.url), s.variable, err)
 		}
 	}
 	if !needLab {
@@ -56,11 +57,11 @@ func (e *Env) CheckServices(ctx context.Context, needLab bool) error {
 	}
 	r, err := e.Do(ctx, http.MethodGet, e.OrdersURL+"/lab/lab.js", nil)
 	if err != nil {
-		return fmt.Errorf("orders at %s (ORDERS_URL): GET /lab/lab.js: %w", e.OrdersURL, err)
+		return fmt.Errorf("orders at %s (ORDERS_URL): GET /lab/lab.js: %w", config.RedactURL(e.OrdersURL), err)
 	}
 	if r.Status != http.StatusOK {
 		return fmt.Errorf("%w: GET %s/lab/lab.js answered HTTP %d; start orders with ORDERS_LAB=true",
-			ErrNotLabMode, e.OrdersURL, r.Status)
+			ErrNotLabMode, config.RedactURL(e.OrdersURL), r.Status)
 	}
 	return nil
 }
@@ -86,7 +87,7 @@ func (e *Env) CheckShop(ctx context.Context, stores bool) error {
 	defer func() { _ = f.Close(ctx); e.Keep = keep }()
 	r, err := f.Do(ctx, http.MethodGet, "/v1/points", nil)
 	if err != nil {
-		return fmt.Errorf("orders at %s (ORDERS_URL): GET /v1/points: %w", e.OrdersURL, err)
+		return fmt.Errorf("orders at %s (ORDERS_URL): GET /v1/points: %w", config.RedactURL(e.OrdersURL), err)
 	}
 	if r.Status == http.StatusUnauthorized {
 		return fmt.Errorf("%w: orders does not know the lab's user (GET /v1/points answered 401): DATABASE_URL must name the database orders uses", ErrShopSetup)
@@ -94,12 +95,12 @@ func (e *Env) CheckShop(ctx context.Context, stores bool) error {
 	if r.Status != http.StatusOK {
 		// Another service at ORDERS_URL (payments-mock's port, say) answered 404, and the run went on
 		// until its first create failed, the variable unnamed (a helper's finding, 2026-12-06).
-		return fmt.Errorf("%w: GET %s/v1/points answered HTTP %d, not orders' 200: ORDERS_URL must be orders'", ErrShopSetup, e.OrdersURL, r.Status)
+		return fmt.Errorf("%w: GET %s/v1/points answered HTTP %d, not orders' 200: ORDERS_URL must be orders'", ErrShopSetup, config.RedactURL(e.OrdersURL), r.Status)
 	}
 	r, err = e.Do(ctx, http.MethodPost, e.OrdersURL+"/v1/payments/callback", []byte(`{}`),
 		paysig.Header, paysig.Sign(e.Secret, time.Now(), []byte(`{}`)))
 	if err != nil {
-		return fmt.Errorf("orders at %s (ORDERS_URL): POST /v1/payments/callback: %w", e.OrdersURL, err)
+		return fmt.Errorf("orders at %s (ORDERS_URL): POST /v1/payments/callback: %w", config.RedactURL(e.OrdersURL), err)
 	}
 	if r.Status == http.StatusUnauthorized {
 		return fmt.Errorf("%w: orders refused the lab's signature (%s): PAYMENT_WEBHOOK_SECRET must be the one orders uses", ErrShopSetup, r.Code())

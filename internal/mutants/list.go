@@ -1898,6 +1898,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestNoteUnansweredByAStaleAskerChangesNothing$",
 	},
 	{
+		ID: "config-url-redacted", Guard: "config: URL password",
+		File: "internal/platform/config/checks.go",
+		// A config error quotes the URL with its password.
+		Original:    "return raw[:start+colon] + \":***\" + raw[at:]",
+		Replacement: "return raw",
+		Pkgs:        []string{"./internal/platform/config"}, Run: "^(TestABadURLIsQuotedWithoutItsPassword|TestRedactURL)$",
+	},
+	{
+		ID: "lab-url-redacted", Guard: "preflight: URL pass",
+		File: "internal/lab/preflight.go",
+		// loadtest's preflight names payments-mock's URL with its password.
+		Original:    "ErrPlatformAdmin, config.RedactURL(e.PaymentsURL), r.Status)",
+		Replacement: "ErrPlatformAdmin, e.PaymentsURL, r.Status)",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestPreflightMessagesHideURLPasswords$",
+	},
+	{
 		ID: "stuck-lease-out", Guard: "stuck: lease ran out",
 		File: "internal/idempotency/store.go",
 		// Stuck returns live records too: their holders are asked about while still at work.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/retry"
 )
@@ -92,7 +93,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 				if infra.info.Shared == nil {
 					infra.info.Shared = map[string]string{}
 				}
-				infra.info.Shared[svc] = shared[svc]
+				infra.info.Shared[svc] = config.RedactURL(shared[svc]) // the report and its JSON are kept in CI logs
 			}
 		}
 		if len(infra.info.Missing) > 0 {

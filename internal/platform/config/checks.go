@@ -103,7 +103,7 @@ func (c *checks) bearerToken(name, tok string) {
 func (c *checks) httpURL(name, raw string) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		c.add(fmt.Errorf("%s is not an absolute http or https URL, got %q", name, raw))
+		c.add(fmt.Errorf("%s is not an absolute http or https URL, got %q", name, RedactURL(raw)))
 		return
 	}
 	c.urlPort(name, u)
@@ -115,8 +115,31 @@ func (c *checks) httpURL(name, raw string) {
 func (c *checks) baseURL(name, raw string) {
 	c.httpURL(name, raw)
 	if u, err := url.Parse(raw); err == nil && (u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(u.Path, "/")) {
-		c.add(fmt.Errorf("%s must be a base URL without a query, a fragment or a trailing /, got %q", name, raw))
+		c.add(fmt.Errorf("%s must be a base URL without a query, a fragment or a trailing /, got %q", name, RedactURL(raw)))
 	}
+}
+
+// RedactURL masks the password of a URL's userinfo ("user:***@host") for a message: a config error
+// quoted PAYMENTS_URL with its password to stderr, which ends up on the log platform (a helper's
+// finding, 2026-12-07). It works on the raw text, so a URL that does not parse (no scheme, a bad
+// escape) is masked too; text without an "@" comes back as it is.
+func RedactURL(raw string) string {
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		start = i + len("://")
+	}
+	authority := raw[start:]
+	if end := strings.IndexAny(authority, "/?#"); end >= 0 {
+		authority = authority[:end] // an "@" in the path is not userinfo
+	}
+	at := start + strings.LastIndex(authority, "@")
+	if at < start {
+		return raw
+	}
+	if colon := strings.Index(raw[start:at], ":"); colon >= 0 {
+		return raw[:start+colon] + ":***" + raw[at:]
+	}
+	return raw
 }
 
 func (c *checks) err() error {

@@ -250,3 +250,37 @@ func TestLoadSoakRefusesAnEmptyBin(t *testing.T) {
 	_, err := config.LoadSoak()
 	require.ErrorContains(t, err, "SOAK_BIN is set but empty")
 }
+
+// A config error quotes a bad URL without its password: PAYMENTS_URL's was printed to stderr, which
+// ends up on the log platform (a helper's finding, 2026-12-07).
+func TestABadURLIsQuotedWithoutItsPassword(t *testing.T) {
+	for name, tc := range map[string]struct{ variable, value, want string }{
+		"trailing /":     {"PAYMENTS_URL", "http://payuser:s3cr%2Ft@127.0.0.1:8081/", `"http://payuser:***@127.0.0.1:8081/"`},
+		"not http":       {"PAYMENTS_URL", "ftp://payuser:s3cr%2Ft@127.0.0.1:8081", `"ftp://payuser:***@127.0.0.1:8081"`},
+		"callback":       {"CALLBACK_URL", "gopher://cb:s3cr%2Ft@127.0.0.1/x", `"gopher://cb:***@127.0.0.1/x"`},
+		"without scheme": {"POINTS_METRICS_URL", "muser:s3cr%2Ft@127.0.0.1", `"muser:***@127.0.0.1"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(tc.variable, tc.value)
+			_, err := config.LoadOrders()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "s3cr")
+		})
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://u:p@h:1/x":   "http://u:***@h:1/x",
+		"http://u:p:q@r@h/x": "http://u:***@h/x",
+		"http://h:8081/a@b":  "http://h:8081/a@b",
+		"http://u@h/x":       "http://u@h/x",
+		"u:p@h":              "u:***@h",
+		"http://h:1?q=a:b@c": "http://h:1?q=a:b@c",
+		"postgres://h/db":    "postgres://h/db",
+		"":                   "",
+	} {
+		assert.Equal(t, want, config.RedactURL(in), in)
+	}
+}

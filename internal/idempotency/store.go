@@ -207,7 +207,7 @@ func (st *Store) Unfinished(ctx context.Context, kind string, grace time.Duratio
 
 // NoteUnanswered counts one question about record id that the downstream left unanswered (the
 // sweeper's bound), with the asker's fence, and returns the new count. A newer holder's record is left
-// alone (0, ErrFenced).
+// alone (0, ErrFenced), and the refusal counted in idemshop_idempotency_fence_rejections_total.
 func (st *Store) NoteUnanswered(ctx context.Context, id, fence int64) (int, error) {
 	var n []int
 	err := st.db.WithContext(ctx).Raw(`UPDATE idempotency_keys SET sweeps = sweeps + 1
@@ -216,6 +216,7 @@ func (st *Store) NoteUnanswered(ctx context.Context, id, fence int64) (int, erro
 		return 0, fmt.Errorf("count unanswered sweep of record %d: %w", id, err)
 	}
 	if len(n) == 0 {
+		st.metrics.fenceRejections.Inc() // a refused write, as finish counts one
 		return 0, ErrFenced
 	}
 	return n[0], nil

@@ -269,9 +269,15 @@ func TestClaimNeverTakesOverTheRecordOfAnotherRequest(t *testing.T) {
 // whose question was about a holder since replaced must not add to the new holder's count, or the
 // sweeper would give that holder up before it had asked about it SWEEP_MAX_UNANSWERED times.
 // Guards the note-unanswered-fence mutant (internal/mutants).
+//
+// The refusal is counted in idemshop_idempotency_fence_rejections_total like a refused final write: a
+// frozen sweeper's note went uncounted (a helper's finding, 2026-12-07). Mutant note-unanswered-count.
 func TestNoteUnansweredByAStaleAskerChangesNothing(t *testing.T) {
 	t.Parallel()
-	st, env := newStore(t)
+	env := testenv.New(t)
+	reg := prometheus.NewRegistry()
+	st, err := idempotency.NewStore(env.DB, idempotency.NewMetrics(reg))
+	require.NoError(t, err)
 	ctx := context.Background()
 	a := claim(t, st, "asked", 1)
 	require.True(t, a.Claimed)
@@ -286,6 +292,7 @@ func TestNoteUnansweredByAStaleAskerChangesNothing(t *testing.T) {
 	require.ErrorIs(t, err, idempotency.ErrFenced)
 	assert.Zero(t, n)
 	assert.Equal(t, 1, stored(t, env, "asked").Sweeps, "the newer holder's count is untouched")
+	assert.Equal(t, 1.0, counted(t, reg, "idemshop_idempotency_fence_rejections_total"), "the refused note is counted")
 
 	n, err = st.NoteUnanswered(ctx, b.Record.ID, 2)
 	require.NoError(t, err)
@@ -312,4 +319,20 @@ func TestStuckLeavesLiveLeasesAlone(t *testing.T) {
 	stuck, err = st.Stuck(ctx, idempotency.KindPay, 5, 10)
 	require.NoError(t, err)
 	assert.Len(t, stuck, 1, "never the live one")
+}
+
+// counted is the value of the counter name in reg (0 when it was never set).
+func counted(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

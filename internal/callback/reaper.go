@@ -33,13 +33,14 @@ func NewAuditReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer,
 		Name: "idemshop_callback_audit_reaped_total",
 		Help: "payment_callbacks audit rows deleted after CALLBACK_AUDIT_RETENTION.",
 	})
-	// The oldest first, through payment_callbacks_received_idx (migration 00015); the cutoff is on the
-	// database's clock, the one that wrote received_at.
+	// The oldest first, through payment_callbacks_received_idx (migration 00015); the cutoff counts
+	// from the earlier of the database's clock (the one that wrote received_at) and this process's
+	// (postgres.Reaper).
 	r, err := postgres.NewReaper(postgres.Reaper{What: "payment callback audit rows", DB: db, Logger: logger,
 		Retention: retention, Batch: batch, Deleted: func(n int64) { reaped.Add(float64(n)) },
 		Delete: `DELETE FROM payment_callbacks WHERE id IN (
 			SELECT id FROM payment_callbacks
-			WHERE received_at < now() - make_interval(secs => ?)
+			WHERE received_at < LEAST(now(), ?) - make_interval(secs => ?)
 			ORDER BY received_at
 			LIMIT ?
 			FOR UPDATE SKIP LOCKED)`,

@@ -21,14 +21,14 @@ func NewReaper(db *gorm.DB, metrics *Metrics, logger *slog.Logger, retention tim
 	if metrics == nil {
 		return nil, errors.New("idempotency: NewReaper needs metrics")
 	}
-	// The cutoff is on the database's clock, the one that wrote created_at (and every lease): a
-	// replica whose clock runs ahead must not reap keys a client may still retry. SKIP LOCKED lets
-	// several replicas reap at once without waiting on each other.
+	// The cutoff counts from the earlier of the database's clock (the one that wrote created_at) and
+	// this process's: a key is reaped only when both say it is past its retention (postgres.Reaper).
+	// SKIP LOCKED lets several replicas reap at once without waiting on each other.
 	r, err := postgres.NewReaper(postgres.Reaper{What: "idempotency keys", DB: db, Logger: logger,
 		Retention: retention, Batch: batch, Deleted: func(n int64) { metrics.reaped.Add(float64(n)) },
 		Delete: `DELETE FROM idempotency_keys WHERE id IN (
 			SELECT id FROM idempotency_keys
-			WHERE created_at < now() - make_interval(secs => ?) AND state <> ?
+			WHERE created_at < LEAST(now(), ?) - make_interval(secs => ?) AND state <> ?
 			ORDER BY created_at
 			LIMIT ?
 			FOR UPDATE SKIP LOCKED)`,

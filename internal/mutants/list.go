@@ -1142,15 +1142,15 @@ var List = []Mutant{
 	{
 		ID: "reconcile-grace", Guard: "reconciler: grace",
 		File:        "internal/orders/repository.go",
-		Original:    "\t\t  AND updated_at < now() - make_interval(secs => ?)\n",
-		Replacement: "\t\t  AND (updated_at < now() - make_interval(secs => ?) OR TRUE)\n",
+		Original:    "\t\t  AND updated_at < LEAST(now(), ?) - make_interval(secs => ?)\n",
+		Replacement: "\t\t  AND (updated_at < LEAST(now(), ?) - make_interval(secs => ?) OR TRUE)\n",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",
 	},
 	{
 		ID: "reconcile-recheck", Guard: "reconciler: recheck",
 		File:        "internal/orders/repository.go",
-		Original:    "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))",
-		Replacement: "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?) OR TRUE)",
+		Original:    "AND (reconciled_at IS NULL OR reconciled_at < LEAST(now(), ?) - make_interval(secs => ?))",
+		Replacement: "AND (reconciled_at IS NULL OR reconciled_at < LEAST(now(), ?) - make_interval(secs => ?) OR TRUE)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",
 	},
 
@@ -1228,8 +1228,8 @@ var List = []Mutant{
 		// An old row that was never published is reaped: an event still owed, lost in silence.
 		ID: "outbox-reap-owed", Guard: "outbox reaper: owed",
 		File:        "internal/outbox/reaper.go",
-		Original:    "WHERE published_at < now()",
-		Replacement: "WHERE coalesce(published_at, created_at) < now()",
+		Original:    "WHERE published_at < LEAST(now(), ?)",
+		Replacement: "WHERE coalesce(published_at, created_at) < LEAST(now(), ?)",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestReaperDeletesOnlyRowsPublishedBeforeTheRetention$",
 	},
 	{
@@ -1237,8 +1237,8 @@ var List = []Mutant{
 		// record of callbacks the shop is still answering for.
 		ID: "audit-reap-young", Guard: "audit reaper: young",
 		File:        "internal/callback/reaper.go",
-		Original:    "WHERE received_at < now() - make_interval",
-		Replacement: "WHERE received_at < now() + make_interval",
+		Original:    "WHERE received_at < LEAST(now(), ?) - make_interval",
+		Replacement: "WHERE received_at < LEAST(now(), ?) + make_interval",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestWorkersReapKeysOutboxRowsAndCallbackAuditAfterTheirRetention$",
 	},
 
@@ -1876,9 +1876,55 @@ var List = []Mutant{
 		ID: "reconcile-lookback", Guard: "reconciler: lookback",
 		File: "internal/orders/repository.go",
 		// Every run reaches back to the shop's first order, whatever RECONCILE_LOOKBACK says.
-		Original:    "\t\t  AND created_at > now() - make_interval(secs => ?)\n",
-		Replacement: "\t\t  AND (created_at > now() - make_interval(secs => ?) OR true)\n",
+		Original:    "\t\t  AND created_at > LEAST(now(), ?) - make_interval(secs => ?)\n",
+		Replacement: "\t\t  AND (created_at > LEAST(now(), ?) - make_interval(secs => ?) OR true)\n",
 		Pkgs:        []string{"./internal/orders"}, Run: "^TestReconcileCandidatesKeepToTheirWindow$",
+	},
+	{
+		ID: "reconcile-two-clocks", Guard: "reconciler: two clocks",
+		File: "internal/orders/repository.go",
+		// The lookback counts on the database's clock alone: stepped forward, it drops orders early.
+		Original:    "\t\t  AND created_at > LEAST(now(), ?) - make_interval(secs => ?)\n",
+		Replacement: "\t\t  AND created_at > COALESCE(now(), ?) - make_interval(secs => ?)\n",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestReconcileCandidatesCountAgesOnTheEarlierClock$",
+	},
+	{
+		ID: "points-check-2-clocks", Guard: "points check: 2 clocks",
+		File: "internal/orders/points_check.go",
+		// The points check's window counts on the database's clock alone.
+		Original:    "AND x.published_at > LEAST(now(), ?) - make_interval(secs => ?)",
+		Replacement: "AND x.published_at > COALESCE(now(), ?) - make_interval(secs => ?)",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestUncreditedEventsCountAgesOnTheEarlierClock$",
+	},
+	{
+		ID: "reap-keys-2-clocks", Guard: "key reaper: two clocks",
+		File: "internal/idempotency/reaper.go",
+		// Keys are reaped on the database's clock alone: stepped forward, it reaps keys still retried.
+		Original:    "WHERE created_at < LEAST(now(), ?) - make_interval(secs => ?) AND state <> ?",
+		Replacement: "WHERE created_at < COALESCE(now(), ?) - make_interval(secs => ?) AND state <> ?",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReapersWaitForBothClocks$",
+	},
+	{
+		ID: "reap-outbox-2-clocks", Guard: "outbox reap: 2 clocks",
+		File:        "internal/outbox/reaper.go",
+		Original:    "WHERE published_at < LEAST(now(), ?)",
+		Replacement: "WHERE published_at < COALESCE(now(), ?)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReapersWaitForBothClocks$",
+	},
+	{
+		ID: "reap-audit-2-clocks", Guard: "audit reaper: 2 clocks",
+		File:        "internal/callback/reaper.go",
+		Original:    "WHERE received_at < LEAST(now(), ?) - make_interval",
+		Replacement: "WHERE received_at < COALESCE(now(), ?) - make_interval",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReapersWaitForBothClocks$",
+	},
+	{
+		ID: "relay-lag-age", Guard: "outbox lag: row's age",
+		File: "internal/outbox/relay.go",
+		// The lag forgets the row's age at the read: every event looks published at once.
+		Original:    "rows[i].born = read.Add(-time.Duration(rows[i].AgeMicros) * time.Microsecond)",
+		Replacement: "rows[i].born = read",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestTheLagCountsFromTheRowsAgeOnTheDatabasesClock$",
 	},
 	{
 		ID: "reconcile-idx-usable", Guard: "reconciler: its index",

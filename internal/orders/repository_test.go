@@ -194,6 +194,67 @@ func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 	assert.ElementsMatch(t, []int64{in, alsoIn, refunded}, ids)
 }
 
+// Each age of the window counts from the earlier of the database's clock and the process's (Now): the
+// database's alone, stepped forward two hours, dropped orders from the lookback early and two lost
+// refunds went unreported (a clock-skew helper's finding, 2026-12-07). With the process's clock three
+// hours behind, as if the database had stepped forward, an order 25 hours old by the database is still
+// in a 24-hour lookback, and orders touched or compared two hours ago by the database wait for the
+// process's clock to pass their grace and recheck. Guards the reconcile-two-clocks mutant.
+func TestReconcileCandidatesCountAgesOnTheEarlierClock(t *testing.T) {
+	t.Parallel()
+	env, repo := newRepository(t)
+	ctx := context.Background()
+	order := func(created, updated, reconciled string) int64 {
+		t.Helper()
+		o, err := repo.Create(ctx, env.DB, 1, orders.CreateRequest{ProductID: 1, Quantity: 1})
+		require.NoError(t, err)
+		require.NoError(t, env.DB.Exec(`UPDATE orders SET status = 'PAYING', created_at = now() - ?::interval,
+			updated_at = now() - ?::interval, reconciled_at = now() - ?::interval WHERE id = ?`,
+			created, updated, reconciled, o.ID).Error)
+		return o.ID
+	}
+	old := order("25 hours", "5 hours", "5 hours")
+	touched := order("6 hours", "2 hours", "5 hours")
+	compared := order("6 hours", "5 hours", "2 hours")
+	ids := func(now time.Time) []int64 {
+		list, err := repo.ReconcileCandidates(ctx, orders.ReconcileWindow{Grace: time.Hour, Lookback: 24 * time.Hour,
+			Recheck: time.Hour, Limit: 10, Now: now})
+		require.NoError(t, err)
+		var got []int64
+		for _, o := range list {
+			got = append(got, o.ID)
+		}
+		return got
+	}
+	assert.ElementsMatch(t, []int64{old}, ids(time.Now().Add(-3*time.Hour)), "the process's clock three hours behind")
+	assert.ElementsMatch(t, []int64{touched, compared}, ids(time.Now()), "both clocks agree")
+}
+
+// The points check's window counts from the earlier clock too: with the process's clock three hours
+// behind, an event published 25 hours ago by the database is still inside a 24-hour lookback, and one
+// published two hours ago is not yet past an hour's RECONCILE_POINTS_AFTER. Guards the
+// points-check-2-clocks mutant.
+func TestUncreditedEventsCountAgesOnTheEarlierClock(t *testing.T) {
+	t.Parallel()
+	env, repo := newRepository(t)
+	ctx := context.Background()
+	require.NoError(t, env.DB.Exec(`
+		INSERT INTO outbox (event_id, routing_key, payload, created_at, published_at) VALUES
+		  (gen_random_uuid(), 'order.paid', '{"order_id":901}', now() - interval '25 hours', now() - interval '25 hours'),
+		  (gen_random_uuid(), 'order.paid', '{"order_id":902}', now() - interval '2 hours', now() - interval '2 hours')`).Error)
+	ids := func(now time.Time) []int64 {
+		list, err := repo.UncreditedEvents(ctx, now, time.Hour, 24*time.Hour, 10)
+		require.NoError(t, err)
+		var got []int64
+		for _, ev := range list {
+			got = append(got, ev.OrderID)
+		}
+		return got
+	}
+	assert.Equal(t, []int64{901}, ids(time.Now().Add(-3*time.Hour)), "the process's clock three hours behind")
+	assert.Equal(t, []int64{902}, ids(time.Now()), "both clocks agree")
+}
+
 // The reconciler's scan can use orders_reconcile_idx (migration 00016): its status list implies the
 // index's predicate, so a run reads the orders created within the lookback, not the whole table. The
 // planner is asked with sequential scans priced out (a small table would be read whole either way), so

@@ -38,7 +38,8 @@ func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, rete
 		Name: "idemshop_outbox_reaped_total",
 		Help: "Published outbox rows deleted after OUTBOX_RETENTION.",
 	})
-	// The cutoff is on the database's clock, the one that wrote published_at. published_at < cutoff is
+	// The cutoff counts from the earlier of the database's clock (the one that wrote published_at) and
+	// this process's (postgres.Reaper). published_at < cutoff is
 	// false for NULL: an unpublished row is never reaped. The oldest first, through
 	// outbox_published_idx (migrations 00011 and 00012), which holds published rows only. SKIP LOCKED:
 	// several replicas reap at once without waiting on each other; a row another one holds is left to
@@ -47,7 +48,7 @@ func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, rete
 		Retention: retention, Batch: batch, Deleted: func(n int64) { reaped.Add(float64(n)) },
 		Delete: `DELETE FROM outbox WHERE id IN (
 			SELECT id FROM outbox
-			WHERE published_at < now() - make_interval(secs => ?)
+			WHERE published_at < LEAST(now(), ?) - make_interval(secs => ?)
 			ORDER BY published_at
 			LIMIT ?
 			FOR UPDATE SKIP LOCKED)`,

@@ -335,7 +335,13 @@ type pendingRow struct {
 	EventID    string
 	RoutingKey string
 	Payload    []byte
-	CreatedAt  time.Time
+	CreatedAt  time.Time // the event's time, sent as the message's timestamp
+	AgeMicros  int64     // its age when it was read, on the database's clock (µs)
+	// born is CreatedAt on this process's monotonic clock: the read's instant less AgeMicros. The lag
+	// metric counts from it, so that it never mixes the database's clock with this process's: with the
+	// database five minutes ahead, time.Since(CreatedAt) observed -300 s for every event, and an alert on
+	// the lag could never fire (a clock-skew helper's finding, 2026-12-07).
+	born time.Time `db:"-"`
 }
 
 // publishBatch locks up to BatchSize pending rows, publishes them, waits for the confirms and marks the
@@ -358,7 +364,8 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-ch
 		// SKIP LOCKED: rows another relay is publishing right now are not ours to wait for.
 		err := t.Batch(work, func(b *pgx.Batch) {
 			b.Queue("BEGIN")
-			b.Queue(`SELECT id, event_id::text, routing_key, payload::text, created_at
+			b.Queue(`SELECT id, event_id::text, routing_key, payload::text, created_at,
+				       (extract(epoch FROM clock_timestamp() - created_at) * 1e6)::bigint
 				FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
 		}, func(br pgx.BatchResults) error {
 			if _, err := br.Exec(); err != nil {
@@ -369,6 +376,10 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-ch
 				return err
 			}
 			rows, err = pgx.CollectRows(found, pgx.RowToStructByPos[pendingRow])
+			read := time.Now()
+			for i := range rows {
+				rows[i].born = read.Add(-time.Duration(rows[i].AgeMicros) * time.Microsecond)
+			}
 			return err
 		})
 		if err != nil {
@@ -496,7 +507,7 @@ func (r *Relay) publish(parent context.Context, ch *amqp.Channel, returns <-chan
 		confirmed = append(confirmed, row.ID)
 		r.metrics.published.Inc()
 		decisions.Emit(r.cfg.Decisions, decisions.Decision{Type: decisions.TypeOutbox, Outcome: "published", EventID: row.EventID, Detail: row.RoutingKey})
-		r.metrics.lag.Observe(time.Since(row.CreatedAt).Seconds())
+		r.metrics.lag.Observe(time.Since(row.born).Seconds())
 		r.logger.Debug("outbox row published", "event_id", row.EventID, "outbox_id", row.ID)
 	}
 	return confirmed, failed, err

@@ -231,7 +231,7 @@ func (r *Reconciler) checkPoints(ctx context.Context, rep *Report, shared bool) 
 			r.logger.Warn("reconcile: the points check's shared clock is unavailable; keeping this replica's", "err", err)
 		}
 	}
-	missing, err := r.repo.UncreditedEvents(ctx, r.cfg.PointsAfter, r.cfg.Lookback, r.cfg.Batch)
+	missing, err := r.repo.UncreditedEvents(ctx, time.Now(), r.cfg.PointsAfter, r.cfg.Lookback, r.cfg.Batch)
 	if err != nil {
 		if mark != nil {
 			_ = r.turns.Release(context.WithoutCancel(ctx), mark) // an error leaves it to run out
@@ -269,7 +269,7 @@ func recordResult(repair string) string {
 // untouched for Grace, younger than Lookback, not compared in the last Recheck.
 func (r *Reconciler) candidates(ctx context.Context) ([]orders.Order, error) {
 	list, err := r.repo.ReconcileCandidates(ctx, orders.ReconcileWindow{Grace: r.cfg.Grace,
-		Lookback: r.cfg.Lookback, Recheck: r.cfg.Recheck, Limit: r.cfg.Batch})
+		Lookback: r.cfg.Lookback, Recheck: r.cfg.Recheck, Limit: r.cfg.Batch, Now: time.Now()})
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}

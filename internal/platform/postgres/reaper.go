@@ -16,15 +16,23 @@ import (
 // and callback-audit reapers are each one: which rows may go is theirs to say, in their own statement
 // (idempotency.NewReaper, outbox.NewReaper, callback.NewAuditReaper); the loop, the batching and the
 // logging are the same and live here.
+//
+// A retention is a promise to clients ("a retry within 24 h replays"), so a row's age is the smaller
+// of what two clocks say: Delete's first parameter is this process's clock, and each statement counts
+// from LEAST(now(), it). The database's clock alone, stepped forward by two hours (NTP, a restored VM),
+// reaped every key at once, and a retry a minute old created a second order (a clock-skew helper's
+// finding, 2026-12-07); the process's clock alone, running ahead, would do the same. A clock behind
+// only keeps rows longer.
 type Reaper struct {
 	What      string // the rows, for logs and errors: "idempotency keys"
 	DB        *gorm.DB
 	Logger    *slog.Logger
-	Retention time.Duration // rows are kept at least this long; Args carry it into Delete
-	Batch     int           // rows per DELETE, the statement's last parameter
-	Delete    string        // DeleteInBatches' del
-	Args      []any         // del's parameters but the last
-	Deleted   func(n int64) // each statement's count (a metric)
+	Retention time.Duration    // rows are kept at least this long; Args carry it into Delete
+	Batch     int              // rows per DELETE, the statement's last parameter
+	Delete    string           // DeleteInBatches' del
+	Args      []any            // del's parameters but the first (Now's reading) and the last
+	Deleted   func(n int64)    // each statement's count (a metric)
+	Now       func() time.Time // this process's clock (nil: time.Now); tests set one stepped back
 }
 
 // NewReaper checks r and returns it: a DB, Logger and Deleted, and a Retention and Batch > 0.
@@ -43,7 +51,11 @@ func NewReaper(r Reaper) (*Reaper, error) {
 
 // RunOnce deletes every row the statement picks, Batch at a time, and returns how many it deleted.
 func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
-	n, err := DeleteInBatches(ctx, r.DB, r.Batch, r.Deleted, r.Delete, r.Args...)
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	n, err := DeleteInBatches(ctx, r.DB, r.Batch, r.Deleted, r.Delete, append([]any{now()}, r.Args...)...)
 	if err != nil {
 		return n, fmt.Errorf("reap %s: %w", r.What, err)
 	}

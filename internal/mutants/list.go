@@ -1927,6 +1927,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestTheLagCountsFromTheRowsAgeOnTheDatabasesClock$",
 	},
 	{
+		ID: "pg-application-name", Guard: "postgres: app name",
+		File: "internal/platform/postgres/postgres.go",
+		// Pool connections go unnamed in pg_stat_activity.
+		Original:    "cfg.RuntimeParams[\"application_name\"] = ApplicationName",
+		Replacement: "_ = ApplicationName",
+		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestEveryConnectionNamesItsProcess$",
+	},
+	{
 		ID: "reconcile-idx-usable", Guard: "reconciler: its index",
 		File: "internal/orders/repository.go",
 		// The same rows, but a status list the index's predicate no longer follows from: every run reads

@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +64,15 @@ const AnswerMargin = 2 * time.Second
 // caller forever: a one-shot command would never exit.
 const DefaultConnectTimeout = 10 * time.Second
 
-// parseURL parses DATABASE_URL, with DefaultConnectTimeout where the URL sets none.
+// ApplicationName is what each connection says it is (PostgreSQL's application_name, in
+// pg_stat_activity) when DATABASE_URL sets none: the binary and its pid, as the AMQP connections name
+// themselves (rabbitmq.ConnectionName). Every pool connection had an empty one, so an operator could
+// not tell orders' connections from points-consumer's or a one-shot command's (a helper's finding,
+// 2026-12-07). PostgreSQL keeps its first 63 bytes.
+var ApplicationName = fmt.Sprintf("%s (pid %d)", filepath.Base(os.Args[0]), os.Getpid())
+
+// parseURL parses DATABASE_URL, with DefaultConnectTimeout where the URL sets none, and
+// ApplicationName where it names none.
 func parseURL(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -70,6 +80,9 @@ func parseURL(url string) (*pgx.ConnConfig, error) {
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if _, set := cfg.RuntimeParams["application_name"]; !set {
+		cfg.RuntimeParams["application_name"] = ApplicationName
 	}
 	return cfg, nil
 }

@@ -305,3 +305,26 @@ func TestALockOfAClientThatWentHalfOpenIsReleased(t *testing.T) {
 	require.NoError(t, err, "the lock of the half-open client's transaction was released")
 	_, _ = other.Exec(t.Context(), "SELECT pg_advisory_unlock(42)")
 }
+
+// Every connection says which process it is (application_name, "<binary> (pid N)"), unless
+// DATABASE_URL names one: pool connections had an empty name, and pg_stat_activity could not tell
+// orders' from points-consumer's (a helper's finding, 2026-12-07). Guards the pg-application-name
+// mutant (internal/mutants).
+func TestEveryConnectionNamesItsProcess(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	var name string
+	require.NoError(t, env.DB.Raw(`SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&name).Error)
+	assert.Equal(t, postgres.ApplicationName, name)
+	assert.Contains(t, name, fmt.Sprintf("(pid %d)", os.Getpid()))
+
+	sep := "?"
+	if strings.Contains(env.DatabaseURL, "?") {
+		sep = "&"
+	}
+	db, err := postgres.Open(context.Background(), env.DatabaseURL+sep+"application_name=chosen", postgres.Options{MaxConns: 1})
+	require.NoError(t, err)
+	defer postgres.Close(db)
+	require.NoError(t, db.Raw(`SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&name).Error)
+	assert.Equal(t, "chosen", name, "the URL's own name is kept")
+}

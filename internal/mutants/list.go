@@ -1935,6 +1935,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestEveryConnectionNamesItsProcess$",
 	},
 	{
+		ID: "reconcile-full-batch", Guard: "reconciler: full batch",
+		File: "internal/sweeper/reconcile.go",
+		// A reconciler falling behind its recheck shows nowhere.
+		Original:    "if len(list) >= r.cfg.Batch {",
+		Replacement: "if false {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFullReconcileBatchIsCounted$",
+	},
+	{
 		ID: "reconcile-idx-usable", Guard: "reconciler: its index",
 		File: "internal/orders/repository.go",
 		// The same rows, but a status list the index's predicate no longer follows from: every run reads

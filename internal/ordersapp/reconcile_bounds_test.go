@@ -2,6 +2,7 @@ package ordersapp_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,4 +55,33 @@ func TestReconcilerKeepsToGraceAndRecheck(t *testing.T) {
 	rep, err = noGrace.app.Reconciler.RunOnce(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, rep.Orders, "compared within RECONCILE_RECHECK: not asked again")
+}
+
+// A run that finds a full batch of orders due counts it: past RECONCILE_BATCH × RECONCILE_RECHECK /
+// RECONCILE_INTERVAL orders in the lookback, each is compared less often than the recheck says, and
+// nothing showed it (a leak hunter's finding, 2026-12-07). Guards the reconcile-full-batch mutant.
+func TestAFullReconcileBatchIsCounted(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, 5*time.Second)(c)
+		c.CallbackURL = "http://" + testenv.FreeAddr(t) + "/v1/payments/callback"
+		c.ReconcileGrace = 0
+		c.ReconcileRecheck = time.Hour
+		c.ReconcileBatch = 2
+	}})
+	for i := range 3 {
+		id, _ := rp.newOrder(alice, 1, 1)
+		paymentID(t, rp.pay(alice, id, fmt.Sprintf("pay-full-%d", i)))
+	}
+	for run, want := range []struct {
+		compared int
+		full     float64
+	}{{2, 1}, {1, 1}, {0, 1}} {
+		rep, err := rp.app.Reconciler.RunOnce(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, want.compared, rep.Orders[sweeper.ReconcileUnchanged], "run %d", run)
+		assert.Equal(t, want.full, metricValue(t, rp.reg, "idemshop_reconcile_full_batches_total", nil), "run %d", run)
+	}
 }

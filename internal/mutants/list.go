@@ -1142,15 +1142,15 @@ var List = []Mutant{
 	{
 		ID: "reconcile-grace", Guard: "reconciler: grace",
 		File:        "internal/orders/repository.go",
-		Original:    "\t\t  AND updated_at < LEAST(now(), ?) - make_interval(secs => ?)\n",
-		Replacement: "\t\t  AND (updated_at < LEAST(now(), ?) - make_interval(secs => ?) OR TRUE)\n",
+		Original:    "\t\t  AND updated_at < now() - make_interval(secs => ?)\n",
+		Replacement: "\t\t  AND (updated_at < now() - make_interval(secs => ?) OR TRUE)\n",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",
 	},
 	{
 		ID: "reconcile-recheck", Guard: "reconciler: recheck",
 		File:        "internal/orders/repository.go",
-		Original:    "AND (reconciled_at IS NULL OR reconciled_at < LEAST(now(), ?) - make_interval(secs => ?))",
-		Replacement: "AND (reconciled_at IS NULL OR reconciled_at < LEAST(now(), ?) - make_interval(secs => ?) OR TRUE)",
+		Original:    "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))",
+		Replacement: "AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?) OR TRUE)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerKeepsToGraceAndRecheck$",
 	},
 
@@ -1886,7 +1886,7 @@ var List = []Mutant{
 		// The lookback counts on the database's clock alone: stepped forward, it drops orders early.
 		Original:    "\t\t  AND created_at > LEAST(now(), ?) - make_interval(secs => ?)\n",
 		Replacement: "\t\t  AND created_at > COALESCE(now(), ?) - make_interval(secs => ?)\n",
-		Pkgs:        []string{"./internal/orders"}, Run: "^TestReconcileCandidatesCountAgesOnTheEarlierClock$",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestTheReconcilersLookbackCountsOnTheEarlierClock$",
 	},
 	{
 		ID: "points-check-2-clocks", Guard: "points check: 2 clocks",
@@ -1894,7 +1894,7 @@ var List = []Mutant{
 		// The points check's window counts on the database's clock alone.
 		Original:    "AND x.published_at > LEAST(now(), ?) - make_interval(secs => ?)",
 		Replacement: "AND x.published_at > COALESCE(now(), ?) - make_interval(secs => ?)",
-		Pkgs:        []string{"./internal/orders"}, Run: "^TestUncreditedEventsCountAgesOnTheEarlierClock$",
+		Pkgs:        []string{"./internal/orders"}, Run: "^TestThePointsChecksWindowReachesBackOnTheEarlierClock$",
 	},
 	{
 		ID: "reap-keys-2-clocks", Guard: "key reaper: two clocks",

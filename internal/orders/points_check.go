@@ -17,9 +17,9 @@ type UncreditedEvent struct {
 }
 
 // UncreditedEvents returns, oldest first, at most limit events published between lookback and after
-// ago whose ledger row is missing. Both ages count from the earlier of the database's clock and now,
-// the process's (ReconcileWindow says why): a clock stepped forward neither drops an event from the
-// window early nor raises its alert before after has passed. After the relay's confirm the shop no longer holds an event: one
+// ago whose ledger row is missing. The window's far end counts from the earlier of the database's
+// clock and now, the process's, so that a clock stepped forward drops no event early; after, which
+// only makes an alert wait, is on the database's clock (ReconcileWindow says why). After the relay's confirm the shop no longer holds an event: one
 // that a queue purge, a deleted dead-letter exchange (RabbitMQ drops a dead letter it cannot route) or
 // a database restored from a backup taken between the publish and the credit lost stays lost in
 // silence (a helper's findings, 2026-12-06). The biz_id prefixes are points.BizIDOrderPaid's and
@@ -35,12 +35,12 @@ func (r *Repository) UncreditedEvents(ctx context.Context, now time.Time, after,
 		FROM outbox x
 		WHERE x.published_at IS NOT NULL
 		  AND x.published_at > LEAST(now(), ?) - make_interval(secs => ?)
-		  AND x.published_at < LEAST(now(), ?) - make_interval(secs => ?)
+		  AND x.published_at < now() - make_interval(secs => ?)
 		  AND x.routing_key IN ('order.paid', 'order.refunded')
 		  AND NOT EXISTS (SELECT 1 FROM points_ledger l WHERE l.biz_id =
 		      CASE x.routing_key WHEN 'order.paid' THEN 'order-paid:' ELSE 'order-refunded:' END || (x.payload->>'order_id'))
 		ORDER BY x.published_at
-		LIMIT ?`, now, lookback.Seconds(), now, after.Seconds(), limit).Scan(&list).Error
+		LIMIT ?`, now, lookback.Seconds(), after.Seconds(), limit).Scan(&list).Error
 	if err != nil {
 		return nil, fmt.Errorf("list published events without their ledger row: %w", err)
 	}

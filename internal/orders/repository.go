@@ -373,11 +373,13 @@ func (r *Repository) StatusAndPayment(ctx context.Context, tx *gorm.DB, id int64
 }
 
 // ReconcileWindow picks the orders the reconciler compares with the platform. Durations are wall-clock
-// ages, each counted from the earlier of two clocks: the database's, which stamped the rows, and Now,
-// the process's. The database's alone, stepped forward two hours, took every order older than 22 hours
-// out of a 24-hour lookback, and two lost refunds went unreported (a clock-skew helper's finding,
-// 2026-12-07): with the earlier clock, a step either way makes an age read younger, never older, so
-// an order is compared later, never dropped early.
+// ages on the database's clock, which stamped the rows, but for the lookback, which counts from the
+// earlier of the database's clock and Now, the process's. The database's alone, stepped forward two
+// hours, took every order older than 22 hours out of a 24-hour lookback, and two lost refunds went
+// unreported (a clock-skew helper's finding, 2026-12-07): dropping an order waits until both clocks
+// agree. Grace and recheck only ever make a comparison wait, so they stay on the database's clock: on
+// the earlier clock, a database running two hours ahead held every comparison back two hours (the
+// verifier's finding, the same day).
 type ReconcileWindow struct {
 	Grace    time.Duration // untouched for at least this long (callbacks and the sweeper go first)
 	Lookback time.Duration // created less than this long ago
@@ -393,20 +395,20 @@ type ReconcileWindow struct {
 // `make mutants` holds the mutants of its clauses in one schema (internal/mutants/schema.go).
 var reconcileCandidatesSQL = `SELECT * FROM orders
 		WHERE status NOT IN ('PENDING', 'CANCELLED')
-		  AND updated_at < LEAST(now(), ?) - make_interval(secs => ?)
+		  AND updated_at < now() - make_interval(secs => ?)
 		  AND created_at > LEAST(now(), ?) - make_interval(secs => ?)
-		  AND (reconciled_at IS NULL OR reconciled_at < LEAST(now(), ?) - make_interval(secs => ?))
+		  AND (reconciled_at IS NULL OR reconciled_at < now() - make_interval(secs => ?))
 		ORDER BY reconciled_at NULLS FIRST, id
 		LIMIT ?`
 
-// reconcileCandidatesArgs are reconcileCandidatesSQL's parameters for w (the process's clock and
-// seconds, for each age, and the limit).
+// reconcileCandidatesArgs are reconcileCandidatesSQL's parameters for w (seconds, the process's clock
+// for the lookback, and the limit).
 func reconcileCandidatesArgs(w ReconcileWindow) []any {
 	now := w.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return []any{now, w.Grace.Seconds(), now, w.Lookback.Seconds(), now, w.Recheck.Seconds(), w.Limit}
+	return []any{w.Grace.Seconds(), now, w.Lookback.Seconds(), w.Recheck.Seconds(), w.Limit}
 }
 
 // ReconcileCandidates are the orders that may still differ from the platform: not PENDING or CANCELLED,

@@ -194,13 +194,14 @@ func TestReconcileCandidatesKeepToTheirWindow(t *testing.T) {
 	assert.ElementsMatch(t, []int64{in, alsoIn, refunded}, ids)
 }
 
-// Each age of the window counts from the earlier of the database's clock and the process's (Now): the
-// database's alone, stepped forward two hours, dropped orders from the lookback early and two lost
-// refunds went unreported (a clock-skew helper's finding, 2026-12-07). With the process's clock three
-// hours behind, as if the database had stepped forward, an order 25 hours old by the database is still
-// in a 24-hour lookback, and orders touched or compared two hours ago by the database wait for the
-// process's clock to pass their grace and recheck. Guards the reconcile-two-clocks mutant.
-func TestReconcileCandidatesCountAgesOnTheEarlierClock(t *testing.T) {
+// The lookback counts from the earlier of the database's clock and the process's (Now): the database's
+// alone, stepped forward two hours, dropped orders from the lookback early and two lost refunds went
+// unreported (a clock-skew helper's finding, 2026-12-07). With the process's clock three hours behind,
+// as if the database had stepped forward, an order 25 hours old by the database is still in a 24-hour
+// lookback. Grace and recheck stay on the database's clock: orders touched or compared two hours ago by
+// it are due whatever the process's clock says (on the earlier clock, a database running ahead held
+// every comparison back by its lead: the verifier's finding). Guards the reconcile-two-clocks mutant.
+func TestTheReconcilersLookbackCountsOnTheEarlierClock(t *testing.T) {
 	t.Parallel()
 	env, repo := newRepository(t)
 	ctx := context.Background()
@@ -226,15 +227,15 @@ func TestReconcileCandidatesCountAgesOnTheEarlierClock(t *testing.T) {
 		}
 		return got
 	}
-	assert.ElementsMatch(t, []int64{old}, ids(time.Now().Add(-3*time.Hour)), "the process's clock three hours behind")
+	assert.ElementsMatch(t, []int64{old, touched, compared}, ids(time.Now().Add(-3*time.Hour)), "the process's clock three hours behind")
 	assert.ElementsMatch(t, []int64{touched, compared}, ids(time.Now()), "both clocks agree")
 }
 
-// The points check's window counts from the earlier clock too: with the process's clock three hours
-// behind, an event published 25 hours ago by the database is still inside a 24-hour lookback, and one
-// published two hours ago is not yet past an hour's RECONCILE_POINTS_AFTER. Guards the
-// points-check-2-clocks mutant.
-func TestUncreditedEventsCountAgesOnTheEarlierClock(t *testing.T) {
+// The points check's window reaches back from the earlier clock too: with the process's clock three
+// hours behind, an event published 25 hours ago by the database is still inside a 24-hour lookback.
+// RECONCILE_POINTS_AFTER stays on the database's clock: an event published two hours ago by it is
+// reported whatever the process's clock says. Guards the points-check-2-clocks mutant.
+func TestThePointsChecksWindowReachesBackOnTheEarlierClock(t *testing.T) {
 	t.Parallel()
 	env, repo := newRepository(t)
 	ctx := context.Background()
@@ -251,7 +252,7 @@ func TestUncreditedEventsCountAgesOnTheEarlierClock(t *testing.T) {
 		}
 		return got
 	}
-	assert.Equal(t, []int64{901}, ids(time.Now().Add(-3*time.Hour)), "the process's clock three hours behind")
+	assert.Equal(t, []int64{901, 902}, ids(time.Now().Add(-3*time.Hour)), "the process's clock three hours behind")
 	assert.Equal(t, []int64{902}, ids(time.Now()), "both clocks agree")
 }
 

@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"idemshop/internal/platform/config"
 )
 
 func main() {
@@ -41,7 +43,9 @@ func run(args []string, stderr io.Writer) int {
 func check(ctx context.Context, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		// url.Parse's error quotes the URL, and the part of a password an unescaped "/" cut off as
+		// the port: the URL is named without its password instead (a verifier's finding, 2026-12-07).
+		return fmt.Errorf("%s is not a URL", config.RedactURL(url))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -50,7 +54,7 @@ func check(ctx context.Context, url string) error {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%s answered %s", url, resp.Status)
+		return fmt.Errorf("%s answered %s", config.RedactURL(url), resp.Status)
 	}
 	return nil
 }

@@ -41,3 +41,14 @@ func TestRun(t *testing.T) {
 		})
 	}
 }
+
+// A URL that does not parse is named without its password: url.Parse's error quoted it, and the part
+// of the password an unescaped "/" cut off as a port (a verifier's finding, 2026-12-07). Guards the
+// healthcheck-redacted mutant.
+func TestABadURLIsNamedWithoutItsPassword(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	assert.Equal(t, 1, run([]string{"http://u:S3/CRET@127.0.0.1:1/readyz"}, &stderr))
+	assert.Contains(t, stderr.String(), "http://u:***@127.0.0.1:1/readyz is not a URL")
+	assert.NotContains(t, stderr.String(), "S3")
+}

@@ -1943,6 +1943,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFullReconcileBatchIsCounted$",
 	},
 	{
+		ID: "healthcheck-redacted", Guard: "healthcheck: URL pass",
+		File: "cmd/healthcheck/main.go",
+		// A URL that does not parse is quoted with its password.
+		Original:    "return fmt.Errorf(\"%s is not a URL\", config.RedactURL(url))",
+		Replacement: "return fmt.Errorf(\"%s is not a URL: %w\", url, err)",
+		Pkgs:        []string{"./cmd/healthcheck"}, Run: "^TestABadURLIsNamedWithoutItsPassword$",
+	},
+	{
 		ID: "reconcile-idx-usable", Guard: "reconciler: its index",
 		File: "internal/orders/repository.go",
 		// The same rows, but a status list the index's predicate no longer follows from: every run reads
@@ -1971,7 +1979,7 @@ var List = []Mutant{
 		ID: "config-url-redacted", Guard: "config: URL password",
 		File: "internal/platform/config/checks.go",
 		// A config error quotes the URL with its password.
-		Original:    "return raw[:start+colon] + \":***\" + raw[at:]",
+		Original:    "return raw[:start+colon] + \":***\" + raw[start+at:]",
 		Replacement: "return raw",
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^(TestABadURLIsQuotedWithoutItsPassword|TestRedactURL)$",
 	},

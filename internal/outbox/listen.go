@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -30,8 +31,10 @@ import (
 const NotifyChannel = "outbox_inserted"
 
 // ListenApplicationName is the application_name of the relay's listen connection, so that it can be
-// found in pg_stat_activity.
-const ListenApplicationName = "idemshop-outbox-listener"
+// found in pg_stat_activity: its own, whatever DATABASE_URL names the pool, with the process's pid, as
+// every connection's (postgres.ApplicationName); two replicas' listeners looked alike (a verifier's
+// finding, 2026-12-07).
+var ListenApplicationName = fmt.Sprintf("idemshop-outbox-listener (pid %d)", os.Getpid())
 
 // listen is one session of the listener: it opens the listen connection, runs LISTEN and turns every
 // notification into a wake-up of the publishing loop, until the connection fails or ctx ends. Run

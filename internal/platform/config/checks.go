@@ -121,23 +121,21 @@ func (c *checks) baseURL(name, raw string) {
 
 // RedactURL masks the password of a URL's userinfo ("user:***@host") for a message: a config error
 // quoted PAYMENTS_URL with its password to stderr, which ends up on the log platform (a helper's
-// finding, 2026-12-07). It works on the raw text, so a URL that does not parse (no scheme, a bad
-// escape) is masked too; text without an "@" comes back as it is.
+// finding, 2026-12-07). It works on the raw text, up to the last "@", because the URLs it is for are
+// the ones that do not parse: a password with a "/", "?" or "#" that is not escaped ends the host
+// early, and was printed whole (the verifier's finding, the same day). So an "@" in a path masks more
+// than a password; text without an "@" comes back as it is.
 func RedactURL(raw string) string {
 	start := 0
 	if i := strings.Index(raw, "://"); i >= 0 {
 		start = i + len("://")
 	}
-	authority := raw[start:]
-	if end := strings.IndexAny(authority, "/?#"); end >= 0 {
-		authority = authority[:end] // an "@" in the path is not userinfo
-	}
-	at := start + strings.LastIndex(authority, "@")
-	if at < start {
+	at := strings.LastIndex(raw[start:], "@")
+	if at < 0 {
 		return raw
 	}
-	if colon := strings.Index(raw[start:at], ":"); colon >= 0 {
-		return raw[:start+colon] + ":***" + raw[at:]
+	if colon := strings.Index(raw[start:start+at], ":"); colon >= 0 {
+		return raw[:start+colon] + ":***" + raw[start+at:]
 	}
 	return raw
 }

@@ -259,6 +259,7 @@ func TestABadURLIsQuotedWithoutItsPassword(t *testing.T) {
 		"not http":       {"PAYMENTS_URL", "ftp://payuser:s3cr%2Ft@127.0.0.1:8081", `"ftp://payuser:***@127.0.0.1:8081"`},
 		"callback":       {"CALLBACK_URL", "gopher://cb:s3cr%2Ft@127.0.0.1/x", `"gopher://cb:***@127.0.0.1/x"`},
 		"without scheme": {"POINTS_METRICS_URL", "muser:s3cr%2Ft@127.0.0.1", `"muser:***@127.0.0.1"`},
+		"a / in it":      {"PAYMENTS_URL", "http://u:s3cr/t@127.0.0.1:1", `"http://u:***@127.0.0.1:1"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(tc.variable, tc.value)
@@ -272,14 +273,16 @@ func TestABadURLIsQuotedWithoutItsPassword(t *testing.T) {
 
 func TestRedactURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"http://u:p@h:1/x":   "http://u:***@h:1/x",
-		"http://u:p:q@r@h/x": "http://u:***@h/x",
-		"http://h:8081/a@b":  "http://h:8081/a@b",
-		"http://u@h/x":       "http://u@h/x",
-		"u:p@h":              "u:***@h",
-		"http://h:1?q=a:b@c": "http://h:1?q=a:b@c",
-		"postgres://h/db":    "postgres://h/db",
-		"":                   "",
+		"http://u:p@h:1/x":     "http://u:***@h:1/x",
+		"http://u:p:q@r@h/x":   "http://u:***@h/x",
+		"http://u:S3/CRET@h:1": "http://u:***@h:1",
+		"http://u:S3?CRET@h:1": "http://u:***@h:1",
+		"http://u:S3#CRET@h:1": "http://u:***@h:1",
+		"http://h:8081/a@b":    "http://h:***@b", // an "@" in a path: more masked than needed
+		"http://u@h/x":         "http://u@h/x",
+		"u:p@h":                "u:***@h",
+		"postgres://h/db":      "postgres://h/db",
+		"":                     "",
 	} {
 		assert.Equal(t, want, config.RedactURL(in), in)
 	}

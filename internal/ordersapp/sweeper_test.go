@@ -304,3 +304,36 @@ func TestSweeperCountsRepairsAndRefundsThatFailOnTheDatabase(t *testing.T) {
 	assert.Equal(t, map[string]int{sweeper.RepairUnreachable: 1, sweeper.RefundUnanswered: 1}, done)
 	assert.Equal(t, 1, platform.count("GET /v1/payments"))
 }
+
+// The sweeper's gauges are read when its loop starts, not after its first interval: a restarted
+// replica showed idemshop_pay_records and idemshop_refunds_unanswered_pending at 0 until its first
+// sweep, and an alert on them resolved and fired again at every restart (an observability helper's
+// finding, 2026-12-07). Here the interval is an hour. Guards the sweep-gauges-at-start mutant.
+func TestTheSweepersGaugesAreReadWhenItStarts(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		c.SweepInterval = time.Hour
+		c.ReconcileInterval = time.Hour
+	}})
+	id, _ := rp.newOrder(bob, 2, 1)
+	require.NoError(t, env.DB.Exec(`
+		INSERT INTO idempotency_keys (user_id, idempotency_key, method, path, fingerprint, state, kind, order_id, locked_until)
+		VALUES (2, 'stuck', 'POST', ?, 'fp', 'PROCESSING', 'pay', ?, now() + interval '1 hour')`,
+		fmt.Sprintf("/v1/orders/%d/pay", id), id).Error)
+	require.NoError(t, env.DB.Exec(`
+		INSERT INTO refund_requests (order_id, payment_id, refund_no, amount_cents, reason, unanswered_alerted)
+		VALUES (?, 'pay_silent', 'test-silent', 100, 'test: a platform that never answered', true)`, id).Error)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { rp.app.Sweeper.Run(ctx, time.Hour) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	eventually(t, 5*time.Second, "both gauges read from the database", func() bool {
+		return metricValue(t, rp.reg, "idemshop_pay_records", map[string]string{"status": "PROCESSING"}) == 1 &&
+			metricValue(t, rp.reg, "idemshop_refunds_unanswered_pending", nil) == 1
+	})
+}

@@ -58,7 +58,8 @@ func TestRelayLeavesNackedRowsPending(t *testing.T) {
 // The relay publishes persistent messages: the quorum queue keeps every message on disk anyway, but a
 // message marked transient is not one the relay may count as the broker's responsibility (a classic
 // queue, or a policy that changes the queue type, would lose it in a broker restart after its row was
-// marked published). Guards the relay-persistent mutant (internal/mutants).
+// marked published). Each names its event in the type property too, which a dead letter or a republish
+// keeps where the routing key is lost. Guards the relay-persistent and relay-event-type mutants.
 func TestRelayPublishesPersistentMessages(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -84,6 +85,8 @@ func TestRelayPublishesPersistentMessages(t *testing.T) {
 	require.Len(t, got, len(ids), "both rows' messages are in the queue")
 	for _, d := range got {
 		assert.Equal(t, amqp.Persistent, d.DeliveryMode, "message %s", d.MessageId)
+		assert.Equal(t, d.RoutingKey, d.Type, "the event's name in the type property, message %s", d.MessageId)
+		assert.Equal(t, "application/json", d.ContentType)
 	}
 }
 

@@ -87,7 +87,7 @@ func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 	m := &relayMetrics{
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idemshop_outbox_pending",
-			Help: "Outbox rows not yet confirmed by the broker, as of the relay's last poll.",
+			Help: "Outbox rows not yet confirmed by the broker, counted every OUTBOX_POLL_INTERVAL by a loop of the relay's own (it grows while the broker is down).",
 		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemshop_outbox_published_total",
@@ -458,8 +458,12 @@ func (r *Relay) publish(parent context.Context, ch *amqp.Channel, returns <-chan
 				DeliveryMode: amqp.Persistent,
 				MessageId:    row.EventID, // matches a basic.return to its row; consumers must not dedup on it
 				ContentType:  "application/json",
-				Timestamp:    row.CreatedAt,
-				Body:         row.Payload,
+				// The event's name travels with the message, not only in its routing key, which a
+				// dead letter, a shovel or a republish to a queue does not keep (an event consumer's
+				// finding, 2026-12-07: the two events' bodies have the same shape).
+				Type:      row.RoutingKey,
+				Timestamp: row.CreatedAt,
+				Body:      row.Payload,
 			})
 		if perr != nil {
 			err = fmt.Errorf("publish outbox row %d: %w", row.ID, perr)

@@ -74,7 +74,7 @@ func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, r
 // what it did and whether work is left.
 func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error) {
 	sent = map[string]int{}
-	defer e.countOwedSilent(ctx)
+	defer e.CountOwedSilent(ctx)
 	reqs, err := ListPending(ctx, e.db, e.batch)
 	if err != nil {
 		return sent, err
@@ -145,12 +145,13 @@ func (e *Executor) unansweredSend(ctx context.Context, r Pending, n int, sendErr
 	return nil
 }
 
-// countOwedSilent sets idemshop_refunds_unanswered_pending from the database. The alert's counter
+// CountOwedSilent sets idemshop_refunds_unanswered_pending from the database. The alert's counter
 // counts only the process that raised it, and `orders sweep --once` has no /metrics: an alert it raised
 // marked the request, so no replica counted it (an on-call trainee's finding, 2026-12-07). The gauge
 // is the same on every replica, and stays up while the refund is owed. A failed read leaves it as it
-// was, and a stopping process does not read.
-func (e *Executor) countOwedSilent(ctx context.Context) {
+// was, and a stopping process does not read. RunOnce ends with it; the sweeper's Run calls it at
+// start too, so that a restarted replica does not show 0 for a sweep interval.
+func (e *Executor) CountOwedSilent(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}

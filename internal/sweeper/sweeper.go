@@ -150,18 +150,32 @@ func (s *Sweeper) RunOnce(ctx context.Context) (map[string]int, error) {
 		s.logger.Error("sweeper: refunds failed", "err", err)
 		done[RefundsFailed] = 1
 	}
+	return done, s.countRecords(ctx)
+}
+
+// countRecords sets idemshop_pay_records from the database.
+func (s *Sweeper) countRecords(ctx context.Context) error {
 	counts, err := s.store.CountUnfinished(ctx, idempotency.KindPay)
 	if err != nil {
-		return done, err
+		return err
 	}
 	for _, st := range recordStates {
 		s.records.WithLabelValues(string(st)).Set(float64(counts[st]))
 	}
-	return done, nil
+	return nil
 }
 
 // Run calls RunOnce every interval until ctx is done.
+//
+// The gauges (idemshop_pay_records, idemshop_refunds_unanswered_pending) are read once at start, before
+// the first interval: a restarted replica showed 0 for both until its first sweep had sent its refunds
+// (5 s at the defaults, more with a stalled platform), and an alert on them resolved and fired again at
+// every restart (an observability helper's finding, 2026-12-07).
 func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
+	if err := s.countRecords(ctx); err != nil && ctx.Err() == nil {
+		s.logger.Warn("sweeper: could not count the unfinished pay records at start", "err", err)
+	}
+	s.refunds.CountOwedSilent(ctx)
 	retry.Every(ctx, interval, func() {
 		done, err := s.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {

@@ -19,10 +19,12 @@ type UncreditedEvent struct {
 // UncreditedEvents returns, oldest first, at most limit events published between lookback and after
 // ago whose ledger row is missing. The window's far end counts from the earlier of the database's
 // clock and now, the process's, so that a clock stepped forward drops no event early; after, which
-// only makes an alert wait, is on the database's clock (ReconcileWindow says why). After the relay's confirm the shop no longer holds an event: one
-// that a queue purge, a deleted dead-letter exchange (RabbitMQ drops a dead letter it cannot route) or
-// a database restored from a backup taken between the publish and the credit lost stays lost in
-// silence (a helper's findings, 2026-12-06). The biz_id prefixes are points.BizIDOrderPaid's and
+// only makes an alert wait, is on the database's clock (ReconcileWindow says why).
+//
+// After the relay's confirm the shop no longer holds an event: one that a queue purge, a deleted
+// dead-letter exchange (RabbitMQ drops a dead letter it cannot route) or a database restored from a
+// backup taken between the publish and the credit lost stays lost in silence (a helper's findings,
+// 2026-12-06). The biz_id prefixes are points.BizIDOrderPaid's and
 // points.BizIDOrderRefunded's (orders does not import the consumer's package;
 // TestAPublishedEventWithoutItsLedgerRowIsAnAlert writes them with those functions). The window
 // uses the outbox's index of published rows, and each row in it is looked up in the ledger by its

@@ -39,8 +39,8 @@ func NewReaper(db *gorm.DB, logger *slog.Logger, reg prometheus.Registerer, rete
 		Help: "Published outbox rows deleted after OUTBOX_RETENTION.",
 	})
 	// The cutoff counts from the earlier of the database's clock (the one that wrote published_at) and
-	// this process's (postgres.Reaper). published_at < cutoff is
-	// false for NULL: an unpublished row is never reaped. The oldest first, through
+	// this process's (postgres.Reaper). published_at < cutoff is false for NULL: an unpublished row is
+	// never reaped. The oldest first, through
 	// outbox_published_idx (migrations 00011 and 00012), which holds published rows only. SKIP LOCKED:
 	// several replicas reap at once without waiting on each other; a row another one holds is left to
 	// it, or to the next run.

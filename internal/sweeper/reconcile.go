@@ -132,17 +132,10 @@ func NewReconciler(sweeper *Sweeper, svc *callback.Service, repo *orders.Reposit
 	for _, res := range []string{ReconcileChanged, ReconcileUnchanged, ReconcileNoPayment, ReconcileUnreachable, ReconcileFailed} {
 		r.records.WithLabelValues(res)
 	}
-	if err := reg.Register(r.points); err != nil {
-		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
-	}
-	if err := reg.Register(r.orders); err != nil {
-		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
-	}
-	if err := reg.Register(r.records); err != nil {
-		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
-	}
-	if err := reg.Register(r.full); err != nil {
-		return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
+	for _, c := range []prometheus.Collector{r.points, r.orders, r.records, r.full} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("sweeper: register reconcile metrics: %w", err)
+		}
 	}
 	return r, nil
 }

@@ -138,7 +138,7 @@ func TestS8(t *testing.T) {
 	assert.Equal(t, "FAILED_RETRYABLE", state, "A's stale write overwrote B's result")
 	assert.EqualValues(t, 503, status)
 	assert.Equal(t, "payment_unavailable", code)
-	assert.Empty(t, pay, "B's payment is forgotten: the next retry pays again")
+	assert.Empty(t, pay, "the key forgets B's payment: the next retry runs the pay again")
 	assert.EqualValues(t, 2, fence, "B's token, which A's write never checked")
 
 	g := sideRows(t, env, "S8-guarded")

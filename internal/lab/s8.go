@@ -43,7 +43,7 @@ func runS8(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 		}
 		stored := "B's COMPLETED 201"
 		if m["stored_is_a"] == 1 {
-			stored = "A's FAILED_RETRYABLE 503: B's payment is forgotten, the next retry pays again"
+			stored = "A's FAILED_RETRYABLE 503: the key forgets B's payment, and the next retry runs the pay again"
 		}
 		if unsafe {
 			u.Measured = m

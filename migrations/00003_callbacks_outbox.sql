@@ -39,8 +39,8 @@ CREATE TABLE outbox (
 CREATE INDEX outbox_pending_idx ON outbox (id) WHERE published_at IS NULL;
 
 -- Refunds the shop owes: recorded in the callback transaction (stock gone at payment time, or a
--- success for an order that had already failed), executed later by the pay flow against the platform,
--- which is idempotent on refund_no.
+-- success for an order that had already failed), sent later by the sweeper (refunds.Executor) to the
+-- platform, which is idempotent on refund_no.
 CREATE TABLE refund_requests (
     id            BIGSERIAL PRIMARY KEY,
     order_id      BIGINT NOT NULL REFERENCES orders (id),

@@ -34,7 +34,8 @@ import (
 // unsafeRetryAfter is the Retry-After of the unsafe variants' 409 answers.
 const unsafeRetryAfter = time.Second
 
-// keyedRequest is what every variant reads first, exactly as Guard.Run does.
+// newUnsafe checks what every unsafe variant needs before it is mounted: a database and the guard's
+// metrics (the lab counts their decisions beside the guarded ones).
 func newUnsafe(db *gorm.DB, m *Metrics) error {
 	if db == nil || m == nil {
 		return errors.New("idempotency: an unsafe lab runner needs a db and metrics")

@@ -31,8 +31,8 @@
 //
 // The fence counter of a name expires [DefaultFenceTTL] (or [FenceTTL]) after the name's last fenced
 // acquisition: a counter that expired starts again at 1, below the tokens the database has stored, and
-// the database's fence check then refuses the new holders until the counter catches up again (slower,
-// never wrong). Pick the TTL so that every row a counter fenced is deleted before the counter can
+// the database's fence check refuses the first new holder, which then raises the counter past the stored
+// token ([Locker.RaiseFence]) and locks again: one refusal, never a wrong write. Pick the TTL so that every row a counter fenced is deleted before the counter can
 // expire, and that never happens.
 //
 // # Redis is an efficiency layer
@@ -97,8 +97,9 @@ type Option func(*Locker) error
 // The rule: ttl must be at least as long as the database keeps the rows the counter fenced (for the
 // pay lock, IDEMPOTENCY_RETENTION plus the reaper's delay). A counter that expires while such a row
 // exists starts again at 1, below the row's stored fence; the row's `fence < token` check then refuses
-// every takeover with a Redis-issued token until the counter has caught up. That is slower, never
-// wrong, and with a long enough ttl it cannot happen, because the row is gone first.
+// the next takeover, whose caller raises the counter past the stored token ([Locker.RaiseFence]) and
+// tries again. That costs a refusal, never a wrong write, and with a long enough ttl it cannot happen,
+// because the row is gone first.
 func FenceTTL(ttl time.Duration) Option {
 	return func(l *Locker) error {
 		ms, err := ttlMillis(ttl)
@@ -145,8 +146,8 @@ func (l *Locker) FenceKey(name string) string { return l.prefix + "fence:{" + na
 // and the counter never exists without its TTL.
 //
 // The TTL is long (FenceTTL): the database keeps the highest token that wrote each row, and a counter
-// that expired and started again at 1 would hand out tokens lower than ones already stored, so every
-// new holder's writes would be rejected until the counter caught up again. Refreshed at every
+// that expired and started again at 1 would hand out tokens lower than ones already stored, and the
+// first new holder's write would be refused until its caller raised the counter (RaiseFence). Refreshed at every
 // acquisition, it only runs out once the name has not been locked for the whole TTL.
 //
 // A lock key without expiry (PTTL -1) is a broken lease, deleted first and taken like a free one: no
@@ -303,7 +304,9 @@ func (l *Locker) Release(ctx context.Context, lease *Lease) error {
 //
 // It returns an error wrapping ErrLost when the lease is no longer ours; the holder must stop writing.
 // A Redis error comes back wrapped; the holder then cannot tell whether the lease is still alive, so it
-// should treat the error like a loss.
+// should treat the error like a loss, unless its write carries the fencing token and the store checks it:
+// then the fence decides, and a Redis outage need not stop the work (the pay flow writes on,
+// pay.Payer.stillHeld).
 func (l *Locker) Renew(ctx context.Context, lease *Lease, ttl time.Duration) error {
 	if lease == nil {
 		return errors.New("lock: renew of nil lease")
@@ -326,7 +329,8 @@ func (l *Locker) Renew(ctx context.Context, lease *Lease, ttl time.Duration) err
 // must be shorter than ttl; a third of ttl is a usual choice, so one late renewal still lands in time.
 //
 // The returned channel yields at most one error and is then closed. An error (wrapping ErrLost, or a
-// Redis error) means the lease may be gone: stop writing. A receive that yields nil (closed channel)
+// Redis error) means the lease may be gone: stop writing, or, after a Redis error, write only under the
+// fencing token (as Renew says). A receive that yields nil (closed channel)
 // means ctx ended and the lease was still ours at the last renewal. Cancel ctx before Release; otherwise
 // a renewal after the release reports ErrLost.
 func (l *Locker) KeepAlive(ctx context.Context, lease *Lease, ttl, every time.Duration) <-chan error {

@@ -199,8 +199,12 @@ func (r *Repository) TransitionFrom(ctx context.Context, tx *gorm.DB, id int64, 
 	return res.RowsAffected == 1, nil
 }
 
-// Refunded returns order id's refunded total (cents) and status, read inside tx. The caller holds the
-// order's row lock (it changed the row in this transaction), so the two agree with what it wrote.
+// Refunded returns order id's refunded total (cents) and status, read inside tx, without a lock. When
+// the caller changed the row in this transaction it holds the row's lock, and the two agree with what it
+// wrote. A caller that changed nothing (a resent refund callback, whose refund row was already there)
+// may read a total that a concurrent refund is about to raise: that one settles the order itself, under
+// the lock, and what this caller does with the older total (cap a pending request less tightly, or a
+// conditional transition that finds the row moved) changes nothing. RefundedLocked takes the lock.
 func (r *Repository) Refunded(ctx context.Context, tx *gorm.DB, id int64) (int64, Status, error) {
 	return readRefunded(ctx, tx, id, "")
 }

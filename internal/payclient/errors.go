@@ -6,14 +6,18 @@ import (
 	"net/http"
 )
 
-// The error classes of every call. What matters to a caller that moves money is whether the platform
-// definitely did nothing (ErrRefused: it answered 4xx) or whether the outcome is unknown (ErrServer,
-// ErrTimeout, ErrConnection, ErrProtocol): the request may have been applied, so the caller must ask
-// the query API before it retries or gives up. OutcomeUnknown says which.
+// The error classes of every call, as HTTP sees them. What matters to a caller that moves money is
+// whether the platform definitely did nothing (ErrRefused: it answered 4xx) or whether the outcome is
+// unknown (ErrServer, ErrTimeout, ErrConnection, ErrProtocol): the request may have been applied, so the
+// caller must ask the query API before it retries or gives up. OutcomeUnknown says which, for HTTP in
+// general. A platform's own contract can say more: this one stores nothing when it answers 503, 408 or
+// 429 ("not now", docs/payments-mock.md), and the pay flow relies on that (pay.isRetryable: such a
+// payment is FAILED_RETRYABLE and a retry calls again without a query); any other 5xx stays unknown.
 var (
 	// ErrRefused: a 4xx answer. The request was refused as sent; *StatusError has the status and code.
 	ErrRefused = errors.New("payclient: refused by the platform")
-	// ErrServer: a 5xx answer (including chaos 503 and the gateway 504).
+	// ErrServer: a 5xx answer (including chaos 503, which this platform answers before storing anything,
+	// and the gateway 504, which may come after it stored the payment).
 	ErrServer = errors.New("payclient: platform error")
 	// ErrTimeout: no answer within the client's timeout or the context's deadline.
 	ErrTimeout = errors.New("payclient: timeout")

@@ -66,9 +66,11 @@ func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, r
 
 // RunOnce sends every due PENDING refund request (up to the batch) to the platform. The platform is
 // idempotent on refund_no (one per order), so a crash between the call and MarkRequested, or two
-// replicas sending the same request, still makes one refund. It stops at the first request the
-// platform leaves unanswered: the rest would wait out the same timeout one by one. That request is
-// postponed: it is sent again after the others (ListPending). A refused one is alerted and not due
+// replicas sending the same request, still makes one refund. It stops at the first request that gets
+// no answer at all (a connection error or a timeout): the rest would wait out the same timeout one by
+// one. A request answered without a verdict (a 5xx, 408, 429 or a garbled body) is counted unreachable
+// too, but the run goes on: the platform answers, so the next one costs no timeout. Either way the
+// request is postponed: it is sent again after the others (ListPending). A refused one is alerted and not due
 // again before the retry policy's wait. sent counts the requests by result (ResultRequested,
 // ResultUnreachable, ResultRefused), also when err is not nil, so that `orders sweep --once` can say
 // what it did and whether work is left.

@@ -48,7 +48,7 @@ type ReconcileConfig struct {
 const (
 	ReconcileChanged     = "changed"     // the order (or record) was behind the platform and was moved
 	ReconcileUnchanged   = "unchanged"   // it already agreed with the platform
-	ReconcileNoPayment   = "no_payment"  // the platform has no payment for it, and none is held here (FAILED)
+	ReconcileNoPayment   = "no_payment"  // the platform has no payment for it, and none is held here (FAILED, REFUNDED)
 	ReconcileUnreachable = "unreachable" // the platform did not answer; the next run asks again
 	ReconcileMismatch    = "mismatch"    // amount, currency or payment differ: an operator alert, nothing applied
 	// ReconcileRefundDrift: the order agrees with the platform's status, but its refunded total does

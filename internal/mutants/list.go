@@ -331,9 +331,18 @@ var List = []Mutant{
 		ID: "refund-postpone", Guard: "refund: unanswered",
 		File: "internal/refunds/executor.go",
 		// An unanswered refund keeps its place at the head of the queue.
-		Original:    "} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn sent, perr\n\t\t\t} else if aerr := e.unansweredSend(after, r, n, err); aerr != nil {",
-		Replacement: "} else if aerr := e.unansweredSend(after, r, 0, err); aerr != nil {",
+		Original:    "} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {\n\t\t\t\treturn sent, perr\n\t\t\t} else if n == 0 {",
+		Replacement: "} else if n := 1; n == 0 {",
 		Pkgs:        []string{"./internal/refunds"}, Run: "^TestUnansweredRefundGoesToTheBack$",
+	},
+	{
+		ID: "refund-postpone-owed", Guard: "refund: unanswered",
+		File: "internal/refunds/refunds.go",
+		// A request its callback closed while the send went unanswered is counted all the same, and
+		// alerted as refund_unanswered though nothing is owed.
+		Original:    "WHERE id = ? AND status = 'PENDING' RETURNING unanswered`, id)",
+		Replacement: "WHERE id = ? RETURNING unanswered`, id)",
+		Pkgs:        []string{"./internal/refunds"}, Run: "^TestARefundClosedWhileItsSendGoesUnansweredIsNotCounted$",
 	},
 	{
 		ID: "refund-unanswered-once", Guard: "refund: silent, once",

@@ -106,6 +106,10 @@ func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error)
 				}
 			} else if n, perr := Postpone(after, e.db, r.ID, r.RefundNo); perr != nil {
 				return sent, perr
+			} else if n == 0 {
+				// Its callback closed it while the send went unanswered: nothing is owed, nothing to count.
+				e.logger.Info("payment platform did not answer a refund that was closed meanwhile",
+					"order_id", r.OrderID, "refund_no", r.RefundNo, "err", err)
 			} else if aerr := e.unansweredSend(after, r, n, err); aerr != nil {
 				return sent, aerr
 			}

@@ -303,6 +303,44 @@ func TestARefundLeftUnansweredIsAlertedOnce(t *testing.T) {
 	assert.Equal(t, 2.0, metricValue(t, reg, "idemshop_refunds_unanswered_pending"))
 }
 
+// A refund closed by its callback while its send went unanswered (the platform made it, and its
+// answer was lost) is not counted as unanswered: Postpone counts PENDING requests only. Counted, it
+// went on towards refund_unanswered, and raised that alert for a refund nobody owed (a test auditor's
+// finding, 2026-12-07: no test sent a request that was closed in flight and left unanswered).
+func TestARefundClosedWhileItsSendGoesUnansweredIsNotCounted(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	var orderID int64
+	var closeOnce sync.Once
+	p, client := newPlatform(t, byRefundNo(map[string]int{"closed-unanswered": http.StatusServiceUnavailable}), func() {
+		closeOnce.Do(func() { assert.NoError(t, refunds.CloseAll(ctx, env.DB, orderID)) })
+	})
+	logs := &testenv.Output{}
+	reg := prometheus.NewRegistry()
+	e, err := refunds.NewExecutor(env.DB, client, slog.New(slog.NewTextHandler(logs, nil)), reg, 10,
+		refunds.RetryPolicy{Min: time.Hour, Max: time.Hour}, 1) // one unanswered send is an alert
+	require.NoError(t, err)
+	orderID = owe(t, env, "closed-unanswered")
+
+	assert.Equal(t, 1, runOnce(t, e), "the send went unanswered")
+	var status string
+	var unanswered int
+	var alerted bool
+	require.NoError(t, env.DB.Raw(`SELECT status, unanswered, unanswered_alerted FROM refund_requests
+		WHERE refund_no = 'closed-unanswered'`).Row().Scan(&status, &unanswered, &alerted))
+	assert.Equal(t, "DONE", status, "the callback's DONE stays")
+	assert.Zero(t, unanswered, "a request no longer owed is not counted")
+	assert.False(t, alerted)
+	assert.NotContains(t, logs.String(), "alert=refund_unanswered")
+	assert.NotContains(t, logs.String(), "sent again at the next sweep", "it is not sent again")
+	assert.Contains(t, logs.String(), "closed meanwhile")
+	assert.Zero(t, metricValue(t, reg, "idemshop_refunds_unanswered_alerts_total"))
+
+	assert.Zero(t, runOnce(t, e))
+	assert.Equal(t, 1, p.requests("closed-unanswered"), "a DONE request is not sent again")
+}
+
 // metricValue reads the value of the counter or gauge name (without labels) from reg; -1 if it is not there.
 func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

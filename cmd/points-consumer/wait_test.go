@@ -184,7 +184,11 @@ func TestRedisStartedLater(t *testing.T) {
 	t.Parallel()
 	redisServer, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skip("redis-server not on PATH")
+		// A missing binary is a broken test machine, not a reason to pass: fail loudly, as testenv does.
+		if testing.Short() {
+			t.Skip("redis-server not on PATH (-short)")
+		}
+		t.Fatalf("redis-server not on PATH (Debian: apt-get install redis-server): %v", err)
 	}
 	bin := testenv.Build(t, "idemshop/cmd/points-consumer")
 	env := testenv.New(t)

@@ -2428,4 +2428,13 @@ var List = []Mutant{
 		Replacement: "if false {",
 		Pkgs:        []string{"./internal/formtoken"}, Run: "^TestBeginRefusesAMalformedIDWithoutAskingRedis$",
 	},
+	{
+		ID: "readyz-probes-at-once", Guard: "readyz: within timeout",
+		File: "internal/platform/httpserver/httpserver.go",
+		// The probes one after the other: two dependencies that do not answer make /readyz take two
+		// probe timeouts.
+		Original:    "\t\t\tgo func() {\n\t\t\t\tdefer wg.Done()\n\t\t\t\tctx, cancel := context.WithTimeout(c.Request().Context(), probeTimeout)",
+		Replacement: "\t\t\tfunc() {\n\t\t\t\tdefer wg.Done()\n\t\t\t\tctx, cancel := context.WithTimeout(c.Request().Context(), probeTimeout)",
+		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestReadyzProbesItsDependenciesAtOnce$",
+	},
 }

@@ -1382,6 +1382,22 @@ var List = []Mutant{
 		Pkgs:        []string{"./cmd/orders"}, Run: "^TestTeardownRemovesOnlyTheRunsNames$",
 	},
 	{
+		ID: "reconcile-untaken-read", Guard: "reconciler: reread",
+		File: "internal/sweeper/reconcile.go",
+		// The run alerts payment_not_taken from its copy of an order a callback refunded meanwhile.
+		Original:    "(o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) && !r.movedSince(ctx, lg, o) {",
+		Replacement: "(o.Status == orders.StatusPaid || o.Status == orders.StatusRefundRequired) {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAnOrderMovedWhileTheRunAsksIsNotAlertedAsPaymentNotTaken$",
+	},
+	{
+		ID: "reconcile-moved-refund", Guard: "reconciler: reread",
+		File: "internal/sweeper/reconcile.go",
+		// The reread compares the status alone: a partial refund recorded meanwhile is a refund_drift.
+		Original:    "if now.Status != o.Status || now.RefundedCents != o.RefundedCents {",
+		Replacement: "if now.Status != o.Status {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARefundRecordedWhileTheRunAsksIsNotAlertedAsDrift$",
+	},
+	{
 		ID: "reconcile-drift-reread", Guard: "reconciler: reread",
 		File: "internal/sweeper/reconcile.go",
 		// Two reconcilers at once: the one that read the order before the other moved it alerts a

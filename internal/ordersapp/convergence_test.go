@@ -923,6 +923,132 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id), "the refund applied once")
 }
 
+// heldAtThePlatform is a replica whose reconciler reaches the platform through a proxy that holds each
+// payment query until the test lets it go: asked receives when a query arrives, release lets it
+// through. The replica's own callbacks route is not behind the proxy, so a callback can move the order
+// while the run waits for the platform's answer.
+func heldAtThePlatform(t *testing.T, env *testenv.Env, mock *mockPlatform, logs *testenv.Output,
+	cfg func(*config.Orders)) (rp *replica, asked <-chan struct{}, release func()) {
+	t.Helper()
+	askedCh, releaseCh := make(chan struct{}, 1), make(chan struct{})
+	target, err := url.Parse(mock.srv.URL)
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/payments" {
+			askedCh <- struct{}{}
+			<-releaseCh
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(held.Close)
+	var once sync.Once
+	release = func() { once.Do(func() { close(releaseCh) }) }
+	t.Cleanup(release) // before Close, which waits for the handlers
+	rp = newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
+		callbacksLost(t, mock, c)
+		c.PaymentsURL = held.URL
+		c.ReconcileRecheck = time.Millisecond
+		cfg(c)
+	}})
+	return rp, askedCh, release
+}
+
+// runWhile runs rp's reconciler once, and runs move while the run waits for the platform's answer
+// about the order.
+func runWhile(t *testing.T, rp *replica, asked <-chan struct{}, release func(), move func()) sweeper.Report {
+	t.Helper()
+	type result struct {
+		rep sweeper.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := rp.app.Reconciler.RunOnce(context.Background())
+		done <- result{rep, err}
+	}()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconciler never asked the platform")
+	}
+	move()
+	release()
+	select {
+	case got := <-done:
+		require.NoError(t, got.err)
+		return got.rep
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconciler did not finish")
+	}
+	return sweeper.Report{}
+}
+
+// An order paid here by a SUCCESS the platform never sent (it says PENDING) is refunded by a callback
+// while a run asks the platform about it: the run's copy (PAID) would be an order that holds money the
+// platform has not taken, but the order no longer does. The run reads it again before the alert, and
+// says nothing (a test auditor's finding, 2026-12-07: only the refund_drift path's reread had a test).
+func TestAnOrderMovedWhileTheRunAsksIsNotAlertedAsPaymentNotTaken(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	logs := &testenv.Output{}
+	rp, asked, release := heldAtThePlatform(t, env, mock, logs, func(*config.Orders) {})
+	id, amount := rp.newOrder(alice, 1, 1)
+	pid := paymentID(t, rp.pay(alice, id, "pay-forged"))
+	forged := callbackFor(id, callback.StatusSuccess, amount, "evt-forged")
+	forged.PaymentID = pid
+	require.Equal(t, http.StatusOK, rp.postCallback(forged).Status)
+	require.Equal(t, "PAID", statusOf(t, env.DB, id), "the platform still says PENDING")
+
+	rep := runWhile(t, rp, asked, release, func() {
+		refund := callbackFor(id, callback.StatusRefunded, amount, "evt-refund-while-asked")
+		refund.PaymentID = pid
+		assertAcked(t, []response{rp.postCallback(refund)})
+		require.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
+	})
+	assert.Zero(t, rep.Orders[sweeper.ReconcilePaymentNotTaken], "%+v", rep)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileUnchanged], "%+v", rep)
+	assert.NotContains(t, logs.String(), "alert=reconcile_payment_not_taken")
+	assert.Contains(t, logs.String(), "the order moved while the platform was asked")
+	assert.Zero(t, metricValue(t, rp.reg, "idemshop_reconcile_orders_total", map[string]string{"result": sweeper.ReconcilePaymentNotTaken}))
+}
+
+// A partial refund's late callback is recorded while a run asks the platform about its order: the order
+// stays PAID, and only its refunded total moves. The run's copy (nothing refunded) differs from the
+// platform's total, the order does not: the reread compares the total too, and no refund_drift is said.
+func TestARefundRecordedWhileTheRunAsksIsNotAlertedAsDrift(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	logs := &testenv.Output{}
+	ctx := context.Background()
+	rp, asked, release := heldAtThePlatform(t, env, mock, logs, func(c *config.Orders) { c.ReconcileRefundDriftAfter = 0 })
+	id, amount := rp.newOrder(alice, 1, 2)
+	pid := paymentID(t, rp.pay(alice, id, "pay-partial"))
+	_, err := mock.client.Approve(ctx, pid)
+	require.NoError(t, err)
+	success := callbackFor(id, callback.StatusSuccess, amount, "evt-success")
+	success.PaymentID = pid
+	require.Equal(t, http.StatusOK, rp.postCallback(success).Status)
+	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-half", AmountCents: amount / 2})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'PAID' AND refunded_cents = 0", id))
+
+	rep := runWhile(t, rp, asked, release, func() {
+		late := callbackFor(id, callback.StatusRefunded, amount/2, "evt-half-while-asked")
+		late.PaymentID = pid
+		assertAcked(t, []response{rp.postCallback(late)})
+		require.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'PAID' AND refunded_cents = ?", id, amount/2))
+	})
+	assert.Zero(t, rep.Orders[sweeper.ReconcileRefundDrift], "%+v", rep)
+	assert.Equal(t, 1, rep.Orders[sweeper.ReconcileUnchanged], "%+v", rep)
+	assert.NotContains(t, logs.String(), "alert=refund_drift")
+	assert.Contains(t, logs.String(), "the order moved while the platform was asked")
+	assert.EqualValues(t, 1, count(t, env.DB, "orders", "id = ? AND status = 'PAID' AND refunded_cents = ?", id, amount/2),
+		"the refund recorded once, nothing else applied")
+}
+
 // The replicas' reconcilers take turns. Their tickers fire together, so two runs read the same orders
 // before either stamped them, and each asked the platform and raised each alert once per replica
 // (hm3, 2026-12-06: 94 refund_drift lines for 12 orders in 45 s, from two replicas). Here the first

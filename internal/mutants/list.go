@@ -2453,4 +2453,13 @@ var List = []Mutant{
 		Replacement: "\t\t\tfunc() {\n\t\t\t\tdefer wg.Done()\n\t\t\t\tctx, cancel := context.WithTimeout(c.Request().Context(), probeTimeout)",
 		Pkgs:        []string{"./internal/platform/httpserver"}, Run: "^TestReadyzProbesItsDependenciesAtOnce$",
 	},
+	{
+		ID: "pay-held-after-claim", Guard: "pay: held after claim",
+		File: "internal/pay/pay.go",
+		// A database failure after the claim answers the generic 503 (Retry-After 1, nothing written)
+		// while the record stays PROCESSING for its lease.
+		Original:    "return idempotency.Answer{}, p.heldAfterClaim(err)\n\t}\n\tif hasItsPayment(o) {",
+		Replacement: "return idempotency.Answer{}, err\n\t}\n\tif hasItsPayment(o) {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAPayThatFailsAfterItsClaimAnswersItsLease$",
+	},
 }

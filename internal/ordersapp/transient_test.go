@@ -87,3 +87,49 @@ func TestPayResultTheShopCouldNotRecordIsOutcomeUnknown(t *testing.T) {
 	assert.Equal(t, p.ID, paymentID(t, again))
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 }
+
+// A pay whose claim committed and whose next database step failed (here the request's work time runs
+// out right after the claim, as under an overloaded pool) leaves its record PROCESSING under its lease,
+// and nothing reached the platform. Its answer says so: 503 unavailable with Retry-After = PAY_LEASE,
+// not the generic Retry-After 1 whose retries met 409 idempotency_key_in_use for the rest of the lease
+// (an overload tester's finding, 2026-12-07). After the lease the retry takes the record over and pays.
+func TestAPayThatFailsAfterItsClaimAnswersItsLease(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	const lease = 5 * time.Second
+	var once sync.Once
+	outlive := func(ctx context.Context) { // the first request only: its work time runs out here
+		once.Do(func() { <-ctx.Done() })
+	}
+	rp := newReplica(t, env, replicaOpts{
+		cfg: func(c *config.Orders) {
+			payTo(mock, lease)(c)
+			c.PaymentsTimeout = time.Second
+			c.HTTP.WriteTimeout = 2 * time.Second // a work time of 1.5 s
+		},
+		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashAfterClaim: outlive}),
+	})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	first := rp.pay(alice, id, "pay-held")
+	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	assert.Equal(t, "unavailable", first.problem(t).Code)
+	assert.Contains(t, first.problem(t).Detail, "its record is held")
+	assert.Equal(t, fmt.Sprint(int(lease.Seconds())), first.Header.Get("Retry-After"))
+	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-held").State)
+	_, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	assert.False(t, found, "nothing reached the platform")
+
+	busy := rp.pay(alice, id, "pay-held")
+	require.Equal(t, http.StatusConflict, busy.Status, "%s", busy.Body)
+	assert.Equal(t, "idempotency_key_in_use", busy.problem(t).Code, "what the first answer's Retry-After said")
+
+	expireLease(t, env, "pay-held")
+	expireLock(t, env, id)
+	again := rp.pay(alice, id, "pay-held")
+	require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-held").State)
+}

@@ -53,6 +53,24 @@ var (
 var errNotRecorded = ErrOutcomeUnknown.WithDetail(
 	"the payment platform answered, but the shop could not record its answer; retry with the same Idempotency-Key")
 
+// errHeldAfterClaim is unavailable for a request whose claim committed and whose next database step
+// failed before anything reached the platform or the order (the request's work time ran out, a lost
+// connection): its record stays PROCESSING under its lease, so the answer's Retry-After is the lease.
+// The generic 503 says "nothing was written, retry in 1 s", and its retries met 409 until the lease ran
+// out (an overload tester's finding, 2026-12-07: 2,176 such answers at 200 pays a second on 2
+// connections).
+var errHeldAfterClaim = problem.ErrUnavailable.WithDetail(
+	"the database could not finish this request after it was taken; its record is held until Retry-After: retry with the same Idempotency-Key then")
+
+// heldAfterClaim answers a database error after the claim (raw, or translated to unavailable) with
+// errHeldAfterClaim; another problem (the order not found) keeps its own answer.
+func (p *Payer) heldAfterClaim(err error) error {
+	if pe := (*problem.Error)(nil); errors.As(err, &pe) && pe.Kind != problem.KindUnavailable {
+		return err
+	}
+	return errHeldAfterClaim.WithRetryAfter(p.cfg.Lease).Wrap(err)
+}
+
 // errOrderBusy is idempotency_key_in_use (the contract's answer to a concurrent retry of one key) with a
 // detail that is also true when the concurrent request carries another key.
 var errOrderBusy = idempotency.ErrKeyInUse.WithDetail(
@@ -212,7 +230,7 @@ func (p *Payer) Pay(ctx context.Context, r PayRequest) (idempotency.Answer, erro
 	// charge again. The order's own payment is the answer.
 	o, err := p.orders.Get(ctx, r.UserID, r.OrderID)
 	if err != nil {
-		return idempotency.Answer{}, err
+		return idempotency.Answer{}, p.heldAfterClaim(err)
 	}
 	if hasItsPayment(o) {
 		lg.Info("pay retry: the order has its payment already; answering with it, not calling the platform",
@@ -475,7 +493,7 @@ func (p *Payer) recordOrdersPayment(ctx context.Context, route string, rec idemp
 		return idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
 	}
 	if err != nil {
-		return idempotency.Answer{}, err
+		return idempotency.Answer{}, p.heldAfterClaim(err)
 	}
 	p.metrics.PayRecord(o.ID, rec.Fence, idempotency.StateCompleted)
 	p.metrics.Count(route, idempotency.OutcomeExecuted)

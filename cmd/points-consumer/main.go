@@ -114,11 +114,14 @@ func run() error {
 		return fail(err)
 	}
 
+	prober, err := postgres.NewProber(cfg.Postgres.URL) // its own connection: a busy pool is not a database down
+	if err != nil {
+		return fail(err)
+	}
+	defer prober.Close()
 	e := httpserver.New(logger, reg, cfg.BodyLimitBytes)
 	httpserver.MountOps(e, reg, cfg.ReadyProbeTimeout,
-		httpserver.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error {
-			return postgres.Ping(ctx, db)
-		}},
+		httpserver.Check{Name: "postgres", Critical: true, Probe: prober.Ping},
 		// The consumer cannot work without the broker: critical here, unlike in orders. A broker that
 		// answers is not enough: the consumer's own session must be subscribed to its queue (a queue
 		// another connection holds exclusively answered "ok" while the session failed in a loop).

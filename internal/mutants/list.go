@@ -1955,8 +1955,8 @@ var List = []Mutant{
 		ID: "pg-application-name", Guard: "postgres: app name",
 		File: "internal/platform/postgres/postgres.go",
 		// Pool connections go unnamed in pg_stat_activity.
-		Original:    "cfg.RuntimeParams[\"application_name\"] = ApplicationName",
-		Replacement: "_ = ApplicationName",
+		Original:    "cfg.RuntimeParams[\"application_name\"] = ApplicationName\n\t}\n\treturn cfg, nil",
+		Replacement: "_ = ApplicationName\n\t}\n\treturn cfg, nil",
 		Pkgs:        []string{"./internal/platform/postgres"}, Run: "^TestEveryConnectionNamesItsProcess$",
 	},
 	{
@@ -2461,5 +2461,14 @@ var List = []Mutant{
 		Original:    "return idempotency.Answer{}, p.heldAfterClaim(err)\n\t}\n\tif hasItsPayment(o) {",
 		Replacement: "return idempotency.Answer{}, err\n\t}\n\tif hasItsPayment(o) {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAPayThatFailsAfterItsClaimAnswersItsLease$",
+	},
+	{
+		ID: "readyz-own-connection", Guard: "readyz: own connection",
+		File: "internal/ordersapp/ordersapp.go",
+		// The PostgreSQL probe through the pool: it waits behind the requests and reads "down" when the
+		// pool is only busy.
+		Original:    "httpserver.Check{Name: \"postgres\", Critical: true, Probe: prober.Ping},",
+		Replacement: "httpserver.Check{Name: \"postgres\", Critical: true, Probe: func(ctx context.Context) error { sqlDB, err := d.DB.DB(); if err != nil { return err }; return sqlDB.PingContext(ctx) }},",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReadinessDoesNotWaitForABusyPool$",
 	},
 }

@@ -73,6 +73,7 @@ type App struct {
 	Reconciler *sweeper.Reconciler
 	Relay      *outbox.Relay
 	live       *labview.Live // GET /lab; nil unless ORDERS_LAB=true
+	prober     *postgres.Prober
 	cfg        config.Orders
 	logger     *slog.Logger
 }
@@ -149,10 +150,14 @@ func New(d Deps) (*App, error) {
 	// (httpserver.WorkTime); the live view's stream keeps its own write deadlines. (The pay flow detaches
 	// after its claim.)
 	e.Use(httpserver.Deadline(cfg.HTTP.WriteTimeout, "/lab/events"))
+	// PostgreSQL is probed on a connection of its own (dialed at the first probe), not through the pool:
+	// a busy pool is not a database that is down.
+	prober, err := postgres.NewProber(cfg.Postgres.URL)
+	if err != nil {
+		return nil, err
+	}
 	httpserver.MountOps(e, d.Registry, cfg.ReadyProbeTimeout,
-		httpserver.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error {
-			return postgres.Ping(ctx, d.DB)
-		}},
+		httpserver.Check{Name: "postgres", Critical: true, Probe: prober.Ping},
 		// Redis is an efficiency layer: without it requests are slower, never wrong, so it only degrades.
 		httpserver.Check{Name: "redis", Critical: false, Probe: func(ctx context.Context) error {
 			return d.Redis.Ping(ctx).Err()
@@ -193,7 +198,7 @@ func New(d Deps) (*App, error) {
 		return nil, err
 	}
 	pointsRoutes.Mount(v1)
-	return &App{Echo: e, Reaper: reaper, OutboxReaper: outboxReaper, AuditReaper: auditReaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, cfg: cfg, logger: d.Logger}, nil
+	return &App{Echo: e, Reaper: reaper, OutboxReaper: outboxReaper, AuditReaper: auditReaper, Sweeper: sweeper, Reconciler: reconciler, Relay: relay, live: live, prober: prober, cfg: cfg, logger: d.Logger}, nil
 }
 
 // newCallbackRoute returns a callback route that applies with applier (callback.Guarded, or a lab twin)
@@ -225,4 +230,5 @@ func (a *App) RunWorkers(ctx context.Context) {
 		wg.Go(func() { a.live.Run(ctx) }) // ends the open event streams at shutdown
 	}
 	wg.Wait()
+	a.prober.Close()
 }

@@ -151,13 +151,68 @@ func Close(db *gorm.DB) error {
 	return sqlDB.Close()
 }
 
-// Ping checks that the database answers; it is the /readyz probe.
-func Ping(ctx context.Context, db *gorm.DB) error {
-	sqlDB, err := db.DB()
+// Prober is /readyz's check that PostgreSQL answers, on one connection of its own, outside the pool. A
+// probe through the pool waited in its queue behind the requests, and read "down" whenever the pool was
+// only busy (an overload tester saw 4 of 40 probes time out at 300 pays a second on DB_MAX_CONNS=2,
+// PostgreSQL up all along, 2026-12-07): an orchestrator would have taken every busy replica out of
+// service. The connection is kept between probes and dialed again after a failure, so that a server that
+// refuses new connections (max_connections reached) while it serves the pool does not read as down either.
+type Prober struct {
+	cfg  *pgx.ConnConfig
+	turn chan struct{} // one probe at a time on the connection
+	conn *pgx.Conn     // nil until the first probe, and after a failed one
+}
+
+// NewProber returns the probe of url's database. Its connection names itself "<application_name>
+// readyz" unless the URL sets application_name.
+func NewProber(url string) (*Prober, error) {
+	cfg, err := parseURL(url)
 	if err != nil {
+		return nil, err
+	}
+	if cfg.RuntimeParams["application_name"] == ApplicationName {
+		cfg.RuntimeParams["application_name"] = ApplicationName + " readyz"
+	}
+	return &Prober{cfg: cfg, turn: make(chan struct{}, 1)}, nil
+}
+
+// Ping reports whether the database answers within ctx: dial (once), then a ping.
+func (p *Prober) Ping(ctx context.Context) error {
+	select {
+	case p.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.turn }()
+	if p.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, p.cfg)
+		if err != nil {
+			return err
+		}
+		p.conn = conn
+	}
+	if err := p.conn.Ping(ctx); err != nil {
+		p.closeConn()
 		return err
 	}
-	return sqlDB.PingContext(ctx)
+	return nil
+}
+
+// Close closes the probe's connection, if it has one.
+func (p *Prober) Close() {
+	p.turn <- struct{}{}
+	defer func() { <-p.turn }()
+	p.closeConn()
+}
+
+func (p *Prober) closeConn() {
+	if p.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // a half-open one does not hold us
+	defer cancel()
+	_ = p.conn.Close(ctx)
+	p.conn = nil
 }
 
 // EnsureDatabase creates the database named in url when it does not exist, by connecting to the

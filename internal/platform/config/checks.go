@@ -153,6 +153,13 @@ func (h HTTP) check(c *checks) {
 	c.positive("HTTP_READ_HEADER_TIMEOUT", h.ReadHeaderTimeout)
 	c.positive("HTTP_READ_TIMEOUT", h.ReadTimeout)
 	c.positive("HTTP_WRITE_TIMEOUT", h.WriteTimeout)
+	if h.ReadTimeout > 0 && h.WriteTimeout > 0 && h.WriteTimeout <= h.ReadTimeout {
+		// Go's write deadline counts from the end of the request's headers, the body's read included: a
+		// body the read timeout still allowed left no time to answer, and its client read EOF with no
+		// status line (an overload tester's trickled body, 2026-12-07).
+		c.add(fmt.Errorf("HTTP_WRITE_TIMEOUT (%s) must be longer than HTTP_READ_TIMEOUT (%s): the write deadline counts the body's read too",
+			h.WriteTimeout, h.ReadTimeout))
+	}
 	c.positive("HTTP_IDLE_TIMEOUT", h.IdleTimeout)
 	c.positive("SHUTDOWN_TIMEOUT", h.ShutdownTimeout)
 	c.atLeastOne("BODY_LIMIT_BYTES", h.BodyLimitBytes)

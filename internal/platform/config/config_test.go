@@ -80,12 +80,14 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		"zero points check":            {"RECONCILE_POINTS_AFTER", "0s", "RECONCILE_POINTS_AFTER must be at least 1ms"},
 		// A helper's (2026-12-06): the pay's answer came after the write deadline, an empty reply.
 		"write timeout within the platform call": {"HTTP_WRITE_TIMEOUT", "3500ms", "PAYMENTS_TIMEOUT (3s) must be shorter than a request's work time, 2.625s: HTTP_WRITE_TIMEOUT (3.5s)"},
-		"form token TTL under 1 ms":              {"FORM_TOKEN_TTL", "100us", "FORM_TOKEN_TTL must be >= 1ms"},
-		"in-flight lease under 1 ms":             {"FORM_TOKEN_INFLIGHT_LEASE", "100us", "FORM_TOKEN_INFLIGHT_LEASE must be >= 1ms"},
-		"callback URL past 2048":                 {"CALLBACK_URL", "http://127.0.0.1:8080/v1/payments/callback?pad=" + strings.Repeat("a", 2048), "CALLBACK_URL must be at most 2048 bytes"},
-		"payments URL with a /":                  {"PAYMENTS_URL", "http://127.0.0.1:8081/", "PAYMENTS_URL must be a base URL without a query, a fragment or a trailing /"},
-		"payments URL with a query":              {"PAYMENTS_URL", "http://127.0.0.1:8081?x=1", "PAYMENTS_URL must be a base URL"},
-		"AMQP prefix past 255":                   {"AMQP_NAME_PREFIX", strings.Repeat("p", 240) + ":", "AMQP_NAME_PREFIX must be at most 234 bytes"},
+		// An overload tester's (2026-12-07): a body trickled within the read timeout got no answer.
+		"write timeout within the read timeout": {"HTTP_WRITE_TIMEOUT", "15s", "HTTP_WRITE_TIMEOUT (15s) must be longer than HTTP_READ_TIMEOUT (15s)"},
+		"form token TTL under 1 ms":             {"FORM_TOKEN_TTL", "100us", "FORM_TOKEN_TTL must be >= 1ms"},
+		"in-flight lease under 1 ms":            {"FORM_TOKEN_INFLIGHT_LEASE", "100us", "FORM_TOKEN_INFLIGHT_LEASE must be >= 1ms"},
+		"callback URL past 2048":                {"CALLBACK_URL", "http://127.0.0.1:8080/v1/payments/callback?pad=" + strings.Repeat("a", 2048), "CALLBACK_URL must be at most 2048 bytes"},
+		"payments URL with a /":                 {"PAYMENTS_URL", "http://127.0.0.1:8081/", "PAYMENTS_URL must be a base URL without a query, a fragment or a trailing /"},
+		"payments URL with a query":             {"PAYMENTS_URL", "http://127.0.0.1:8081?x=1", "PAYMENTS_URL must be a base URL"},
+		"AMQP prefix past 255":                  {"AMQP_NAME_PREFIX", strings.Repeat("p", 240) + ":", "AMQP_NAME_PREFIX must be at most 234 bytes"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -286,4 +288,19 @@ func TestRedactURL(t *testing.T) {
 	} {
 		assert.Equal(t, want, config.RedactURL(in), in)
 	}
+}
+
+// Every binary's server refuses a write timeout within its read timeout (the shared HTTP check).
+func TestWriteTimeoutWithinReadTimeoutIsRefusedEverywhere(t *testing.T) {
+	t.Setenv("HTTP_WRITE_TIMEOUT", "4s")
+	want := "HTTP_WRITE_TIMEOUT (4s) must be longer than HTTP_READ_TIMEOUT (15s)"
+	_, err := config.LoadOrders()
+	require.ErrorContains(t, err, want)
+	_, err = config.LoadPaymentsMock()
+	require.ErrorContains(t, err, want)
+	_, err = config.LoadPointsConsumer()
+	require.ErrorContains(t, err, want)
+	t.Setenv("HTTP_READ_TIMEOUT", "3s")
+	_, err = config.LoadPaymentsMock()
+	require.NoError(t, err)
 }

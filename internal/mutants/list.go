@@ -2471,4 +2471,12 @@ var List = []Mutant{
 		Replacement: "httpserver.Check{Name: \"postgres\", Critical: true, Probe: func(ctx context.Context) error { sqlDB, err := d.DB.DB(); if err != nil { return err }; return sqlDB.PingContext(ctx) }},",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReadinessDoesNotWaitForABusyPool$",
 	},
+	{
+		ID: "config-write-past-read", Guard: "config: write > read",
+		File: "internal/platform/config/checks.go",
+		// A write timeout within the read timeout is taken: a slow body gets no answer at all.
+		Original:    "h.WriteTimeout > 0 && h.WriteTimeout <= h.ReadTimeout {",
+		Replacement: "h.WriteTimeout > 0 && h.WriteTimeout < 0 {",
+		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestWriteTimeoutWithinReadTimeoutIsRefusedEverywhere$",
+	},
 }

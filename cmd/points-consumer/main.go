@@ -107,6 +107,8 @@ func run() error {
 		Prefetch: cfg.Prefetch, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, KeyPrefix: cfg.Redis.KeyPrefix,
 		LeaseTTL: cfg.LeaseTTL, DoneTTL: cfg.DoneTTL, LeasePoll: cfg.LeasePoll, TopologyCheck: cfg.TopologyCheck,
 		ReconnectMin: cfg.Reconnect.Min, ReconnectMax: cfg.Reconnect.Max, Fault: crash, DrainTimeout: cfg.HTTP.ShutdownTimeout,
+		HandBackAfter: cfg.HandBackAfter,
+		Reachable:     func(ctx context.Context) error { return postgres.Reachable(ctx, cfg.Postgres.URL) },
 		// The server's statement_timeout first; this one for a server that never sees the statement.
 		AttemptTimeout: cfg.Postgres.StatementTimeout + 2*time.Second,
 	}, logger, reg)

@@ -2221,8 +2221,8 @@ var List = []Mutant{
 		File: "internal/points/consumer.go",
 		// Transient failures are retried 8 times, then nacked: an outage of minutes dead-letters good
 		// messages.
-		Original:    "if !retry.Sleep(ctx, bo.NextBackOff()) {",
-		Replacement: "if attempt >= 8 || !retry.Sleep(ctx, bo.NextBackOff()) {",
+		Original:    "if !retry.Sleep(ctx, bo.NextBackOff()) {\n\t\t\treturn err\n",
+		Replacement: "if attempt >= 8 || !retry.Sleep(ctx, bo.NextBackOff()) {\n\t\t\treturn err\n",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestADatabaseOutageDeadLettersNothing$",
 	},
 	{
@@ -2478,5 +2478,30 @@ var List = []Mutant{
 		Original:    "h.WriteTimeout > 0 && h.WriteTimeout <= h.ReadTimeout {",
 		Replacement: "h.WriteTimeout > 0 && h.WriteTimeout < 0 {",
 		Pkgs:        []string{"./internal/platform/config"}, Run: "^TestWriteTimeoutWithinReadTimeoutIsRefusedEverywhere$",
+	},
+	{
+		ID: "points-hand-back", Guard: "consumer: hand back",
+		File: "internal/points/consumer.go",
+		// A consumer cut off from its database holds its messages, retried in place, for the whole cut.
+		Original:    "if c.handBack(work, since, err) {",
+		Replacement: "if false && c.handBack(work, since, err) {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAConsumerCutFromItsDatabaseHandsItsMessagesBack$",
+	},
+	{
+		ID: "points-hand-back-reach", Guard: "consumer: hand back",
+		File: "internal/points/consumer.go",
+		// A batch slow on a lock is handed back too: it meets the same lock wherever it goes, a delivery
+		// spent each time.
+		Original:    "if c.cfg.Reachable(pctx) == nil {\n\t\treturn false",
+		Replacement: "if c.cfg.Reachable(pctx) == errHandedBack {\n\t\treturn false",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestABatchSlowOnALockIsNotHandedBack$",
+	},
+	{
+		ID: "points-hand-back-wait", Guard: "consumer: hand back",
+		File: "internal/points/consumer.go",
+		// The next session subscribes at once, its database still cut: the messages come back to fail again.
+		Original:    "\tif c.handedBack {\n\t\tif err := c.waitForDatabase(ctx); err != nil {",
+		Replacement: "\tif false {\n\t\tif err := c.waitForDatabase(ctx); err != nil {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAConsumerCutFromItsDatabaseHandsItsMessagesBack$",
 	},
 }

@@ -68,6 +68,17 @@ type ConsumerConfig struct {
 	// prefetch 500 would have held it for minutes (a helper's finding, 2026-12-06). 0 is
 	// DefaultDrainTimeout; cmd/points-consumer passes SHUTDOWN_TIMEOUT.
 	DrainTimeout time.Duration
+	// HandBackAfter is how long a batch may fail to reach the database, retried in place, before the
+	// consumer hands its messages back to the queue, for consumers that can reach it, and waits until its
+	// database answers before it subscribes again (handBack). 0 never hands back. A consumer cut off
+	// from its database alone held its share of the messages (up to the prefetch, and every new one the
+	// broker gave it) for the whole cut, while another consumer could have credited them (a partition
+	// tester's finding, 2026-12-07: half the credits 14-54 s late during a 50 s cut).
+	HandBackAfter time.Duration
+	// Reachable reports whether a new connection to the database answers (postgres.Reachable); required
+	// with HandBackAfter. It tells a database this consumer cannot reach from a batch that is slow on its
+	// own (an account locked past DB_LOCK_TIMEOUT), which handing back would only move elsewhere.
+	Reachable func(ctx context.Context) error
 	// Fault is called at each crash window (Points; internal/platform/fault). Nil in production.
 	Fault fault.Hook
 	// Dedup is the consumer's dedup; nil is Guarded(). Only the lab passes one of its broken twins
@@ -86,6 +97,9 @@ func (c ConsumerConfig) validate() error {
 		c.LeasePoll <= 0 || c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin {
 		return fmt.Errorf("points: bad consumer config (prefetch %d, batch %d, lease %s, done %s, poll %s, reconnect %s..%s)",
 			c.Prefetch, c.BatchSize, c.LeaseTTL, c.DoneTTL, c.LeasePoll, c.ReconnectMin, c.ReconnectMax)
+	}
+	if c.HandBackAfter < 0 || (c.HandBackAfter > 0 && c.Reachable == nil) {
+		return fmt.Errorf("points: HandBackAfter (%s) must be 0, or positive with Reachable", c.HandBackAfter)
 	}
 	return nil
 }
@@ -129,6 +143,11 @@ type Consumer struct {
 	marking chan struct{}
 	// unsubscribed is why no session is subscribed to the queue now (nil while one is): Subscribed.
 	unsubscribed atomic.Pointer[error]
+	// unsubscribe cancels the session's subscription (nil between sessions); handedBack is set once a
+	// batch was handed back, until the database answers again (handBack). Only the session's goroutine
+	// touches them.
+	unsubscribe func() error
+	handedBack  bool
 }
 
 // errNotYetSubscribed is Subscribed's answer before the first session subscribed.
@@ -231,6 +250,12 @@ func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
 
 // session runs one connection until it is lost or ctx ends.
 func (c *Consumer) session(ctx context.Context, progress func()) error {
+	if c.handedBack {
+		if err := c.waitForDatabase(ctx); err != nil {
+			return err
+		}
+		c.handedBack = false
+	}
 	conn, err := rabbitmq.Dial(ctx, c.cfg.AMQPURL)
 	if err != nil {
 		return err
@@ -273,6 +298,8 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 		return cancelErr
 	}
 	defer context.AfterFunc(ctx, func() { _ = unsubscribe() })()
+	c.unsubscribe = unsubscribe
+	defer func() { c.unsubscribe = nil }()
 	progress()
 	c.unsubscribed.Store(nil)
 	c.logger.Info("points consumer connected", "queue", c.cfg.Topology.Queue, "prefetch", c.cfg.Prefetch,
@@ -313,6 +340,13 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 			}
 			if first, _ := in.take(c.cfg.BatchSize); len(first) > 0 {
 				c.handle(ctx, work, ch, held, c.collect(first, in))
+			}
+			if c.handedBack {
+				// The batch is nacked and the subscription cancelled: the deferred messages go back too,
+				// and what the inbox still holds goes with the channel, to the consumers that can reach
+				// the database.
+				c.giveBack(ch, held, errHandedBack.Error())
+				return errHandedBack
 			}
 			if in.len() > 0 || in.isClosed() {
 				in.signal() // the rest, or the close: after a look at the other cases
@@ -875,7 +909,11 @@ func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 // bounded by AttemptTimeout. After each failed attempt what the session holds at its last delivery is
 // republished (republishHeld): held in place, a crash or restart would dead-letter it.
 func (c *Consumer) retry(ctx, work context.Context, what string, messages int, fn func(attempt context.Context) error) error {
+	if c.handedBack {
+		return errHandedBack // the rest of a batch handed back goes back with it, untried
+	}
 	bo := c.newBackoff()
+	since := time.Now()
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(work, c.cfg.AttemptTimeout)
 		err := fn(actx)
@@ -885,8 +923,55 @@ func (c *Consumer) retry(ctx, work context.Context, what string, messages int, f
 		}
 		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", messages)
 		c.republishHeld()
+		if c.handBack(work, since, err) {
+			return fmt.Errorf("%w: %w", errHandedBack, err)
+		}
 		if !retry.Sleep(ctx, bo.NextBackOff()) {
 			return err
+		}
+	}
+}
+
+// errHandedBack fails the messages of a batch the consumer handed back to the queue (handBack).
+var errHandedBack = errors.New("handed back to the queue: this consumer's database does not answer")
+
+// handBack says, after a failed attempt, whether the consumer gives the batch up to the queue: when its
+// attempts have failed for HandBackAfter and a new connection to the database does not answer either
+// (Reachable), the database is down or this consumer is cut off from it, and another consumer may reach
+// it. It cancels the subscription first, so that the messages it then nacks go to the others and not
+// straight back to it; the session gives back the rest and ends, and the next one subscribes once the
+// database answers (waitForDatabase). Each hand-back costs every message it holds one delivery; a
+// message at its last is republished first (republishHeld), never dead-lettered by it. A database that
+// answers a new connection means the batch is slow on its own (a lock): it stays, retried in place.
+func (c *Consumer) handBack(work context.Context, since time.Time, err error) bool {
+	if c.cfg.HandBackAfter <= 0 || time.Since(since) < c.cfg.HandBackAfter || c.unsubscribe == nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(work, c.cfg.AttemptTimeout)
+	defer cancel()
+	if c.cfg.Reachable(pctx) == nil {
+		return false
+	}
+	c.logger.Warn("the database has not answered for POINTS_HAND_BACK_AFTER: handing this consumer's messages back to the queue; it subscribes again once the database answers",
+		"hand_back_after", c.cfg.HandBackAfter, "err", err)
+	_ = c.unsubscribe() // a channel already gone gives everything back anyway
+	c.handedBack = true
+	return true
+}
+
+// waitForDatabase returns once a new connection to the database answers (Reachable), or ctx's error.
+func (c *Consumer) waitForDatabase(ctx context.Context) error {
+	bo := c.newBackoff()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		err := c.cfg.Reachable(pctx)
+		cancel()
+		if err == nil {
+			c.logger.Info("the database answers again: subscribing")
+			return nil
+		}
+		if !retry.Sleep(ctx, bo.NextBackOff()) {
+			return ctx.Err()
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"idemshop/internal/events"
 	"idemshop/internal/platform/fault"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
@@ -475,6 +476,89 @@ func TestAHalfOpenDatabaseConnectionIsGivenUpAndRetried(t *testing.T) {
 	waitCount(t, 20*time.Second, 3, func() int { return c.count(points.OutcomeApplied) }, "credited on a new connection")
 	assert.Zero(t, c.count(points.OutcomeFailed), "no nack")
 	assert.Equal(t, ledgerState{Rows: 3, Distinct: 3, Sum: 6, Balances: 6}, state(t, env))
+	c.stop(t)
+}
+
+// A consumer cut off from its database, alone, hands its messages back to the queue once its attempts
+// have failed for HandBackAfter and a new connection does not answer either, and another consumer that
+// reaches the database credits them, each once. It subscribes again once its database answers. Before,
+// it retried in place for as long as the cut lasted, holding its share (here all of them) while the
+// other could have credited them (a partition tester's finding, 2026-12-07: half the credits 14-54 s
+// late during a 50 s cut of one consumer).
+func TestAConsumerCutFromItsDatabaseHandsItsMessagesBack(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.AttemptTimeout = 300 * time.Millisecond
+	cfg.HandBackAfter = 300 * time.Millisecond
+	cfg.Reachable = func(ctx context.Context) error { return postgres.Reachable(ctx, viaProxy) }
+	proxy.Cut()
+	cut := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	t.Cleanup(proxy.Restore) // before the consumer's stop
+
+	pub := newPublisher(t, env.AMQPURL, top)
+	const n = 30
+	for i := 1; i <= n; i++ {
+		pub.event(orderPaid(int64(i), int64(i%3+1), 100))
+	}
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "applying credits failed; retrying") },
+		"the cut consumer has the messages and cannot credit them")
+	other := startConsumer(t, env, testConfig(env.AMQPURL, env.Prefix, top))
+	waitCount(t, 20*time.Second, n, func() int { return other.count(points.OutcomeApplied) },
+		"the other consumer credits what the cut one handed back")
+	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: n, Balances: n}, state(t, env))
+	assert.Contains(t, logs.String(), "handing this consumer's messages back to the queue")
+	assert.Positive(t, cut.count(points.OutcomeFailed), "the cut consumer nacked its batch")
+	assert.Zero(t, cut.count(points.OutcomeApplied))
+	ch := channel(t, env.AMQPURL)
+	assert.Equal(t, 0, queueDepth(t, ch, top.DeadLetterQueue))
+	info, err := ch.QueueDeclarePassive(top.Queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, info.Consumers, "the cut consumer stays unsubscribed while its database does not answer")
+
+	proxy.Restore()
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "the database answers again: subscribing") },
+		"the cut consumer subscribes again once its database answers")
+	other.stop(t)
+	pub.event(orderPaid(n+1, 1, 100))
+	waitCount(t, 20*time.Second, 1, func() int { return cut.count(points.OutcomeApplied) }, "and credits again")
+	assert.Equal(t, ledgerState{Rows: n + 1, Distinct: n + 1, Sum: n + 1, Balances: n + 1}, state(t, env))
+	cut.stop(t)
+}
+
+// A batch slow on its own (a table locked past its attempts) is not handed back, however long: a new
+// connection to the database answers, so another consumer would meet the same lock. It is retried in
+// place and credited once the lock is gone, without a nack.
+func TestABatchSlowOnALockIsNotHandedBack(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	lock := env.DB.Begin()
+	require.NoError(t, lock.Error)
+	t.Cleanup(func() { lock.Rollback() })
+	require.NoError(t, lock.Exec(`LOCK TABLE points_ledger IN ACCESS EXCLUSIVE MODE`).Error)
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.AttemptTimeout = 200 * time.Millisecond
+	cfg.HandBackAfter = 100 * time.Millisecond
+	cfg.Reachable = func(ctx context.Context) error { return postgres.Reachable(ctx, env.DatabaseURL) }
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	pub := newPublisher(t, env.AMQPURL, top)
+	pub.event(orderPaid(1, 1, 100))
+	waitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "applying credits failed; retrying") >= 3 },
+		"attempts fail on the lock past HandBackAfter")
+	require.NoError(t, lock.Rollback().Error)
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "credited once the lock is gone")
+	assert.Zero(t, c.count(points.OutcomeFailed), "never nacked")
+	assert.NotContains(t, logs.String(), "handing this consumer's messages back")
+	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 1, Balances: 1}, state(t, env))
 	c.stop(t)
 }
 

@@ -151,6 +151,26 @@ func Close(db *gorm.DB) error {
 	return sqlDB.Close()
 }
 
+// Reachable reports whether a new connection to url's database can be made and answers a ping, within
+// ctx: the question a pool cannot answer, since its connections may be the ones that broke. The
+// connection is closed before it returns.
+func Reachable(ctx context.Context, url string) error {
+	cfg, err := parseURL(url)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	return conn.Ping(ctx)
+}
+
 // Prober is /readyz's check that PostgreSQL answers, on one connection of its own, outside the pool. A
 // probe through the pool waited in its queue behind the requests, and read "down" whenever the pool was
 // only busy (an overload tester saw 4 of 40 probes time out at 300 pays a second on DB_MAX_CONNS=2,

@@ -859,18 +859,7 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 	ctx := context.Background()
 	// The first reconciler reaches the platform through this proxy, which holds its payment query
 	// until released.
-	asked, release := make(chan struct{}, 1), make(chan struct{})
-	target, err := url.Parse(mock.srv.URL)
-	require.NoError(t, err)
-	forward := httputil.NewSingleHostReverseProxy(target)
-	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Path == "/v1/payments" {
-			asked <- struct{}{}
-			<-release
-		}
-		forward.ServeHTTP(w, r)
-	}))
-	t.Cleanup(held.Close)
+	heldURL, asked, release := heldPlatform(t, mock)
 	logs := &testenv.Output{}
 	reconciler := func(paymentsURL string) *replica {
 		return newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
@@ -880,10 +869,10 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 			c.ReconcileRefundDriftAfter = 0
 		}})
 	}
-	first, second := reconciler(held.URL), reconciler(mock.srv.URL)
+	first, second := reconciler(heldURL), reconciler(mock.srv.URL)
 	id, amount := second.newOrder(alice, 1, 2)
 	pid := paymentID(t, second.pay(alice, id, "pay-race"))
-	_, err = mock.client.Approve(ctx, pid)
+	_, err := mock.client.Approve(ctx, pid)
 	require.NoError(t, err)
 	_, _, err = mock.client.Refund(ctx, payclient.RefundRequest{PaymentID: pid, RefundNo: "r-race", AmountCents: amount})
 	require.NoError(t, err)
@@ -907,7 +896,7 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Orders[sweeper.ReconcileChanged], "%+v", rep)
 	require.Equal(t, "REFUNDED", statusOf(t, env.DB, id))
-	close(release)
+	release()
 	var got result
 	select {
 	case got = <-done:
@@ -923,12 +912,9 @@ func TestConcurrentReconcilersDoNotAlertADriftTheOtherRepaired(t *testing.T) {
 	assert.EqualValues(t, 1, refundedOutboxRows(t, env.DB, id), "the refund applied once")
 }
 
-// heldAtThePlatform is a replica whose reconciler reaches the platform through a proxy that holds each
-// payment query until the test lets it go: asked receives when a query arrives, release lets it
-// through. The replica's own callbacks route is not behind the proxy, so a callback can move the order
-// while the run waits for the platform's answer.
-func heldAtThePlatform(t *testing.T, env *testenv.Env, mock *mockPlatform, logs *testenv.Output,
-	cfg func(*config.Orders)) (rp *replica, asked <-chan struct{}, release func()) {
+// heldPlatform is a proxy in front of mock that holds each payment query until the test lets it go:
+// asked receives when a query arrives, release lets every query through from then on.
+func heldPlatform(t *testing.T, mock *mockPlatform) (proxyURL string, asked <-chan struct{}, release func()) {
 	t.Helper()
 	askedCh, releaseCh := make(chan struct{}, 1), make(chan struct{})
 	target, err := url.Parse(mock.srv.URL)
@@ -945,13 +931,23 @@ func heldAtThePlatform(t *testing.T, env *testenv.Env, mock *mockPlatform, logs 
 	var once sync.Once
 	release = func() { once.Do(func() { close(releaseCh) }) }
 	t.Cleanup(release) // before Close, which waits for the handlers
+	return held.URL, askedCh, release
+}
+
+// heldAtThePlatform is a replica whose reconciler reaches the platform through heldPlatform. The
+// replica's own callbacks route is not behind the proxy, so a callback can move the order while the
+// run waits for the platform's answer.
+func heldAtThePlatform(t *testing.T, env *testenv.Env, mock *mockPlatform, logs *testenv.Output,
+	cfg func(*config.Orders)) (rp *replica, asked <-chan struct{}, release func()) {
+	t.Helper()
+	proxyURL, asked, release := heldPlatform(t, mock)
 	rp = newReplica(t, env, replicaOpts{logger: slog.New(slog.NewTextHandler(logs, nil)), cfg: func(c *config.Orders) {
 		callbacksLost(t, mock, c)
-		c.PaymentsURL = held.URL
+		c.PaymentsURL = proxyURL
 		c.ReconcileRecheck = time.Millisecond
 		cfg(c)
 	}})
-	return rp, askedCh, release
+	return rp, asked, release
 }
 
 // runWhile runs rp's reconciler once, and runs move while the run waits for the platform's answer

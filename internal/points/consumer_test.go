@@ -540,10 +540,7 @@ func TestABatchSlowOnALockIsNotHandedBack(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	lock := env.DB.Begin()
-	require.NoError(t, lock.Error)
-	t.Cleanup(func() { lock.Rollback() })
-	require.NoError(t, lock.Exec(`LOCK TABLE points_ledger IN ACCESS EXCLUSIVE MODE`).Error)
+	lock := lockLedger(t, env)
 	logs := &testenv.Output{}
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.AttemptTimeout = 200 * time.Millisecond
@@ -597,11 +594,7 @@ func TestAShutdownDuringAnOutageEndsWithinTheDrainTimeout(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	top := topology(t, env)
-	// Every credit waits on this lock until its attempt's timeout.
-	lock := env.DB.Begin()
-	require.NoError(t, lock.Error)
-	t.Cleanup(func() { lock.Rollback() })
-	require.NoError(t, lock.Exec(`LOCK TABLE points_ledger IN ACCESS EXCLUSIVE MODE`).Error)
+	lock := lockLedger(t, env) // every credit waits on it until its attempt's timeout
 
 	logs := &testenv.Output{}
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)

@@ -153,6 +153,18 @@ func databaseViaProxy(t testing.TB, env *testenv.Env) (*tcpproxy.Proxy, *gorm.DB
 	return proxy, db
 }
 
+// lockLedger locks points_ledger in a transaction of the test's own, so that every credit waits on it
+// until its attempt's timeout; the lock ends when the returned transaction is rolled back (or the test
+// ends).
+func lockLedger(t testing.TB, env *testenv.Env) *gorm.DB {
+	t.Helper()
+	lock := env.DB.Begin()
+	require.NoError(t, lock.Error)
+	t.Cleanup(func() { lock.Rollback() })
+	require.NoError(t, lock.Exec(`LOCK TABLE points_ledger IN ACCESS EXCLUSIVE MODE`).Error)
+	return lock
+}
+
 // consumerDuringAnOutage starts a consumer whose database is unreachable (its proxy cut; Restore brings
 // it back), with a short retry backoff. failedAttempts counts the credit attempts it has logged as
 // failed so far.

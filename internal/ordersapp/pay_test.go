@@ -791,3 +791,42 @@ func TestAFencingCounterBehindTheRecordIsRaised(t *testing.T) {
 	}
 	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-behind-2").State)
 }
+
+// A pay request refused for its order id or its body is answered as a reused key when its key already
+// names another request (422, as design.md says "whatever the first request's state"), as on create,
+// whose body is read after the key's lookup; with a key of its own it gets its 404 or 400. Nothing is
+// written either way. The body was checked first, and the client never learned the key was spent (a
+// key adversary's finding, 2026-12-07).
+func TestAPayRefusedForItsRequestIsAReusedKeyFirst(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease)})
+	paid, _ := rp.newOrder(alice, 1, 1)
+	other, _ := rp.newOrder(alice, 1, 1)
+	require.Equal(t, http.StatusCreated, rp.pay(alice, paid, "spent").Status)
+	keys := count(t, env.DB, "idempotency_keys", "true")
+
+	for _, tc := range []struct {
+		name, path, key string
+		body            []byte
+		status          int
+		code            string
+	}{
+		{"a body pay refuses, a spent key", fmt.Sprintf("/v1/orders/%d/pay", other), "spent", []byte(`{"x":1}`), http.StatusUnprocessableEntity, "idempotency_key_reused"},
+		{"null, the spent key on its own order", fmt.Sprintf("/v1/orders/%d/pay", paid), "spent", []byte(`null`), http.StatusUnprocessableEntity, "idempotency_key_reused"},
+		{"an id that names no order, a spent key", "/v1/orders/046/pay", "spent", nil, http.StatusUnprocessableEntity, "idempotency_key_reused"},
+		{"a body pay refuses, a new key", fmt.Sprintf("/v1/orders/%d/pay", other), "fresh", []byte(`{"x":1}`), http.StatusBadRequest, "malformed_body"},
+		{"an id that names no order, a new key", "/v1/orders/046/pay", "fresh", nil, http.StatusNotFound, "order_not_found"},
+		{"an id that names no order, no key", "/v1/orders/046/pay", "", nil, http.StatusNotFound, "order_not_found"},
+	} {
+		r := rp.call(http.MethodPost, tc.path, alice, tc.key, tc.body)
+		require.Equal(t, tc.status, r.Status, "%s: %s", tc.name, r.Body)
+		assert.Equal(t, tc.code, r.problem(t).Code, tc.name)
+	}
+	assert.Equal(t, keys, count(t, env.DB, "idempotency_keys", "true"), "nothing written")
+	assert.Equal(t, "PENDING", statusOf(t, env.DB, other))
+	replay := rp.pay(alice, paid, "spent")
+	assert.Equal(t, http.StatusCreated, replay.Status, "the spent key still replays its own request")
+	assert.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+}

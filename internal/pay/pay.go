@@ -280,6 +280,18 @@ func (p *Payer) lookup(ctx context.Context, r PayRequest) (o orders.Order, done 
 	return o, false, ans, nil
 }
 
+// KeyReused returns idempotency.ErrKeyReused (422) when r's key already names another request (another
+// fingerprint, in any state), nil when it names none or this one, or a database error. The pay route
+// asks it before it refuses a request for its order id or its body.
+func (p *Payer) KeyReused(ctx context.Context, r PayRequest) error {
+	rec, err := idempotency.Find(ctx, p.db, r.scope())
+	if err != nil || rec == nil || rec.Fingerprint == r.Fingerprint {
+		return err
+	}
+	p.metrics.Count(r.Route, idempotency.OutcomeMismatch)
+	return idempotency.ErrKeyReused
+}
+
 // lock takes the order's Redis lease, whose fencing token goes into every write of the record. busy:
 // someone else is paying this order, and the answer or the error says so. A nil lease that is not busy
 // means no Redis (none configured, or it is down): the database lease and fence alone guard the payment.

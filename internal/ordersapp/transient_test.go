@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/pay"
+	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/fault"
 	"idemshop/internal/testenv"
@@ -132,4 +133,40 @@ func TestAPayThatFailsAfterItsClaimAnswersItsLease(t *testing.T) {
 	require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
 	assert.Equal(t, "PAYING", statusOf(t, env.DB, id))
 	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-held").State)
+}
+
+// A retry whose take-over of its record does not answer within the request's work time (here the
+// record's row is held by a back-office transaction) cannot know whether the take-over ran: if it did,
+// the record is held for PAY_LEASE. The answer says so, with the lease as its Retry-After, not the
+// generic 1 s, after which a verifier's client met 409 (2026-12-07). Nothing reached the platform.
+func TestAPayWhoseClaimDoesNotAnswerSaysItsLease(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, func(c *paymock.Config) { c.Chaos.ErrorRate = 1 })
+	const lease = 5 * time.Second
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		payTo(mock, lease)(c)
+		c.PaymentsTimeout = time.Second
+		c.LockTimeout = 10 * time.Second      // the work time ends first
+		c.HTTP.WriteTimeout = 2 * time.Second // a work time of 1.5 s
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+	first := rp.pay(alice, id, "pay-claim")
+	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	require.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-claim").State)
+
+	backOffice := env.DB.Begin()
+	require.NoError(t, backOffice.Error)
+	t.Cleanup(func() { backOffice.Rollback() })
+	require.NoError(t, backOffice.Exec(`SELECT id FROM idempotency_keys WHERE idempotency_key = 'pay-claim' FOR UPDATE`).Error)
+	retry := rp.pay(alice, id, "pay-claim")
+	require.Equal(t, http.StatusServiceUnavailable, retry.Status, "%s", retry.Body)
+	assert.Equal(t, "unavailable", retry.problem(t).Code)
+	assert.Contains(t, retry.problem(t).Detail, "may be held")
+	assert.Equal(t, fmt.Sprint(int(lease.Seconds())), retry.Header.Get("Retry-After"))
+	require.NoError(t, backOffice.Rollback().Error)
+	assert.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-claim").State, "the take-over never ran here")
+	_, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	assert.False(t, found, "nothing reached the platform")
 }

@@ -62,6 +62,11 @@ var errNotRecorded = ErrOutcomeUnknown.WithDetail(
 var errHeldAfterClaim = problem.ErrUnavailable.WithDetail(
 	"the database could not finish this request after it was taken; its record is held until Retry-After: retry with the same Idempotency-Key then")
 
+// errClaimUnknown is unavailable for a request whose claim did not answer within its work time: the
+// claim may have committed, and then the record is held for the lease, so Retry-After is the lease.
+var errClaimUnknown = problem.ErrUnavailable.WithDetail(
+	"the database did not answer while this request took its record, which may be held until Retry-After: retry with the same Idempotency-Key then")
+
 // heldAfterClaim answers a database error after the claim (raw, or translated to unavailable) with
 // errHeldAfterClaim; another problem (the order not found) keeps its own answer.
 func (p *Payer) heldAfterClaim(err error) error {
@@ -331,6 +336,12 @@ func (p *Payer) claim(ctx context.Context, r PayRequest, lease *lock.Lease) (rec
 		fence = lease.Fence
 	}
 	cl, err := p.store.Claim(ctx, r.scope(), Subject(r.OrderID), r.Method, r.Path, r.Fingerprint, fence, p.cfg.Lease)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The request's work time ran out in the claim's statement: it may have run, its answer lost,
+		// and then the record is held for the lease (a verifier's finding, 2026-12-07: a take-over that
+		// answered Retry-After 1 and then 409).
+		return rec, false, ans, errClaimUnknown.WithRetryAfter(p.cfg.Lease).Wrap(err)
+	}
 	if err != nil {
 		return rec, false, ans, err
 	}

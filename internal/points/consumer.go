@@ -960,8 +960,11 @@ func (c *Consumer) handBack(work context.Context, since time.Time, err error) bo
 }
 
 // waitForDatabase returns once a new connection to the database answers (Reachable), or ctx's error.
+// It asks at least every HandBackAfter: with the reconnect backoff alone (up to 30 s) a consumer
+// subscribed again 30 s after its database came back (a verifier's finding, 2026-12-07).
 func (c *Consumer) waitForDatabase(ctx context.Context) error {
 	bo := c.newBackoff()
+	bo.MaxInterval = min(bo.MaxInterval, c.cfg.HandBackAfter)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 		err := c.cfg.Reachable(pctx)

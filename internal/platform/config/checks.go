@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"idemshop/internal/platform/httpserver"
 )
 
 // checks collects validation errors; each names the variable an operator has to fix.
@@ -153,12 +155,13 @@ func (h HTTP) check(c *checks) {
 	c.positive("HTTP_READ_HEADER_TIMEOUT", h.ReadHeaderTimeout)
 	c.positive("HTTP_READ_TIMEOUT", h.ReadTimeout)
 	c.positive("HTTP_WRITE_TIMEOUT", h.WriteTimeout)
-	if h.ReadTimeout > 0 && h.WriteTimeout > 0 && h.WriteTimeout <= h.ReadTimeout {
+	if work := httpserver.WorkTime(h.WriteTimeout); h.ReadTimeout > 0 && h.WriteTimeout > 0 && work <= h.ReadTimeout {
 		// Go's write deadline counts from the end of the request's headers, the body's read included: a
 		// body the read timeout still allowed left no time to answer, and its client read EOF with no
-		// status line (an overload tester's trickled body, 2026-12-07).
-		c.add(fmt.Errorf("HTTP_WRITE_TIMEOUT (%s) must be longer than HTTP_READ_TIMEOUT (%s): the write deadline counts the body's read too",
-			h.WriteTimeout, h.ReadTimeout))
+		// status line (an overload tester's trickled body, 2026-12-07). The part kept to write the
+		// answer must be left too (a verifier's 15001ms against 15s left 1 ms).
+		c.add(fmt.Errorf("HTTP_WRITE_TIMEOUT (%s) less the part kept to write the answer (%s) must be longer than HTTP_READ_TIMEOUT (%s): the write deadline counts the body's read too",
+			h.WriteTimeout, httpserver.AnswerReserve(h.WriteTimeout), h.ReadTimeout))
 	}
 	c.positive("HTTP_IDLE_TIMEOUT", h.IdleTimeout)
 	c.positive("SHUTDOWN_TIMEOUT", h.ShutdownTimeout)

@@ -81,7 +81,7 @@ func TestLoadOrdersNamesTheBadVariable(t *testing.T) {
 		// A helper's (2026-12-06): the pay's answer came after the write deadline, an empty reply.
 		"write timeout within the platform call": {"HTTP_WRITE_TIMEOUT", "3500ms", "PAYMENTS_TIMEOUT (3s) must be shorter than a request's work time, 2.625s: HTTP_WRITE_TIMEOUT (3.5s)"},
 		// An overload tester's (2026-12-07): a body trickled within the read timeout got no answer.
-		"write timeout within the read timeout": {"HTTP_WRITE_TIMEOUT", "15s", "HTTP_WRITE_TIMEOUT (15s) must be longer than HTTP_READ_TIMEOUT (15s)"},
+		"write timeout within the read timeout": {"HTTP_WRITE_TIMEOUT", "15s", "HTTP_WRITE_TIMEOUT (15s) less the part kept to write the answer (1s) must be longer than HTTP_READ_TIMEOUT (15s)"},
 		"form token TTL under 1 ms":             {"FORM_TOKEN_TTL", "100us", "FORM_TOKEN_TTL must be >= 1ms"},
 		"in-flight lease under 1 ms":            {"FORM_TOKEN_INFLIGHT_LEASE", "100us", "FORM_TOKEN_INFLIGHT_LEASE must be >= 1ms"},
 		"callback URL past 2048":                {"CALLBACK_URL", "http://127.0.0.1:8080/v1/payments/callback?pad=" + strings.Repeat("a", 2048), "CALLBACK_URL must be at most 2048 bytes"},
@@ -292,15 +292,15 @@ func TestRedactURL(t *testing.T) {
 
 // Every binary's server refuses a write timeout within its read timeout (the shared HTTP check).
 func TestWriteTimeoutWithinReadTimeoutIsRefusedEverywhere(t *testing.T) {
-	t.Setenv("HTTP_WRITE_TIMEOUT", "4s")
-	want := "HTTP_WRITE_TIMEOUT (4s) must be longer than HTTP_READ_TIMEOUT (15s)"
+	t.Setenv("HTTP_WRITE_TIMEOUT", "15001ms") // longer, but not by the part kept to write the answer
+	want := "HTTP_WRITE_TIMEOUT (15.001s) less the part kept to write the answer (1s) must be longer than HTTP_READ_TIMEOUT (15s)"
 	_, err := config.LoadOrders()
 	require.ErrorContains(t, err, want)
 	_, err = config.LoadPaymentsMock()
 	require.ErrorContains(t, err, want)
 	_, err = config.LoadPointsConsumer()
 	require.ErrorContains(t, err, want)
-	t.Setenv("HTTP_READ_TIMEOUT", "3s")
+	t.Setenv("HTTP_READ_TIMEOUT", "14s")
 	_, err = config.LoadPaymentsMock()
-	require.NoError(t, err)
+	require.NoError(t, err, "15.001 s less 1 s outlasts 14 s")
 }

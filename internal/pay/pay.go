@@ -335,7 +335,8 @@ func (p *Payer) claim(ctx context.Context, r PayRequest, lease *lock.Lease) (rec
 	if lease != nil {
 		fence = lease.Fence
 	}
-	cl, err := p.store.Claim(ctx, r.scope(), Subject(r.OrderID), r.Method, r.Path, r.Fingerprint, fence, p.cfg.Lease)
+	var cl idempotency.Claim
+	cl, err = p.store.Claim(ctx, r.scope(), Subject(r.OrderID), r.Method, r.Path, r.Fingerprint, fence, p.cfg.Lease)
 	if errors.Is(err, context.DeadlineExceeded) {
 		// The request's work time ran out in the claim's statement: it may have run, its answer lost,
 		// and then the record is held for the lease (a verifier's finding, 2026-12-07: a take-over that

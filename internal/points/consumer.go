@@ -341,13 +341,6 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 			if first, _ := in.take(c.cfg.BatchSize); len(first) > 0 {
 				c.handle(ctx, work, ch, held, c.collect(first, in))
 			}
-			if c.handedBack {
-				// The batch is nacked and the subscription cancelled: the deferred messages go back too,
-				// and what the inbox still holds goes with the channel, to the consumers that can reach
-				// the database.
-				c.giveBack(ch, held, errHandedBack.Error())
-				return errHandedBack
-			}
 			if in.len() > 0 || in.isClosed() {
 				in.signal() // the rest, or the close: after a look at the other cases
 			}
@@ -355,6 +348,13 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 			c.retryHeld(ctx, work, ch, held)
 		case <-topologyCheck.C:
 			c.checkTopology(conn)
+		}
+		if c.handedBack {
+			// A batch (new, or deferred ones claimed again) was nacked and the subscription cancelled:
+			// the deferred messages go back too, and what the inbox still holds goes with the channel,
+			// to the consumers that can reach the database.
+			c.giveBack(ch, held, errHandedBack.Error())
+			return errHandedBack
 		}
 	}
 }

@@ -300,7 +300,8 @@ func (r *Repository) RecordFullRefund(ctx context.Context, tx *gorm.DB, id int64
 // second call). It takes the order's row lock. The common case, no refund before the payment, needs
 // no call: settleSuccess makes one only when something was refunded.
 func (r *Repository) OwnRefunds(ctx context.Context, tx *gorm.DB, id int64, paymentID string) (refundedCents, takenOutCents int64, err error) {
-	before, _, err := r.RefundedLocked(ctx, tx, id)
+	var before int64
+	before, _, err = r.RefundedLocked(ctx, tx, id)
 	if err != nil || paymentID == "" { // no payment to tell the others from: the total as it is
 		return before, 0, err
 	}

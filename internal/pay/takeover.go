@@ -46,7 +46,8 @@ func (p *Payer) TakeOver(ctx context.Context, stuck idempotency.Record) (rec ide
 		}
 	}
 	scope := idempotency.Scope{UserID: stuck.UserID, Key: stuck.IdempotencyKey}
-	cl, err := p.store.Claim(ctx, scope, Subject(orderID), stuck.Method, stuck.Path, stuck.Fingerprint, fence, p.cfg.Lease)
+	var cl idempotency.Claim
+	cl, err = p.store.Claim(ctx, scope, Subject(orderID), stuck.Method, stuck.Path, stuck.Fingerprint, fence, p.cfg.Lease)
 	if behind := (*idempotency.FenceBehindError)(nil); errors.As(err, &behind) {
 		// Redis's counter is behind the record's token (Pay says why): raise it, so that the next
 		// sweep's token is above the record's. Nothing is taken over now.

@@ -77,7 +77,8 @@ func NewExecutor(db *gorm.DB, platform *payclient.Client, logger *slog.Logger, r
 func (e *Executor) RunOnce(ctx context.Context) (sent map[string]int, err error) {
 	sent = map[string]int{}
 	defer e.CountOwedSilent(ctx)
-	reqs, err := ListPending(ctx, e.db, e.batch)
+	var reqs []Pending
+	reqs, err = ListPending(ctx, e.db, e.batch)
 	if err != nil {
 		return sent, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -115,7 +116,8 @@ func (h *Handler) redeem(c echo.Context) error {
 // formFields reads the two fields of a browser form post from its body (httpproblem.ReadForm, which
 // refuses a body it cannot read or decode), and refuses a field sent twice (400 malformed_body).
 func formFields(r *http.Request) (tokenID, rewardID string, err error) {
-	form, err := httpproblem.ReadForm(r)
+	var form url.Values
+	form, err = httpproblem.ReadForm(r)
 	if err != nil {
 		return "", "", err
 	}

@@ -159,9 +159,8 @@ func insertCompleted(ctx context.Context, t *keyTx, r keyedRequest, status int, 
 // stored status and body, Replayed, if the record is COMPLETED or FAILED_PERMANENT; otherwise
 // ErrKeyInUse (409) with Retry-After retryAfter.
 func Replay(m *Metrics, route string, rec Record, fp string, retryAfter time.Duration) (Answer, error) {
-	if rec.Fingerprint != fp {
-		m.Count(route, OutcomeMismatch)
-		return Answer{}, ErrKeyReused
+	if err := Mismatch(m, route, rec, fp); err != nil {
+		return Answer{}, err
 	}
 	if (rec.State == StateCompleted || rec.State == StateFailedPermanent) && rec.ResponseStatus != nil {
 		m.Count(route, OutcomeReplayed)
@@ -169,6 +168,16 @@ func Replay(m *Metrics, route string, rec Record, fp string, retryAfter time.Dur
 	}
 	m.Count(route, OutcomeInFlight)
 	return Answer{}, ErrKeyInUse.WithRetryAfter(retryAfter)
+}
+
+// Mismatch returns ErrKeyReused (422), counted on route, when rec was stored for another request than
+// fp's (IETF idempotency-key draft §2.7: a key reused with a different payload), else nil.
+func Mismatch(m *Metrics, route string, rec Record, fp string) error {
+	if rec.Fingerprint != fp {
+		m.Count(route, OutcomeMismatch)
+		return ErrKeyReused
+	}
+	return nil
 }
 
 // Respond answers a request from an existing record on c: Replay, then Answer.Write.

@@ -290,11 +290,10 @@ func (p *Payer) lookup(ctx context.Context, r PayRequest) (o orders.Order, done 
 // asks it before it refuses a request for its order id or its body.
 func (p *Payer) KeyReused(ctx context.Context, r PayRequest) error {
 	rec, err := idempotency.Find(ctx, p.db, r.scope())
-	if err != nil || rec == nil || rec.Fingerprint == r.Fingerprint {
+	if err != nil || rec == nil {
 		return err
 	}
-	p.metrics.Count(r.Route, idempotency.OutcomeMismatch)
-	return idempotency.ErrKeyReused
+	return idempotency.Mismatch(p.metrics, r.Route, *rec, r.Fingerprint)
 }
 
 // lock takes the order's Redis lease, whose fencing token goes into every write of the record. busy:

@@ -163,12 +163,15 @@ func Reachable(ctx context.Context, url string) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
+	defer closeConn(conn)
 	return conn.Ping(ctx)
+}
+
+// closeConn closes conn within a second: a half-open connection does not hold its closer.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
 }
 
 // Prober is /readyz's check that PostgreSQL answers, on one connection of its own, outside the pool. A
@@ -212,7 +215,8 @@ func (p *Prober) Ping(ctx context.Context) error {
 		p.conn = conn
 	}
 	if err := p.conn.Ping(ctx); err != nil {
-		p.closeConn()
+		closeConn(p.conn)
+		p.conn = nil
 		return err
 	}
 	return nil
@@ -222,17 +226,10 @@ func (p *Prober) Ping(ctx context.Context) error {
 func (p *Prober) Close() {
 	p.turn <- struct{}{}
 	defer func() { <-p.turn }()
-	p.closeConn()
-}
-
-func (p *Prober) closeConn() {
-	if p.conn == nil {
-		return
+	if p.conn != nil {
+		closeConn(p.conn)
+		p.conn = nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // a half-open one does not hold us
-	defer cancel()
-	_ = p.conn.Close(ctx)
-	p.conn = nil
 }
 
 // EnsureDatabase creates the database named in url when it does not exist, by connecting to the

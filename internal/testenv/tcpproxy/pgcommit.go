@@ -28,9 +28,23 @@ func PostgresForURL(t testing.TB, rawURL string) (*Proxy, string) {
 // server while the COMMIT's batch is still running, so the transaction rolls back (57014, seen in
 // make test under load). That outcome is the plain "connection lost before COMMIT" case; this fault is
 // the other one.
-func (p *Proxy) LoseNextCommitAnswer() { p.loseCommit.Store(true) }
+func (p *Proxy) LoseNextCommitAnswer() {
+	commit := statementMatch(isCommit)
+	p.lose.Store(&commit)
+}
 
-// CommitAnswersLost counts the COMMIT answers this proxy has lost.
+// LoseNextAnswerTo is LoseNextCommitAnswer for the next statement whose SQL contains fragment: one that
+// is its own transaction (a single INSERT … RETURNING has no COMMIT) runs and commits, and its client
+// never hears so.
+func (p *Proxy) LoseNextAnswerTo(fragment string) {
+	match := statementMatch(func(sql string) bool { return strings.Contains(sql, fragment) })
+	p.lose.Store(&match)
+}
+
+// statementMatch says whether a statement's SQL is the one whose answer the armed fault loses.
+type statementMatch func(sql string) bool
+
+// CommitAnswersLost counts the answers this proxy has lost (LoseNextCommitAnswer, LoseNextAnswerTo).
 func (p *Proxy) CommitAnswersLost() int64 { return p.lostCommits.Load() }
 
 // LostCommitAnswers says what the server answered to each lost COMMIT, one line per answer, as message
@@ -83,9 +97,9 @@ func nextMessage(b []byte) (typ byte, body, rest []byte, ok bool) {
 	return b[0], b[5:n], b[n:], true
 }
 
-// commitWatch follows one connection's frontend messages and reports when a COMMIT has been sent in
-// full: a simple Query holding a COMMIT statement, or an Execute of a portal bound to a prepared COMMIT
-// once its Sync has gone (the server runs the pipeline up to the Sync before it answers). It reads only
+// commitWatch follows one connection's frontend messages and reports when a statement the armed fault
+// matches (a COMMIT) has been sent in full: a simple Query holding it, or an Execute of a portal bound
+// to it once its Sync has gone (the server runs the pipeline up to the Sync before it answers). It reads only
 // the framing and those messages, and the bytes go on untouched. pgx's pgproto3.Backend would decode
 // every message to re-encode it, and reads a SCRAM answer as a password message unless told the
 // server's auth type, which only the server's side of the stream says.
@@ -94,7 +108,7 @@ type commitWatch struct {
 	started bool              // past the startup message (which has no type byte)
 	stmts   map[string]string // prepared statement name -> SQL
 	portals map[string]string // portal name -> SQL of its statement
-	pending bool              // an Execute of COMMIT waits for its Sync
+	pending bool              // an Execute of a matching statement waits for its Sync
 }
 
 // startup request codes that the server answers before the real startup message comes.
@@ -103,8 +117,9 @@ const (
 	gssEncRequest = 80877104
 )
 
-// feed takes the next bytes the client sent and reports whether a COMMIT has now been sent in full.
-func (w *commitWatch) feed(b []byte) bool {
+// feed takes the next bytes the client sent and reports whether a statement that match (nil: none)
+// accepts has now been sent in full.
+func (w *commitWatch) feed(b []byte, match *statementMatch) bool {
 	if w.stmts == nil {
 		w.stmts, w.portals = map[string]string{}, map[string]string{}
 	}
@@ -128,19 +143,21 @@ func (w *commitWatch) feed(b []byte) bool {
 		if !ok {
 			return committed
 		}
-		if w.message(typ, body) {
+		if w.message(typ, body, match) {
 			committed = true
 		}
 		w.buf = rest
 	}
 }
 
-// message reads one typed message and reports whether it completed the sending of a COMMIT.
-func (w *commitWatch) message(typ byte, body []byte) bool {
+// message reads one typed message and reports whether it completed the sending of a statement that
+// match accepts.
+func (w *commitWatch) message(typ byte, body []byte, match *statementMatch) bool {
+	matches := func(sql string) bool { return match != nil && (*match)(sql) }
 	switch typ {
 	case 'Q': // Query: simple protocol, statements separated by ';'
 		for _, s := range strings.Split(cstring(body, 0), ";") {
-			if isCommit(s) {
+			if matches(s) {
 				return true
 			}
 		}
@@ -150,7 +167,7 @@ func (w *commitWatch) message(typ byte, body []byte) bool {
 	case 'B': // Bind: portal name, statement name
 		w.portals[cstring(body, 0)] = w.stmts[cstring(body, 1)]
 	case 'E': // Execute: portal name
-		if isCommit(w.portals[cstring(body, 0)]) {
+		if matches(w.portals[cstring(body, 0)]) {
 			w.pending = true
 		}
 	case 'S': // Sync
@@ -183,8 +200,8 @@ func cstring(b []byte, i int) string {
 
 // pgState is what the proxy keeps for Postgres proxies.
 type pgState struct {
-	pg          bool // set before the proxy accepts: watch what clients send
-	loseCommit  atomic.Bool
+	pg          bool                           // set before the proxy accepts: watch what clients send
+	lose        atomic.Pointer[statementMatch] // armed: the statement whose answer is lost next
 	lostCommits atomic.Int64
 	lostAnswers [][]byte // under mu: what the server answered to each lost COMMIT
 }

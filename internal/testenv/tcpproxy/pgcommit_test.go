@@ -2,6 +2,7 @@ package tcpproxy
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 )
 
@@ -39,13 +40,14 @@ func TestCommitWatchFindsTheCommitInAnyChunking(t *testing.T) {
 		{"simple query without commit", [][]byte{startup(), msg('Q', "SELECT 1")}, []bool{false, false}},
 		{"savepoint only", [][]byte{startup(), prepare, append(append(msg('B', "", "s1"), msg('E', "")...), msg('S')...)}, []bool{false, false, false}},
 	} {
+		commit := statementMatch(isCommit)
 		for split := 1; split <= 7; split++ { // every group fed in pieces of split bytes
 			var w commitWatch
 			for i, group := range tc.stream {
 				got := false
 				for len(group) > 0 {
 					n := min(split, len(group))
-					got = w.feed(group[:n]) || got
+					got = w.feed(group[:n], &commit) || got
 					group = group[n:]
 				}
 				if got != tc.want[i] {
@@ -53,6 +55,28 @@ func TestCommitWatchFindsTheCommitInAnyChunking(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// LoseNextAnswerTo's statement is one that is its own transaction: its Execute and Sync complete it, on
+// a statement prepared (and named) by an earlier request of the same connection as pgx's cache does. An
+// unarmed watch (nil) matches nothing and still learns the names.
+func TestCommitWatchFindsAStatementByItsText(t *testing.T) {
+	claim := statementMatch(func(sql string) bool { return strings.Contains(sql, "INSERT INTO idempotency_keys") })
+	prepare := append(msg('P', "stmtcache_1", "INSERT INTO idempotency_keys (user_id) VALUES ($1) RETURNING *"), msg('S')...)
+	run := append(append(msg('B', "", "stmtcache_1"), msg('E', "")...), msg('S')...)
+	var w commitWatch
+	if w.feed(startup(), &claim) || w.feed(prepare, nil) {
+		t.Fatal("a startup or a Parse is no statement sent")
+	}
+	if w.feed(run, nil) {
+		t.Error("an unarmed watch matched")
+	}
+	if !w.feed(run, &claim) {
+		t.Error("the Execute of the named statement, then Sync, was not seen")
+	}
+	if w.feed(msg('Q', "SELECT 1"), &claim) {
+		t.Error("another statement matched")
 	}
 }
 

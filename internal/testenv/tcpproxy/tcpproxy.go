@@ -190,7 +190,8 @@ func (p *Proxy) pipeWatched(up, c net.Conn, lost *atomic.Bool) {
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
-			lose := w.feed(buf[:n]) && p.loseCommit.CompareAndSwap(true, false)
+			match := p.lose.Load()
+			lose := w.feed(buf[:n], match) && p.lose.CompareAndSwap(match, nil)
 			if lose {
 				p.lostCommits.Add(1)
 				lost.Store(true)

@@ -8,6 +8,7 @@ import (
 
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
+	"idemshop/internal/platform/pgtx"
 )
 
 // Reconciliation: the platform's records are the truth about money, and callbacks are only its news. A
@@ -60,16 +61,22 @@ func (s *Service) ApplyPayment(ctx context.Context, tx *gorm.DB, o orders.Order,
 }
 
 // Reconcile applies the platform's view of order o's payment in its own transaction. See ApplyPayment.
+// An error of the COMMIT itself that may have committed all the same (its answer lost) is
+// pgtx.ErrCommitUnknown.
 func (s *Service) Reconcile(ctx context.Context, o orders.Order, pay payclient.Payment) (Outcome, string, error) {
 	var outcome Outcome
 	var reason string
+	applied := false // the work ran to its end: a failure after it is the COMMIT's
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		outcome, reason, err = s.ApplyPayment(ctx, tx, o, pay)
+		applied = err == nil
 		return err
 	})
 	if err == nil {
 		s.committed(outcome)
+	} else if applied {
+		err = pgtx.CommitOutcome(err)
 	}
 	return outcome, reason, err
 }

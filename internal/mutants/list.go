@@ -1119,8 +1119,8 @@ var List = []Mutant{
 		ID: "reconcile-order-fail", Guard: "reconciler: go on",
 		File: "internal/sweeper/reconcile.go",
 		// An order the database refuses ends the run, and comes first again in every run after it.
-		Original:    "\t\t\treturn ReconcileFailed",
-		Replacement: "\t\t\treturn ReconcileUnreachable",
+		Original:    "the next run tries again\", \"err\", err)\n\t\t\treturn ReconcileFailed",
+		Replacement: "the next run tries again\", \"err\", err)\n\t\t\treturn ReconcileUnreachable",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerGoesOnPastAnOrderTheDatabaseRefuses$",
 	},
 	{
@@ -2516,10 +2516,44 @@ var List = []Mutant{
 	{
 		ID: "pay-claim-unknown", Guard: "pay: claim unanswered",
 		File: "internal/pay/pay.go",
-		// A claim that did not answer in the work time says Retry-After 1, though it may hold the
-		// record for the lease.
-		Original:    "if errors.Is(err, context.DeadlineExceeded) {\n\t\t// The request's work time ran out in the claim's statement",
-		Replacement: "if false && errors.Is(err, context.DeadlineExceeded) {\n\t\t// The request's work time ran out in the claim's statement",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAPayWhoseClaimDoesNotAnswerSaysItsLease$",
+		// A claim that did not answer (the work time ran out, the connection broke after it went out)
+		// says Retry-After 1, though it may hold the record for the lease.
+		Original:    "if postgres.MayHaveRun(err) {\n\t\t// The claim's statement went out",
+		Replacement: "if false && postgres.MayHaveRun(err) {\n\t\t// The claim's statement went out",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAPayWhoseClaim(DoesNotAnswer|AnswerIsLost)SaysItsLease$",
+	},
+	{
+		ID: "pg-may-have-run", Guard: "pg: lost answer ran?",
+		File: "internal/platform/postgres/postgres.go",
+		// A statement whose connection broke after it went out is taken for one that never ran: a claim
+		// whose answer was lost says "nothing was written, retry in 1 s".
+		Original:    "errors.As(err, &ce) {\n\t\treturn false\n\t}\n\treturn connectionLost(err)",
+		Replacement: "errors.As(err, &ce) {\n\t\treturn false\n\t}\n\treturn false && connectionLost(err)",
+		Pkgs:        []string{"./internal/platform/postgres", "./internal/ordersapp"}, Run: "^(TestMayHaveRun|TestAPayWhoseClaimAnswerIsLostSaysItsLease)$",
+	},
+	{
+		ID: "reconcile-commit-lost", Guard: "reconcile: commit lost",
+		File: "internal/callback/platform.go",
+		// The reconciler's COMMIT whose answer was lost is taken for a failure to apply: ERROR lines
+		// for changes that committed.
+		Original:    "} else if applied {\n\t\terr = pgtx.CommitOutcome(err)",
+		Replacement: "} else if false && applied {\n\t\terr = pgtx.CommitOutcome(err)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAReconcileWhoseCommitAnswerIsLostIsNotAFailureToApply$",
+	},
+	{
+		ID: "reconcile-unanswered", Guard: "reconcile: unanswered",
+		File:        "internal/sweeper/reconcile.go",
+		Original:    "case errors.Is(err, pgtx.ErrCommitUnknown):",
+		Replacement: "case false && errors.Is(err, pgtx.ErrCommitUnknown):",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAReconcileWhoseCommitAnswerIsLostIsNotAFailureToApply$",
+	},
+	{
+		ID: "commit-safe-to-retry", Guard: "pgtx: lost answer safe",
+		File: "internal/platform/pgtx/pgtx.go",
+		// pgx's "conn closed" after a lost COMMIT answer taken at its word (SafeToRetry): a committed
+		// change is called not applied.
+		Original:    "if err == nil || errors.As(err, &pgErr) {\n\t\treturn err",
+		Replacement: "if err == nil || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {\n\t\treturn err",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAReconcileWhoseCommitAnswerIsLostIsNotAFailureToApply$",
 	},
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +16,9 @@ import (
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/fault"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/testenv"
+	"idemshop/internal/testenv/tcpproxy"
 )
 
 // A product row held by a back-office transaction longer than DB_LOCK_TIMEOUT is a transient
@@ -169,4 +172,51 @@ func TestAPayWhoseClaimDoesNotAnswerSaysItsLease(t *testing.T) {
 	_, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
 	require.NoError(t, err)
 	assert.False(t, found, "nothing reached the platform")
+}
+
+// The connection breaks after the claim's INSERT went out, and the server ran it: the record is
+// PROCESSING under its lease, so the answer says so (Retry-After = PAY_LEASE, "may be held"), not
+// "nothing was written, retry in 1 s", whose retry met 409 for the lease (a helper's finding,
+// 2026-12-07: 4 of 4). Once the lease has passed, the retry with the same key pays, once.
+func TestAPayWhoseClaimAnswerIsLostSaysItsLease(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	proxy, viaProxy := tcpproxy.PostgresForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	const lease = 3 * time.Second
+	rp := newReplica(t, env, replicaOpts{db: db, cfg: func(c *config.Orders) {
+		payTo(mock, lease)(c)
+		c.PaymentsTimeout = time.Second
+	}})
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	proxy.LoseNextAnswerTo("INSERT INTO idempotency_keys")
+	first := rp.pay(alice, id, "pay-claim-lost")
+	require.EqualValues(t, 1, proxy.CommitAnswersLost(), "the fault fired")
+	require.True(t, strings.HasSuffix(proxy.LostCommitAnswers(), "Z(I)"), "the server ran the claim: %s", proxy.LostCommitAnswers())
+	require.Equal(t, http.StatusServiceUnavailable, first.Status, "%s", first.Body)
+	assert.Equal(t, "unavailable", first.problem(t).Code)
+	assert.Contains(t, first.problem(t).Detail, "may be held")
+	assert.Equal(t, fmt.Sprint(int(lease.Seconds())), first.Header.Get("Retry-After"))
+	assert.Equal(t, "PROCESSING", recordOf(t, env, "pay-claim-lost").State, "the claim whose answer was lost committed")
+	_, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	assert.False(t, found, "nothing reached the platform")
+
+	eventually(t, 2*lease, "the claim's lease runs out", func() bool {
+		var passed bool
+		require.NoError(t, env.DB.Raw(`SELECT locked_until < now() FROM idempotency_keys WHERE idempotency_key = 'pay-claim-lost'`).Scan(&passed).Error)
+		return passed
+	})
+	again := rp.pay(alice, id, "pay-claim-lost")
+	require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Equal(t, "COMPLETED", recordOf(t, env, "pay-claim-lost").State)
+	payment, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, payment.ID, paymentID(t, again), "one payment, the one the retry answers with")
 }

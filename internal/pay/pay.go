@@ -32,6 +32,7 @@ import (
 	"idemshop/internal/platform/fault"
 	"idemshop/internal/platform/httpproblem"
 	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 )
 
@@ -47,11 +48,13 @@ var (
 		"the payment platform's answer did not arrive (a timeout or a broken connection after the request was sent): the payment may exist; retry with the same Idempotency-Key")
 )
 
-// errNotRecorded is payment_outcome_unknown when the platform answered and the shop could not record the
-// answer: the client cannot know the outcome either way, and the record stays PROCESSING until its lease
-// runs out.
+// errNotRecorded is payment_outcome_unknown when the platform answered and the shop's write of the
+// answer failed or went unanswered: the client cannot know the outcome either way, and unless the write's
+// COMMIT ran (its answer lost: a retry then replays it) the record stays PROCESSING until its lease runs
+// out. The detail says "may not": a lost COMMIT answer leaves the record COMPLETED (a helper's finding,
+// 2026-12-07: "could not record" over 12 of 12 such records).
 var errNotRecorded = ErrOutcomeUnknown.WithDetail(
-	"the payment platform answered, but the shop could not record its answer; retry with the same Idempotency-Key")
+	"the payment platform answered, but the shop may not have recorded its answer; retry with the same Idempotency-Key")
 
 // errHeldAfterClaim is unavailable for a request whose claim committed and whose next database step
 // failed before anything reached the platform or the order (the request's work time ran out, a lost
@@ -62,8 +65,9 @@ var errNotRecorded = ErrOutcomeUnknown.WithDetail(
 var errHeldAfterClaim = problem.ErrUnavailable.WithDetail(
 	"the database could not finish this request after it was taken; its record is held until Retry-After: retry with the same Idempotency-Key then")
 
-// errClaimUnknown is unavailable for a request whose claim did not answer within its work time: the
-// claim may have committed, and then the record is held for the lease, so Retry-After is the lease.
+// errClaimUnknown is unavailable for a request whose claim went out and did not answer (its work time ran
+// out, its connection broke): the claim may have committed, and then the record is held for the lease,
+// so Retry-After is the lease.
 var errClaimUnknown = problem.ErrUnavailable.WithDetail(
 	"the database did not answer while this request took its record, which may be held until Retry-After: retry with the same Idempotency-Key then")
 
@@ -336,10 +340,11 @@ func (p *Payer) claim(ctx context.Context, r PayRequest, lease *lock.Lease) (rec
 	}
 	var cl idempotency.Claim
 	cl, err = p.store.Claim(ctx, r.scope(), Subject(r.OrderID), r.Method, r.Path, r.Fingerprint, fence, p.cfg.Lease)
-	if errors.Is(err, context.DeadlineExceeded) {
-		// The request's work time ran out in the claim's statement: it may have run, its answer lost,
-		// and then the record is held for the lease (a verifier's finding, 2026-12-07: a take-over that
-		// answered Retry-After 1 and then 409).
+	if postgres.MayHaveRun(err) {
+		// The claim's statement went out and its answer never came (the request's work time ran out, the
+		// connection broke): it may have run, and then the record is held for the lease (a verifier's
+		// finding, 2026-12-07: a take-over that answered Retry-After 1 and then 409; a helper's, the same
+		// day: a claim whose answer the connection lost).
 		return rec, false, ans, errClaimUnknown.WithRetryAfter(p.cfg.Lease).Wrap(err)
 	}
 	if err != nil {
@@ -487,12 +492,16 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 	}
 	if err != nil {
 		// The platform answered and the shop could not write its answer down (the order row held past
-		// DB_LOCK_TIMEOUT, a lost connection): the record stays PROCESSING under its lease, and for the
-		// client the outcome is as unknown as after a timeout. The generic 503 (Retry-After: 1, nothing
+		// DB_LOCK_TIMEOUT, a lost connection), or cannot know whether it did (the COMMIT's answer lost):
+		// the record stays PROCESSING under its lease, or is COMPLETED, and for the client the outcome is
+		// as unknown as after a timeout. The generic 503 (Retry-After: 1, nothing
 		// was written) would be untrue: the payment exists, and retries inside the lease meet 409. After
 		// the lease, a retry or the sweeper takes the record over and the platform returns the same payment.
-		logging.From(ctx).Warn("pay result not recorded; the record stays PROCESSING until its lease runs out",
-			"order_id", o.ID, "fence", rec.Fence, "err", err)
+		msg := "pay result not recorded; the record stays PROCESSING until its lease runs out"
+		if postgres.MayHaveRun(err) {
+			msg = "pay result's write went unanswered: recorded, or the record stays PROCESSING until its lease runs out"
+		}
+		logging.From(ctx).Warn(msg, "order_id", o.ID, "fence", rec.Fence, "err", err)
 		p.metrics.PayRecord(o.ID, rec.Fence, idempotency.StateProcessing)
 		p.metrics.Count(route, idempotency.OutcomeExecuted)
 		return idempotency.Answer{}, errNotRecorded.WithRetryAfter(p.cfg.Lease).Wrap(err)

@@ -17,6 +17,7 @@ import (
 	"idemshop/internal/orders"
 	"idemshop/internal/payclient"
 	"idemshop/internal/platform/logging"
+	"idemshop/internal/platform/pgtx"
 	"idemshop/internal/platform/retry"
 )
 
@@ -321,6 +322,12 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 			result = ReconcileMismatch
 		case err != nil && ctx.Err() != nil:
 			return "" // the process is stopping: nothing failed, and the order is compared next run
+		case errors.Is(err, pgtx.ErrCommitUnknown):
+			// The COMMIT went out and its answer never came: applied or not, only the rows can say, and
+			// the next run compares the order again. Said as what it is, not as a failure to apply (a
+			// helper's finding, 2026-12-07: 182 such ERROR lines for changes that had committed).
+			lg.Warn("reconcile: the COMMIT applying the platform's state went unanswered (applied or not); the next run compares again", "err", err)
+			return ReconcileFailed
 		case err != nil:
 			// Not unreachable: that ends the run, and this order, never stamped, comes first again in
 			// the next one, so one order the database refuses would keep every other from being compared.

@@ -30,10 +30,16 @@ var ErrCommitUnknown = errors.New("pgtx: COMMIT sent, its outcome unknown")
 
 // CommitOutcome is for the error of a round trip that carried a COMMIT: it wraps err in
 // ErrCommitUnknown unless the server answered (an error with a SQLSTATE: PostgreSQL then skipped the
-// COMMIT) or the request was never written (pgconn.SafeToRetry). nil stays nil.
+// COMMIT). nil stays nil.
+//
+// pgconn.SafeToRetry ("nothing was written") is not asked: pgx 5.12 answers a COMMIT sent by the simple
+// protocol (pgx's Tx.Commit, and so database/sql's and GORM's) whose answer the connection lost with
+// "conn closed", which says SafeToRetry (its reader closes the connection on the failed read, then
+// finds it closed). Taking that at its word called a committed change "not applied" (a helper's
+// finding, 2026-12-07, under the reconciler).
 func CommitOutcome(err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+	if err == nil || errors.As(err, &pgErr) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrCommitUnknown, err)

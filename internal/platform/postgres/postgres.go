@@ -416,6 +416,30 @@ func connectionLost(err error) bool {
 		pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
 
+// MayHaveRun reports whether a statement that failed with err may have run all the same, and outside a
+// transaction committed: its answer never came back (the wait for it ran out, or the connection broke,
+// perhaps after the request was written). False when the server answered with an error (a SQLSTATE: the
+// statement failed), when no connection could be opened, and for a failure that is not the database's.
+// A caller that wrote a row with one statement, such as a pay record's claim, cannot tell its client
+// "nothing was written" when this is true (a helper's finding, 2026-12-07: a claim whose answer was
+// lost said Retry-After 1, and its retry met 409 for the lease).
+//
+// "Never written" (pgconn.SafeToRetry, and database/sql's ErrBadConn made of it) is not taken at its
+// word: pgx 5.12 says it of a statement sent by the simple protocol whose answer the connection lost
+// (pgtx.CommitOutcome says how), so the cost of trusting it is the untrue answer, and the cost of not
+// trusting it a Retry-After as long as the lease.
+func MayHaveRun(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	var ce *pgconn.ConnectError
+	if err == nil || errors.As(err, &pgErr) || errors.As(err, &ce) {
+		return false
+	}
+	return connectionLost(err)
+}
+
 type rejectionsHandledKey struct{}
 
 // RejectionsHandled returns ctx marked for a caller that handles the database refusing its data

@@ -2,10 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -105,4 +108,30 @@ func TestARefusedConnectionIsTransient(t *testing.T) {
 	translated := postgres.TranslateError(fmt.Errorf("list products: %w", err))
 	assert.ErrorIs(t, translated, postgres.ErrTransient)
 	assert.Equal(t, problem.KindUnavailable, httpproblem.Resolve(translated).Kind)
+}
+
+// A statement whose answer never came may have run; one the server refused, or that never left, did
+// not. Pure classification; TestAPayWhoseClaimAnswerIsLostSaysItsLease (ordersapp) meets the lost
+// answer for real.
+func TestMayHaveRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the connection broke where the answer should have come", fmt.Errorf("claim: %w", io.ErrUnexpectedEOF), true},
+		{"the server closed it", fmt.Errorf("claim: %w", io.EOF), true},
+		{"a reset", fmt.Errorf("claim: %w", &net.OpError{Op: "read", Err: syscall.ECONNRESET}), true},
+		{"the wait for the answer ran out", fmt.Errorf("claim: %w", context.DeadlineExceeded), true},
+		{"the caller gave up", fmt.Errorf("claim: %w", context.Canceled), true},
+		{"the server refused the statement", fmt.Errorf("claim: %w", &pgconn.PgError{Code: "23505"}), false},
+		{"the server cancelled it", fmt.Errorf("claim: %w", &pgconn.PgError{Code: "57014"}), false},
+		{"database/sql's bad connection, which pgx also says of a lost answer", fmt.Errorf("claim: %w", driver.ErrBadConn), true},
+		{"no connection could be opened", fmt.Errorf("claim: %w", &pgconn.ConnectError{}), false},
+		{"not a database failure", errors.New("scan: a bug"), false},
+		{"no error", nil, false},
+	} {
+		assert.Equal(t, tc.want, postgres.MayHaveRun(tc.err), tc.name)
+	}
 }

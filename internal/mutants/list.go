@@ -2532,6 +2532,15 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/platform/postgres", "./internal/ordersapp"}, Run: "^(TestMayHaveRun|TestAPayWhoseClaimAnswerIsLostSaysItsLease)$",
 	},
 	{
+		ID: "redeem-form-translate", Guard: "redeem form: 503 page",
+		File: "internal/rewards/http.go",
+		// The form path reads a database failure untranslated: a lost connection is the error
+		// handler's problem JSON instead of the HTML 503 with Retry-After.
+		Original:    "pe := httpproblem.Resolve(postgres.TranslateError(err))",
+		Replacement: "pe := httpproblem.Resolve(err)\n\t\t\t_ = postgres.TranslateError",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
+	},
+	{
 		ID: "reconcile-commit-lost", Guard: "reconcile: commit lost",
 		File: "internal/callback/platform.go",
 		// The reconciler's COMMIT whose answer was lost is taken for a failure to apply: ERROR lines

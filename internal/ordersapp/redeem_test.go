@@ -825,3 +825,46 @@ func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "body: %s", r.Body)
 	assertRedeemed(t, env.DB, redeemAlice, 2, 80)
 }
+
+// A form submit whose COMMIT answer the connection lost is the HTML 503 with Retry-After (redeem.md:
+// the HTML answers keep the JSON path's statuses; only a 500 is problem JSON on both), not the error
+// handler's problem JSON (a helper's finding, 2026-12-07). The coupon committed: the browser's
+// resubmit of the same form shows it, replayed, and it is the only one.
+func TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	rp, proxy, _ := lostCommitReplica(t, env, nil)
+	credit(t, env.DB, redeemAlice, 100)
+	tok := rp.issueFormToken("alice-token")
+	submit := func() response {
+		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem",
+			strings.NewReader(url.Values{"reward": {"coupon-10"}, "form_token": {tok}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", echo.MIMEApplicationForm)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		resp, err := rp.srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}
+
+	proxy.LoseNextCommitAnswer()
+	r := submit()
+	require.EqualValues(t, 1, proxy.CommitAnswersLost(), "the fault fired")
+	require.True(t, strings.HasSuffix(proxy.LostCommitAnswers(), "Z(I)"), "the server ran the COMMIT: %s", proxy.LostCommitAnswers())
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
+
+	eventually(t, 10*time.Second, "the resubmit shows the coupon that committed", func() bool {
+		return submit().Status == http.StatusCreated
+	})
+	again := submit()
+	require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	assert.Contains(t, again.Header.Get("Content-Type"), "text/html")
+	assert.Contains(t, string(again.Body), `id="replayed"`)
+	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
+}

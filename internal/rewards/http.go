@@ -13,6 +13,7 @@ import (
 	"idemshop/internal/auth"
 	"idemshop/internal/formtoken"
 	"idemshop/internal/platform/httpproblem"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 )
 
@@ -80,7 +81,10 @@ func (h *Handler) redeem(c echo.Context) error {
 		}
 		a, err := h.svc.WaitForResult(ctx, u.ID, tokenID, rewardID, h.formWait)
 		if err != nil {
-			pe := httpproblem.Resolve(err)
+			// Translated as the error handler translates a JSON request's error: a database failure that
+			// says only "not now" (a lost connection, a lock timeout) is the HTML 503 with Retry-After, not
+			// the error handler's problem JSON (a helper's finding, 2026-12-07: 16 of 16 lost COMMITs).
+			pe := httpproblem.Resolve(postgres.TranslateError(err))
 			if pe.Kind == problem.KindInternal {
 				return err // logged with its cause by the error handler, like on the JSON path
 			}

@@ -167,6 +167,15 @@ func TestAPayWhoseClaimDoesNotAnswerSaysItsLease(t *testing.T) {
 	assert.Equal(t, "unavailable", retry.problem(t).Code)
 	assert.Contains(t, retry.problem(t).Detail, "may be held")
 	assert.Equal(t, fmt.Sprint(int(lease.Seconds())), retry.Header.Get("Retry-After"))
+	// pgx cancels the statement that outlived its context with a request of its own, which may reach
+	// the server after this test's rollback: the take-over would then run after all (the very case the
+	// answer allows for), and the record be PROCESSING. Wait for the cancel to land first.
+	eventually(t, 10*time.Second, "the take-over's statement is cancelled", func() bool {
+		var waiting int64
+		require.NoError(t, env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting).Error)
+		return waiting == 0
+	})
 	require.NoError(t, backOffice.Rollback().Error)
 	assert.Equal(t, "FAILED_RETRYABLE", recordOf(t, env, "pay-claim").State, "the take-over never ran here")
 	_, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))

@@ -42,7 +42,7 @@ func NewMetricsWithSink(reg prometheus.Registerer, sink decisions.Sink) *Metrics
 		}),
 		fenceRejections: reportingCounter{Counter: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idemshop_idempotency_fence_rejections_total",
-			Help: "Writes of an idempotency record refused because a holder with a newer fencing token took it over.",
+			Help: "Writes of an idempotency record refused: a holder with a newer fencing token took it over, or the record was already final.",
 		}), report: func() {
 			decisions.Emit(sink, decisions.Decision{Type: decisions.TypeFence, Outcome: "refused",
 				Detail: "a newer fencing token owns the record: the late write changed nothing"})

@@ -107,16 +107,22 @@ func TestS7(t *testing.T) {
 	assert.EqualValues(t, 1, gm["final_replayed"])
 }
 
-// TestS8: holder A (fence 1) claims a pay record and pauses; B takes it over with fence 2 and completes
-// it; then A writes its stale FAILED_RETRYABLE.
+// TestS8: holder A (fence 1) claims a pay record and pauses; B takes it over with fence 2; A writes its
+// stale FAILED_RETRYABLE while B still holds the record PROCESSING, then B completes it. The fence
+// alone can refuse A (mutant pay-finish-fence).
 func TestS8(t *testing.T) {
 	t.Parallel()
 	env := newLabEnv(t, nil)
 	before := fenceRejections(t, env)
-	runScenario(t, env, "S8")
+	r := runScenario(t, env, "S8")
 	// The guarded side's late write ran in the orders process and was refused there: its metric moved
 	// by one (the unsafe twin's write is never refused, and counts on a registry of its own).
 	assert.Equal(t, before+1, fenceRejections(t, env), "orders' idemshop_idempotency_fence_rejections_total")
+	for side, m := range map[string]map[string]int64{"unsafe": r.Unsafe.Measured, "guarded": r.Guarded.Measured} {
+		assert.EqualValues(t, 1, m["processing_at_late_write"], "%s: A wrote while B held the record PROCESSING", side)
+	}
+	assert.EqualValues(t, 0, r.Unsafe.Measured["b_finished"], "A's unfenced write took the record from B")
+	assert.EqualValues(t, 1, r.Guarded.Measured["b_finished"])
 	record := func(s rows) (state string, status, fence int64, code, paymentID string) {
 		var rec struct {
 			State          string
@@ -135,7 +141,7 @@ func TestS8(t *testing.T) {
 
 	u := sideRows(t, env, "S8-unsafe")
 	state, status, fence, code, pay := record(u)
-	assert.Equal(t, "FAILED_RETRYABLE", state, "A's stale write overwrote B's result")
+	assert.Equal(t, "FAILED_RETRYABLE", state, "A's stale write overwrote B's claim, and B's result was refused")
 	assert.EqualValues(t, 503, status)
 	assert.Equal(t, "payment_unavailable", code)
 	assert.Empty(t, pay, "the key forgets B's payment: the next retry runs the pay again")

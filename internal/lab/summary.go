@@ -66,8 +66,19 @@ var summarizers = map[string]summarizer{
 		return f(u), f(g)
 	}},
 	"S8": {"stale holder", func(u, g map[string]int64) (string, string) {
-		return fmt.Sprintf("A (fence %d) overwrote B (%d)", u["fence_a"], u["fence_b"]),
-			fmt.Sprintf("A (fence %d) refused, B (%d) kept", g["fence_a"], g["fence_b"])
+		// Read from what happened, not from the side: a guarded shop that let A through says so.
+		f := func(m map[string]int64) string {
+			switch {
+			case m["late_write_rejected"] == 1 && m["stored_is_b"] == 1:
+				return fmt.Sprintf("A (fence %d) refused, B (%d) kept", m["fence_a"], m["fence_b"])
+			case m["stored_is_a"] == 1:
+				return fmt.Sprintf("A (fence %d) overwrote B (%d)", m["fence_a"], m["fence_b"])
+			case m["late_write_rejected"] == 1:
+				return fmt.Sprintf("A (fence %d) refused, B (%d) lost", m["fence_a"], m["fence_b"])
+			}
+			return fmt.Sprintf("A (fence %d) accepted, B (%d) lost", m["fence_a"], m["fence_b"])
+		}
+		return f(u), f(g)
 	}},
 	"S9": {"Redis down", func(_, g map[string]int64) (string, string) {
 		// The latency is in the details: it is noisy (with 60 requests, p50 has been faster with Redis

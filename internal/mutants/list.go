@@ -998,8 +998,8 @@ var List = []Mutant{
 		File:        "internal/idempotency/store.go",
 		Original:    "WHERE id = ? AND state = ? AND fence <= ?`",
 		Replacement: "WHERE id = ? AND state = ? AND (fence <= ? OR TRUE)`",
-		Pkgs:        []string{"./internal/idempotency", "./internal/ordersapp"},
-		Run:         "^(TestFinishByAStaleHolderChangesNothing|TestPayStaleHolderFencedWhileNewerWorks)$",
+		Pkgs:        []string{"./internal/idempotency", "./internal/ordersapp", "./internal/lab"},
+		Run:         "^(TestFinishByAStaleHolderChangesNothing|TestPayStaleHolderFencedWhileNewerWorks|TestS8)$",
 	},
 	{
 		ID: "pay-finish-processing", Guard: "pay finish: PROCESSING",

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -286,6 +287,28 @@ func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
 			config.RedactURL(e.PaymentsURL), r.Status, r.Body)
 	}
 	return nil
+}
+
+// PlatformCreates is how many create-payment requests payments-mock received for merchant_order_no no
+// (GET /admin/creates). The platform is idempotent on the number, so a shop that asked twice still
+// has one payment there: only this count shows the second ask.
+func (e *Env) PlatformCreates(ctx context.Context, no string) (int64, error) {
+	var h []string
+	if e.AdminToken != "" {
+		h = []string{"Authorization", "Bearer " + e.AdminToken}
+	}
+	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/creates?merchant_order_no="+url.QueryEscape(no), nil, h...)
+	if err != nil {
+		return 0, fmt.Errorf("payments-mock at %s (PAYMENTS_URL): GET /admin/creates: %w", config.RedactURL(e.PaymentsURL), err)
+	}
+	var got struct {
+		Requests *int64 `json:"requests"`
+	}
+	if r.Status != http.StatusOK || r.JSON(&got) != nil || got.Requests == nil {
+		return 0, fmt.Errorf("payments-mock at %s (PAYMENTS_URL): GET /admin/creates answered HTTP %d: %s",
+			config.RedactURL(e.PaymentsURL), r.Status, r.Body)
+	}
+	return *got.Requests, nil
 }
 
 // CalmChaos puts payments-mock back to no chaos (one copy of each callback, no fault), keeping the

@@ -103,7 +103,11 @@ func TestS7(t *testing.T) {
 	gm := r.Guarded.Measured
 	assert.EqualValues(t, http.StatusServiceUnavailable, gm["first_status"])
 	assert.EqualValues(t, 1, gm["first_outcome_unknown"], "503 payment_outcome_unknown, not \"try again\"")
+	assert.EqualValues(t, 1, gm["lease_live_at_retry"], "the retry went out inside the first request's lease")
 	assert.EqualValues(t, http.StatusConflict, gm["retry_status"], "PROCESSING under its lease")
+	assert.EqualValues(t, 1, gm["retry_in_use"], "409 idempotency_key_in_use")
+	assert.EqualValues(t, 1, gm["create_requests"], "the platform was asked to create the payment once (GET /admin/creates)")
+	assert.EqualValues(t, 2, r.Unsafe.Measured["create_requests"], "the unsafe retry asked again, under a new reference")
 	assert.EqualValues(t, 1, gm["final_replayed"])
 }
 

@@ -18,8 +18,16 @@ import (
 // with the defaults), so the caller sees a timeout, and the client retries.
 // Unsafe: POST /lab/unsafe/v1/s7/orders/{id}/pay, which records nothing and sends a fresh reference per
 // request: the retry is a second charge. Guarded: POST /v1/orders/{id}/pay with an Idempotency-Key: 503
-// payment_outcome_unknown, the retry is refused (409) while the record is PROCESSING, the sweeper finds
-// the payment through the platform's query API, and the retry replays it: one charge.
+// payment_outcome_unknown, the retry is refused (409 idempotency_key_in_use) while the record is
+// PROCESSING under its lease, the sweeper finds the payment through the platform's query API, and the
+// retry replays it: one charge. The platform is idempotent on merchant_order_no, so a shop that asks it
+// again still ends with one payment there; the verdict counts what the platform was asked
+// (GET /admin/creates), which a shop that ran the pay twice cannot hide.
+//
+// The retry goes out as soon as the first answer is in, well inside PAY_LEASE (PAYMENTS_TIMEOUT is
+// shorter than the lease), and the lab reads the lease before sending it. Only a lease already over by
+// then (a machine slower than the lease) lets a correct retry take the record over: then it may get 201
+// with the one payment, answered from the order (its callback came) or from one more create request.
 func runS7(ctx context.Context, env *Env) (u Unsafe, g Guarded, err error) {
 	// The chaos must not outlive the scenario, whatever happens in it.
 	defer func() {
@@ -53,12 +61,28 @@ func runS7(ctx context.Context, env *Env) (u Unsafe, g Guarded, err error) {
 		} else {
 			g.Measured, g.Detail = m, detail
 			g.OK = m["first_status"] == http.StatusServiceUnavailable && m["first_outcome_unknown"] == 1 &&
-				(m["retry_status"] == http.StatusConflict || m["retry_status"] == http.StatusCreated) &&
+				s7RetryHeld(m) &&
 				m["record_completed"] == 1 && m["final_status"] == http.StatusCreated && m["final_replayed"] == 1 &&
 				m["payments"] == 1 && m["replay_is_the_payment"] == 1
 		}
 	}
 	return u, g, nil
+}
+
+// s7LeaseMargin is how much of the first request's lease must be left when the lab sends the retry for
+// the contract's 409 to be the only right answer: the retry still has to reach orders.
+const s7LeaseMargin = 250 * time.Millisecond
+
+// s7RetryHeld: while the lease runs, the retry is refused (409 idempotency_key_in_use) and the platform
+// is asked once. A retry sent with less than s7LeaseMargin of the lease left may also have taken the
+// record over (201 with the one payment, the platform asked at most once more, by that retry).
+func s7RetryHeld(m map[string]int64) bool {
+	refused := m["retry_status"] == http.StatusConflict && m["retry_in_use"] == 1 && m["create_requests"] == 1
+	if m["lease_live_at_retry"] == 1 {
+		return refused
+	}
+	return refused || (m["retry_status"] == http.StatusCreated && m["retry_is_the_payment"] == 1 &&
+		m["create_requests"] >= 1 && m["create_requests"] <= 2)
 }
 
 // s7Order creates the fixture's order to pay.
@@ -119,6 +143,11 @@ func s7Unsafe(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cli
 		}
 		m["payments"]++
 		paymentIDs = append(paymentIDs, p.ID)
+		n, err := env.PlatformCreates(ctx, pay.UnsafeReference(o.ID, id))
+		if err != nil {
+			return nil, "", err
+		}
+		m["create_requests"] += n
 		// The payer approves every payment page the shop sent them to.
 		if p, err = s7Approve(ctx, platform, p.ID); err != nil {
 			return nil, "", err
@@ -130,8 +159,8 @@ func s7Unsafe(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cli
 	if err := s7DropRejectedCallbacks(ctx, env, paymentIDs); err != nil {
 		return nil, "", err
 	}
-	detail := fmt.Sprintf("timeout (HTTP %d), retry HTTP %d: %d payments at the platform, %d cents charged for a %d-cent order",
-		first.Status, retry.Status, m["payments"], m["charged_cents"], o.AmountCents)
+	detail := fmt.Sprintf("timeout (HTTP %d), retry HTTP %d: %d create requests, %d payments at the platform, %d cents charged for a %d-cent order",
+		first.Status, retry.Status, m["create_requests"], m["payments"], m["charged_cents"], o.AmountCents)
 	return m, detail, nil
 }
 
@@ -177,12 +206,23 @@ func s7Guarded(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cl
 		return nil, "", err
 	}
 	// The client's immediate retry, with the same key: the record is PROCESSING under its lease.
+	var live bool
+	if err := env.DB.WithContext(ctx).Raw(`SELECT COALESCE(bool_or(locked_until > now() + make_interval(secs => ?)), false)
+		FROM idempotency_keys WHERE user_id = ? AND idempotency_key = ? AND state = ?`,
+		s7LeaseMargin.Seconds(), f.UserID, key, idempotency.StateProcessing).Scan(&live).Error; err != nil {
+		return nil, "", err
+	}
 	retry, err := f.Do(ctx, http.MethodPost, path, nil, "Idempotency-Key", key)
 	if err != nil {
 		return nil, "", err
 	}
 	m := map[string]int64{"first_status": int64(first.Status), "retry_status": int64(retry.Status),
-		"first_outcome_unknown": asCount(first.Code() == pay.ErrOutcomeUnknown.Code)}
+		"first_outcome_unknown": asCount(first.Code() == pay.ErrOutcomeUnknown.Code),
+		"lease_live_at_retry":   asCount(live), "retry_in_use": asCount(retry.Code() == idempotency.ErrKeyInUse.Code)}
+	var retried struct {
+		PaymentID string `json:"payment_id"`
+	}
+	_ = retry.JSON(&retried)
 
 	// The sweeper (every SWEEP_INTERVAL, once PAY_LEASE has run out) asks the platform and completes it.
 	scope := idempotency.Scope{UserID: f.UserID, Key: key}
@@ -216,9 +256,15 @@ func s7Guarded(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cl
 	if err != nil {
 		return nil, "", err
 	}
+	// Every create request the platform got for this order, whatever it answered: one payment comes
+	// back however many times the shop asked.
+	if m["create_requests"], err = env.PlatformCreates(ctx, strconv.FormatInt(o.ID, 10)); err != nil {
+		return nil, "", err
+	}
 	if found {
 		m["payments"] = 1
 		m["replay_is_the_payment"] = asCount(replay.PaymentID == p.ID)
+		m["retry_is_the_payment"] = asCount(retried.PaymentID == p.ID)
 		if p, err = s7Approve(ctx, platform, p.ID); err != nil {
 			return nil, "", err
 		}
@@ -230,8 +276,12 @@ func s7Guarded(ctx context.Context, env *Env, f *Fixture, platform *payclient.Cl
 			return nil, "", err
 		}
 	}
-	detail := fmt.Sprintf("timeout (HTTP %d %s), retry HTTP %d, record %s after %d sweeper takeover(s), retry HTTP %d replayed: %d payment at the platform",
-		first.Status, first.Code(), retry.Status, rec.State, rec.Attempts, final.Status, m["payments"])
+	lease := "lease running: 409 due"
+	if !live {
+		lease = "lease over"
+	}
+	detail := fmt.Sprintf("timeout (HTTP %d %s), retry HTTP %d %s (%s), record %s after %d takeover(s), retry HTTP %d replayed: %d payment at the platform, asked %d time(s) to create one",
+		first.Status, first.Code(), retry.Status, retry.Code(), lease, rec.State, rec.Attempts, final.Status, m["payments"], m["create_requests"])
 	return m, detail, nil
 }
 

@@ -60,10 +60,10 @@ var summarizers = map[string]summarizer{
 	}},
 	"S6": {"crash before ack", ledgerFigures},
 	"S7": {"pay RPC, no record", func(u, g map[string]int64) (string, string) {
-		f := func(m map[string]int64) string {
-			return fmt.Sprintf("%s, %d cents charged", count(m["payments"], "payment"), m["charged_cents"])
-		}
-		return f(u), f(g)
+		// The guarded retry's status is the guard's first proof (409 while the lease runs); the creates
+		// are what the platform was asked, which one payment there cannot show.
+		return fmt.Sprintf("%s, %s, %d cents", count(u["create_requests"], "create"), count(u["payments"], "payment"), u["charged_cents"]),
+			fmt.Sprintf("retry %d, %s, %s", g["retry_status"], count(g["create_requests"], "create"), count(g["payments"], "payment"))
 	}},
 	"S8": {"stale holder", func(u, g map[string]int64) (string, string) {
 		// Read from what happened, not from the side: a guarded shop that let A through says so.

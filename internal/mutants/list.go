@@ -969,7 +969,7 @@ var List = []Mutant{
 		File:        "internal/idempotency/store.go",
 		Original:    "AND (state = ? OR (state = ? AND locked_until < now()))\n\t\t  AND (? = 0 OR fence < ?)",
 		Replacement: "AND (state = ? OR (state = ? AND TRUE))\n\t\t  AND (? = 0 OR fence < ?)",
-		Pkgs:        []string{"./internal/idempotency"}, Run: "^TestClaimLeavesALiveLeaseAlone$",
+		Pkgs:        []string{"./internal/idempotency", "./internal/lab"}, Run: "^(TestClaimLeavesALiveLeaseAlone|TestS7)$",
 	},
 	{
 		ID: "pay-claim-fingerprint", Guard: "pay claim: fingerprint",

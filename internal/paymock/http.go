@@ -43,6 +43,7 @@ func (p *Platform) Register(e *echo.Echo) {
 	admin.GET("/chaos", p.getChaos)
 	admin.PUT("/chaos", p.putChaos)
 	admin.GET("/payments", p.records)
+	admin.GET("/creates", p.creates)
 	admin.POST("/payments/:id/replay", p.replay)
 	admin.GET("/deliveries", p.deliveries)
 }
@@ -165,6 +166,7 @@ func (p *Platform) createPayment(c echo.Context) error {
 	if err := req.validate(); err != nil {
 		return err
 	}
+	p.store.ask(req.MerchantOrderNo)
 	fate := p.chaos.createDecision()
 	if fate == createFail {
 		p.metrics.creates.WithLabelValues("chaos_error").Inc()
@@ -382,6 +384,26 @@ type platformRecords struct {
 func (p *Platform) records(c echo.Context) error {
 	pays, refs := p.store.records()
 	return c.JSON(http.StatusOK, platformRecords{Payments: pays, Refunds: refs})
+}
+
+// createCount is the body of GET /admin/creates.
+type createCount struct {
+	MerchantOrderNo string `json:"merchant_order_no"`
+	Requests        int64  `json:"requests"`
+}
+
+// creates is GET /admin/creates?merchant_order_no=: how many times a merchant asked to create a payment
+// for that order. A shop that charges twice on this platform gets one payment back (create is
+// idempotent on merchant_order_no), so only this count shows that it asked twice.
+func (p *Platform) creates(c echo.Context) error {
+	if n := len(c.QueryParams()["merchant_order_no"]); n > 1 {
+		return invalid(fmt.Sprintf("merchant_order_no sent %d times: ask about one order", n))
+	}
+	no := c.QueryParam("merchant_order_no")
+	if err := validRef("merchant_order_no", no); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, createCount{MerchantOrderNo: no, Requests: p.store.asks(no)})
 }
 
 // replayResponse is the body of POST /admin/payments/{id}/replay.

@@ -42,6 +42,48 @@ func TestCreateIsIdempotentOnMerchantOrderNo(t *testing.T) {
 	assert.Empty(t, found.Payments)
 }
 
+// A create asked again gets the same payment back, so only GET /admin/creates tells how many times the
+// merchant asked: every well-formed create counts, whatever came of it (replayed, conflict, chaos).
+func TestAdminCreatesCountsEveryCreateRequest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *paymock.Config) { c.CreateTimeoutDelay = 10 * time.Millisecond })
+	rcv := newReceiver(t, nil)
+	asked := func(no string) int64 {
+		var got struct {
+			MerchantOrderNo string `json:"merchant_order_no"`
+			Requests        int64  `json:"requests"`
+		}
+		h.callJSON(t, http.MethodGet, "/admin/creates?merchant_order_no="+no, "", http.StatusOK, &got)
+		assert.Equal(t, no, got.MerchantOrderNo)
+		return got.Requests
+	}
+	assert.EqualValues(t, 0, asked("order-asked"), "never asked")
+
+	first := h.create(t, "order-asked", 1999, rcv.url())
+	assert.EqualValues(t, 1, asked("order-asked"))
+	var again paymock.Payment
+	h.callJSON(t, http.MethodPost, "/v1/payments", createBody("order-asked", 1999, rcv.url()), http.StatusOK, &again)
+	assert.Equal(t, first.ID, again.ID, "one payment")
+	assert.EqualValues(t, 2, asked("order-asked"), "but asked twice")
+	status, raw := h.call(t, http.MethodPost, "/v1/payments", createBody("order-asked", 2000, rcv.url()))
+	requireProblem(t, status, raw, http.StatusConflict, "merchant_order_no_conflict")
+	h.setChaos(t, `{"create_timeout_rate":1}`)
+	status, _ = h.call(t, http.MethodPost, "/v1/payments", createBody("order-asked", 1999, rcv.url()))
+	assert.Equal(t, http.StatusGatewayTimeout, status)
+	h.setChaos(t, `{"create_timeout_rate":0,"error_rate":1}`)
+	status, _ = h.call(t, http.MethodPost, "/v1/payments", createBody("order-asked", 1999, rcv.url()))
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.EqualValues(t, 5, asked("order-asked"), "a conflict and both chaos answers count too")
+	h.call(t, http.MethodPost, "/v1/payments", `{"merchant_order_no":"order-asked","amount_cents":-1,"currency":"EUR"}`)
+	assert.EqualValues(t, 5, asked("order-asked"), "a refused request changes nothing")
+	assert.EqualValues(t, 0, asked("order-other"))
+
+	for _, q := range []string{"", "?merchant_order_no=", "?merchant_order_no=a&merchant_order_no=b"} {
+		status, raw := h.call(t, http.MethodGet, "/admin/creates"+q, "")
+		requireProblem(t, status, raw, http.StatusBadRequest, "validation_failed")
+	}
+}
+
 type refundAnswer struct {
 	Refund  paymock.Refund  `json:"refund"`
 	Payment paymock.Payment `json:"payment"`
@@ -269,7 +311,7 @@ func TestAdminAccess(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, nil)
 		// httptest.NewServer listens on loopback only, so the remote peer is simulated on the handler.
-		for _, path := range []string{"/admin/chaos", "/admin/deliveries", "/admin/payments"} {
+		for _, path := range []string{"/admin/chaos", "/admin/deliveries", "/admin/payments", "/admin/creates?merchant_order_no=x"} {
 			req := httptest.NewRequest(http.MethodGet, path, nil)
 			req.RemoteAddr = "203.0.113.7:40000"
 			req.Header.Set("X-Forwarded-For", "127.0.0.1")

@@ -21,6 +21,7 @@ type store struct {
 	payments map[string]*entry // by payment id
 	byOrder  map[string]*entry // by merchant_order_no
 	refunds  map[string]Refund // by refund_no
+	asked    map[string]int64  // well-formed POST /v1/payments by merchant_order_no, whatever came of them
 	log      []Attempt         // the last logLimit attempts, oldest first
 	logLimit int
 	logSeq   int64
@@ -39,6 +40,7 @@ func newStore(now func() time.Time, logLimit int, idTag string) *store {
 	return &store{
 		now: now, idTag: idTag, counters: map[string]int64{},
 		payments: map[string]*entry{}, byOrder: map[string]*entry{}, refunds: map[string]Refund{},
+		asked:    map[string]int64{},
 		logLimit: logLimit,
 	}
 }
@@ -78,6 +80,21 @@ func (s *store) createPayment(req createPaymentRequest) (p Payment, created bool
 	s.payments[e.p.ID] = e
 	s.byOrder[e.p.MerchantOrderNo] = e
 	return e.p, true, nil
+}
+
+// ask counts one create request for merchant_order_no no. The payment alone cannot tell a caller that
+// asked once from one that asked again: the second create answers the same payment.
+func (s *store) ask(no string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked[no]++
+}
+
+// asks is how many create requests named merchant_order_no no.
+func (s *store) asks(no string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked[no]
 }
 
 func (s *store) payment(id string) (Payment, error) {

@@ -334,6 +334,90 @@ func Parallel[T any](n int, fn func(i int) T) []T {
 	return out
 }
 
+// Answer is one answer of ReleaseTogether: a status and body, or the error of a request that got none.
+type Answer struct {
+	Status int
+	Body   []byte
+	Err    error
+}
+
+// ReleaseTogether POSTs n requests (req(i) gives each one's URL, body and header pairs) so that the
+// server starts handling them together: each request sends its headers and all of its body but the
+// last byte, then waits until all n are there, or a second has passed (a request that cannot get that
+// far, such as one refused, must not hold the others forever); then every last byte goes. A handler
+// reads the whole body before it does anything, so the handlers start within the same instant instead
+// of in the order their connections happened to open, which Parallel's release at the client leaves to
+// chance. Bodies must not be empty.
+func ReleaseTogether(ctx context.Context, e *Env, n int, req func(i int) (url string, body []byte, headers []string)) []Answer {
+	gate := make(chan struct{})
+	var waiting sync.WaitGroup
+	waiting.Add(n)
+	out := make([]Answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		u, body, headers := req(i)
+		held := &lastByteHeld{rest: body[:len(body)-1], last: body[len(body)-1:], gate: gate, arrived: waiting.Done}
+		wg.Go(func() {
+			defer held.arrive() // a request that failed before its body was read counts as there
+			r, err := http.NewRequestWithContext(ctx, http.MethodPost, u, held)
+			if err != nil {
+				out[i].Err = err
+				return
+			}
+			r.ContentLength = int64(len(body))
+			r.Header.Set("Content-Type", "application/json")
+			for j := 0; j+1 < len(headers); j += 2 {
+				r.Header.Set(headers[j], headers[j+1])
+			}
+			resp, err := e.HTTP.Do(r)
+			if err != nil {
+				out[i].Err = err
+				return
+			}
+			defer resp.Body.Close()
+			out[i].Status = resp.StatusCode
+			out[i].Body, out[i].Err = io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		})
+	}
+	all := make(chan struct{})
+	go func() { waiting.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+	}
+	close(gate)
+	wg.Wait()
+	return out
+}
+
+// lastByteHeld is a request body that gives all but its last byte at once, then holds the last one
+// until gate closes. arrived is called once, when the rest has been read (the headers went before it).
+type lastByteHeld struct {
+	rest, last []byte
+	gate       <-chan struct{}
+	once       sync.Once
+	arrived    func()
+}
+
+func (b *lastByteHeld) arrive() { b.once.Do(b.arrived) }
+
+func (b *lastByteHeld) Read(p []byte) (int, error) {
+	if len(b.rest) > 0 {
+		n := copy(p, b.rest)
+		b.rest = b.rest[n:]
+		return n, nil
+	}
+	if len(b.last) == 0 {
+		return 0, io.EOF
+	}
+	b.arrive()
+	<-b.gate
+	n := copy(p, b.last)
+	b.last = b.last[n:]
+	return n, nil
+}
+
 // Eventually polls cond every 20 ms until it is true or within has passed; it reports whether cond held.
 func Eventually(ctx context.Context, within time.Duration, cond func() (bool, error)) (bool, error) {
 	deadline := time.Now().Add(within)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,29 +166,32 @@ func TestFixtureCloseOfAnInterruptedRunLooksOnce(t *testing.T) {
 	assert.Contains(t, logs.String(), "user_id="+strconv.FormatInt(f.UserID, 10))
 }
 
-// TestS1: one SUCCESS callback delivered three times at once, for an order of 2 units (stock 100) at
-// 12.50 EUR each: 25 points.
+// TestS1: for each of 3 orders of 2 units (one product, stock 100) at 12.50 EUR each (25 points), one
+// SUCCESS callback delivered three times at once: all 9 copies released together at the shop.
 func TestS1(t *testing.T) {
 	t.Parallel()
 	env := newLabEnv(t, nil)
-	runScenario(t, env, "S1")
+	r := runScenario(t, env, "S1")
 
 	u := sideRows(t, env, "S1-unsafe")
-	assert.Equal(t, map[string]int64{"PAID": 1}, u.orders())
-	assert.EqualValues(t, 100-3*2, u.stock(), "every copy deducted the stock")
-	assert.Equal(t, map[string]int64{"applied": 3}, u.callbacks(), "every copy applied")
-	assert.EqualValues(t, 3, u.ledgerRows(), "every copy credited")
-	assert.EqualValues(t, 3*25, u.balance())
+	assert.Equal(t, map[string]int64{"PAID": 3}, u.orders())
+	assert.EqualValues(t, 100-3*3*2, u.stock(), "every copy deducted the stock")
+	assert.Equal(t, map[string]int64{"applied": 9}, u.callbacks(), "every copy applied")
+	assert.EqualValues(t, 9, u.ledgerRows(), "every copy credited")
+	assert.EqualValues(t, 9*25, u.balance())
 
 	g := sideRows(t, env, "S1-guarded")
-	o := g.orderID()
-	assert.Equal(t, map[string]int64{"PAID": 1}, g.orders())
-	assert.EqualValues(t, 100-2, g.stock(), "deducted once")
-	assert.Equal(t, map[string]int64{"applied": 1, "duplicate": 2}, g.callbacks())
-	assert.EqualValues(t, 1, g.outbox("order.paid"))
-	settle(t, 1, g.ledgerRows, "credited through the outbox and the consumer, once")
-	assert.Equal(t, map[string]int64{fmt.Sprintf("order-paid:%d", o): 25}, g.ledger())
-	assert.EqualValues(t, 25, g.balance())
+	assert.Equal(t, map[string]int64{"PAID": 3}, g.orders())
+	assert.EqualValues(t, 100-3*2, g.stock(), "deducted once per order")
+	assert.Equal(t, map[string]int64{"applied": 3, "duplicate": 6}, g.callbacks())
+	assert.EqualValues(t, 3, g.outbox("order.paid"))
+	settle(t, 3, g.ledgerRows, "credited through the outbox and the consumer, once per order")
+	for k, pts := range g.ledger() {
+		assert.True(t, strings.HasPrefix(k, "order-paid:"), k)
+		assert.EqualValues(t, 25, pts, k)
+	}
+	assert.EqualValues(t, 3*25, g.balance())
+	assert.EqualValues(t, 1, r.Guarded.Measured["max_applied_per_order"])
 }
 
 // TestIncidentGuardedHoldsAndUnsafeShowsDamage: 10 orders of quantities 1,2,3,1,2,3,1,2,3,1 (19 units,

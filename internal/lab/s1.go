@@ -2,16 +2,25 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
 
 	"idemshop/internal/callback"
 	"idemshop/internal/invariants"
+	"idemshop/internal/paysig"
 )
 
-// runS1 is the incident: one "payment succeeded" callback delivered three times at once.
-// Unsafe: POST /lab/unsafe/payments/callback, no state guard. Guarded: POST /v1/payments/callback.
+// s1Orders is how many orders S1 pays, each with its own triple callback. The copies of one order are
+// released together at the shop (ReleaseTogether), but the three may still not overlap inside it on
+// a given run; the guard that only overlap tests (the conditional UPDATE) must be tested on every run,
+// so each run gives it several chances.
+const s1Orders = 3
+
+// runS1 is the incident: one "payment succeeded" callback delivered three times at once, for each of
+// s1Orders orders. Unsafe: POST /lab/unsafe/payments/callback, no state guard. Guarded:
+// POST /v1/payments/callback.
 func runS1(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	const copies, qty = 3, 2
 	var u Unsafe
@@ -31,15 +40,18 @@ func runS1(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 		if err != nil {
 			return u, g, err
 		}
-		pointsPerCopy := m["points_per_order"]
+		pointsPerOrder := m["points_per_order"]
 		if side.unsafe {
 			u.Measured = m
-			u.Reproduced = m["stock_delta"] == -copies*qty && m["points_delta"] == copies*pointsPerCopy
-			u.Detail = fmt.Sprintf("%d callbacks: stock %+d, points %+d", copies, m["stock_delta"], m["points_delta"])
+			u.Reproduced = m["stock_delta"] == -copies*qty*s1Orders && m["points_delta"] == copies*pointsPerOrder*s1Orders
+			u.Detail = fmt.Sprintf("%d orders x %d callbacks: stock %+d, points %+d, %d applied",
+				s1Orders, copies, m["stock_delta"], m["points_delta"], m["applied"])
 		} else {
 			g.Measured = m
-			g.OK = m["stock_delta"] == -qty && m["points_delta"] == pointsPerCopy && m["violations"] == 0
-			g.Detail = fmt.Sprintf("%d callbacks: stock %+d, points %+d, %d applied", copies, m["stock_delta"], m["points_delta"], m["applied"])
+			g.OK = m["stock_delta"] == -qty*s1Orders && m["points_delta"] == pointsPerOrder*s1Orders &&
+				m["applied"] == s1Orders && m["violations"] == 0
+			g.Detail = fmt.Sprintf("%d orders x %d callbacks: stock %+d, points %+d, %d applied",
+				s1Orders, copies, m["stock_delta"], m["points_delta"], m["applied"])
 		}
 	}
 	return u, g, nil
@@ -51,27 +63,38 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 	if err != nil {
 		return nil, err
 	}
-	o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s1-%d", time.Now().UnixNano()), product, qty)
-	if err != nil || r.Status != http.StatusCreated {
-		return nil, notCreated("S1: create order", err, r)
-	}
-	cb := Callback(o.ID, callback.StatusSuccess, o.AmountCents, fmt.Sprintf("lab-s1-%d", o.ID))
-	answers := Parallel(copies, func(int) error {
-		r, err := env.PostCallback(ctx, path, cb)
-		if err == nil && r.Status != http.StatusOK {
-			err = fmt.Errorf("HTTP %d: %s", r.Status, r.Body)
+	orders := make([]Order, s1Orders)
+	ids := make([]int64, s1Orders)
+	bodies := make([][]byte, s1Orders)
+	for i := range orders {
+		o, r, err := f.CreateOrder(ctx, "/v1/orders", fmt.Sprintf("s1-%d-%d", time.Now().UnixNano(), i), product, qty)
+		if err != nil || r.Status != http.StatusCreated {
+			return nil, notCreated("S1: create order", err, r)
 		}
-		return err
+		orders[i], ids[i] = o, o.ID
+		// The copies of one event are byte-identical, as a platform's resends are.
+		if bodies[i], err = json.Marshal(Callback(o.ID, callback.StatusSuccess, o.AmountCents, fmt.Sprintf("lab-s1-%d", o.ID))); err != nil {
+			return nil, err
+		}
+	}
+	// Every copy of every order at once: each request's last byte is held until all have sent the
+	// rest, so the handlers start together rather than in the order their connections opened.
+	answers := ReleaseTogether(ctx, env, s1Orders*copies, func(i int) (string, []byte, []string) {
+		body := bodies[i/copies]
+		return env.OrdersURL + path, body, []string{paysig.Header, paysig.Sign(env.Secret, time.Now(), body)}
 	})
-	for _, err := range answers {
-		if err != nil {
-			return nil, fmt.Errorf("S1: callback: %w", err)
+	for _, a := range answers {
+		if a.Err == nil && a.Status != http.StatusOK {
+			a.Err = fmt.Errorf("HTTP %d: %s", a.Status, a.Body)
+		}
+		if a.Err != nil {
+			return nil, fmt.Errorf("S1: callback: %w", a.Err)
 		}
 	}
-	pointsPerOrder := o.AmountCents / 100
-	wantPoints := pointsPerOrder
+	pointsPerOrder := orders[0].AmountCents / 100
+	wantPoints := pointsPerOrder * s1Orders
 	if unsafe {
-		wantPoints = int64(copies) * pointsPerOrder
+		wantPoints *= int64(copies)
 	}
 	// The guarded side credits through outbox → RabbitMQ → points-consumer: wait for it, bounded.
 	settled, err := Eventually(ctx, env.Quiet, func() (bool, error) {
@@ -84,7 +107,7 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 	if !settled {
 		return nil, fmt.Errorf("the points were not credited within %s (is points-consumer running?)", env.Quiet)
 	}
-	delta, _, err := invariants.Stock(ctx, env.DB, product, initial, -int64(qty))
+	delta, _, err := invariants.Stock(ctx, env.DB, product, initial, -int64(qty*s1Orders))
 	if err != nil {
 		return nil, err
 	}
@@ -92,13 +115,16 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 	if err != nil {
 		return nil, err
 	}
-	facts, err := invariants.Load(ctx, env.DB, []int64{o.ID})
+	facts, err := invariants.Load(ctx, env.DB, ids)
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]int64{"stock_delta": delta, "points_delta": balance, "points_per_order": pointsPerOrder}
-	if len(facts) == 1 {
-		m["received"], m["applied"] = facts[0].CallbacksReceived, facts[0].CallbacksApplied
+	m := map[string]int64{"orders": s1Orders, "stock_delta": delta, "points_delta": balance, "points_per_order": pointsPerOrder}
+	for _, fa := range facts {
+		m["received"] += fa.CallbacksReceived
+		m["applied"] += fa.CallbacksApplied
+		// The worst order: what one customer saw.
+		m["max_applied_per_order"] = max(m["max_applied_per_order"], fa.CallbacksApplied)
 	}
 	if !unsafe {
 		m["violations"] = int64(len(invariants.PaidOnce(facts, true)))

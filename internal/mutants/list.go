@@ -206,7 +206,7 @@ var List = []Mutant{
 		File:        "internal/orders/repository.go",
 		Original:    "WHERE id = ? AND status IN ? RETURNING refunded_cents`, to, paymentID, id, from)",
 		Replacement: "WHERE id = ? RETURNING refunded_cents`, to, paymentID, id)",
-		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestOutOfOrderCallbacks$",
+		Pkgs:        []string{"./internal/ordersapp", "./internal/lab"}, Run: "^(TestOutOfOrderCallbacks|TestS1)$",
 	},
 	{
 		ID: "transition-table", Guard: "transition table",

@@ -167,7 +167,8 @@ func TestFixtureCloseOfAnInterruptedRunLooksOnce(t *testing.T) {
 }
 
 // TestS1: for each of 3 orders of 2 units (one product, stock 100) at 12.50 EUR each (25 points), one
-// SUCCESS callback delivered three times at once: all 9 copies released together at the shop.
+// SUCCESS callback delivered three times at once: all 9 copies released together at the shop. The
+// guarded side first gets a forged copy of each event (another secret) and an unsigned one.
 func TestS1(t *testing.T) {
 	t.Parallel()
 	env := newLabEnv(t, nil)
@@ -183,7 +184,15 @@ func TestS1(t *testing.T) {
 	g := sideRows(t, env, "S1-guarded")
 	assert.Equal(t, map[string]int64{"PAID": 3}, g.orders())
 	assert.EqualValues(t, 100-3*2, g.stock(), "deducted once per order")
-	assert.Equal(t, map[string]int64{"applied": 3, "duplicate": 6}, g.callbacks())
+	assert.Equal(t, map[string]int64{"applied": 3, "duplicate": 6, "rejected": 6}, g.callbacks(),
+		"the 6 forged copies are audited as rejected")
+	assert.EqualValues(t, 6, g.n(`SELECT count(*) FROM payment_callbacks WHERE NOT signature_ok AND NOT applied
+		AND order_id IN `+sideOrders), "both forgeries of each order refused on the signature")
+	gm := r.Guarded.Measured
+	assert.EqualValues(t, 6, gm["forged_sent"])
+	assert.EqualValues(t, 6, gm["forged_refused"], "401 each")
+	assert.EqualValues(t, 0, gm["moved_by_forged"], "every order still PENDING after them")
+	assert.EqualValues(t, 0, gm["stock_delta_after_forged"])
 	assert.EqualValues(t, 3, g.outbox("order.paid"))
 	settle(t, 3, g.ledgerRows, "credited through the outbox and the consumer, once per order")
 	for k, pts := range g.ledger() {

@@ -101,7 +101,7 @@ type Scenario struct {
 // Scenarios lists the lab table of DESIGN.md, in order.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{"S1", "triple payment callback, in parallel (the incident)", "stock -3q, points +3x", "stock -q, points +x", runS1},
+		{"S1", "triple payment callback, in parallel (the incident); and forged copies of it", "stock -3q, points +3x", "stock -q, points +x; each forged copy 401, nothing applied", runS1},
 		{"S2", "double submit / client retry of create order", "two orders", "one order, replayed response", runS2},
 		{"S3", "idempotency row inserted, then the business step fails (no shared tx)", "retry blocked forever", "rolled back; retry succeeds", runS3},
 		{"S4", "form token deleted before the business step, then a failure", "user can never submit", "retry succeeds once", runS4},

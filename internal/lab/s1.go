@@ -20,7 +20,9 @@ const s1Orders = 3
 
 // runS1 is the incident: one "payment succeeded" callback delivered three times at once, for each of
 // s1Orders orders. Unsafe: POST /lab/unsafe/payments/callback, no state guard. Guarded:
-// POST /v1/payments/callback.
+// POST /v1/payments/callback, which also gets, first, a forged copy of each order's event (signed
+// with another secret) and one without a signature: both must be 401 and change nothing. The copies
+// the lab sends are otherwise all correctly signed, so a shop that took any signature would pass.
 func runS1(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 	const copies, qty = 3, 2
 	var u Unsafe
@@ -49,9 +51,12 @@ func runS1(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 		} else {
 			g.Measured = m
 			g.OK = m["stock_delta"] == -qty*s1Orders && m["points_delta"] == pointsPerOrder*s1Orders &&
-				m["applied"] == s1Orders && m["violations"] == 0
-			g.Detail = fmt.Sprintf("%d orders x %d callbacks: stock %+d, points %+d, %d applied",
-				s1Orders, copies, m["stock_delta"], m["points_delta"], m["applied"])
+				m["applied"] == s1Orders && m["violations"] == 0 &&
+				m["forged_refused"] == m["forged_sent"] && m["forged_sent"] == 2*s1Orders && m["moved_by_forged"] == 0
+			g.Detail = fmt.Sprintf("%d orders x %d callbacks: stock %+d, points %+d, %d applied; "+
+				"%d forged copies first (wrong signature, none): %d refused 401, %d orders moved by them",
+				s1Orders, copies, m["stock_delta"], m["points_delta"], m["applied"],
+				m["forged_sent"], m["forged_refused"], m["moved_by_forged"])
 		}
 	}
 	return u, g, nil
@@ -77,6 +82,12 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 			return nil, err
 		}
 	}
+	m := map[string]int64{"orders": s1Orders, "points_per_order": s1PointsPerOrder(orders)}
+	if !unsafe {
+		if err := s1Forged(ctx, env, path, orders, bodies, product, initial, m); err != nil {
+			return nil, err
+		}
+	}
 	// Every copy of every order at once: each request's last byte is held until all have sent the
 	// rest, so the handlers start together rather than in the order their connections opened.
 	answers := ReleaseTogether(ctx, env, s1Orders*copies, func(i int) (string, []byte, []string) {
@@ -91,8 +102,7 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 			return nil, fmt.Errorf("S1: callback: %w", a.Err)
 		}
 	}
-	pointsPerOrder := orders[0].AmountCents / 100
-	wantPoints := pointsPerOrder * s1Orders
+	wantPoints := m["points_per_order"] * s1Orders
 	if unsafe {
 		wantPoints *= int64(copies)
 	}
@@ -119,7 +129,7 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]int64{"orders": s1Orders, "stock_delta": delta, "points_delta": balance, "points_per_order": pointsPerOrder}
+	m["stock_delta"], m["points_delta"] = delta, balance
 	for _, fa := range facts {
 		m["received"] += fa.CallbacksReceived
 		m["applied"] += fa.CallbacksApplied
@@ -130,4 +140,44 @@ func s1Side(ctx context.Context, env *Env, f *Fixture, path string, copies, qty 
 		m["violations"] = int64(len(invariants.PaidOnce(facts, true)))
 	}
 	return m, nil
+}
+
+func s1PointsPerOrder(orders []Order) int64 { return orders[0].AmountCents / 100 }
+
+// s1Forged sends each order's event as a forger would, before the platform's copies: once signed with
+// a secret that is not the shop's, once with no signature. Each must be 401, and afterwards every
+// order must still be PENDING with the stock untouched (a forgery the shop took would pay the order,
+// and the genuine copies would then look like duplicates).
+func s1Forged(ctx context.Context, env *Env, path string, orders []Order, bodies [][]byte, product, initial int64, m map[string]int64) error {
+	wrong := append([]byte("not-"), env.Secret...)
+	for i := range orders {
+		for _, headers := range [][]string{{paysig.Header, paysig.Sign(wrong, time.Now(), bodies[i])}, nil} {
+			r, err := env.Do(ctx, http.MethodPost, env.OrdersURL+path, bodies[i], headers...)
+			if err != nil {
+				return fmt.Errorf("S1: forged callback: %w", err)
+			}
+			m["forged_sent"]++
+			if r.Status == http.StatusUnauthorized {
+				m["forged_refused"]++
+			}
+		}
+	}
+	ids := make([]int64, len(orders))
+	for i, o := range orders {
+		ids[i] = o.ID
+	}
+	var moved, stock int64
+	if err := env.DB.WithContext(ctx).Raw(`SELECT count(*) FROM orders WHERE id IN ? AND status <> 'PENDING'`, ids).
+		Scan(&moved).Error; err != nil {
+		return err
+	}
+	if err := env.DB.WithContext(ctx).Raw(`SELECT stock FROM products WHERE id = ?`, product).Scan(&stock).Error; err != nil {
+		return err
+	}
+	m["moved_by_forged"] = moved
+	m["stock_delta_after_forged"] = stock - initial
+	if stock != initial && moved == 0 {
+		m["moved_by_forged"] = 1 // the stock moved though no order did: still something applied
+	}
+	return nil
 }

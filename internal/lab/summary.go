@@ -30,11 +30,16 @@ type summarizer struct {
 }
 
 var summarizers = map[string]summarizer{
-	"S1": {"triple callback", func(u, g map[string]int64) (string, string) {
+	"S1": {"triple + forged", func(u, g map[string]int64) (string, string) {
 		f := func(m map[string]int64) string {
 			return fmt.Sprintf("%d applied, stock %+d, points %+d", m["applied"], m["stock_delta"], m["points_delta"])
 		}
-		return f(u), f(g)
+		guarded := f(g)
+		// The forged copies are the guarded side's alone; one that got through is what broke.
+		if taken := g["forged_sent"] - g["forged_refused"]; taken > 0 || g["moved_by_forged"] > 0 {
+			guarded = fmt.Sprintf("%d of %d forged taken, %d moved", taken, g["forged_sent"], g["moved_by_forged"])
+		}
+		return f(u), guarded
 	}},
 	"S2": {"double submit", func(u, g map[string]int64) (string, string) {
 		replayed := ""

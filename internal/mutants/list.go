@@ -924,7 +924,7 @@ var List = []Mutant{
 		File:        "internal/paysig/paysig.go",
 		Original:    "if !matched {",
 		Replacement: "if !matched && false {",
-		Pkgs:        []string{"./internal/paysig"}, Run: "^TestVerify$",
+		Pkgs:        []string{"./internal/paysig", "./internal/lab"}, Run: "^(TestVerify|TestS1)$",
 	},
 	{
 		ID: "sig-constant-time", Guard: "signature: const time",

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,15 +54,72 @@ func runS9(ctx context.Context, env *Env) (Unsafe, Guarded, error) {
 			g.Measured[prefix+k] = v
 		}
 	}
-	held := func(m map[string]int64) bool {
-		return m["violations"] == 0 && m["status_5xx"] == 0 && m["non_200"] == 0 && m["paid"] == m["orders"] &&
-			m["applied"] == m["orders"] && m["outbox_rows"] == m["orders"] && m["stock_delta"] == -m["orders"]
-	}
-	g.OK = held(degraded) && held(normal)
-	g.Detail = fmt.Sprintf("%d orders x %d callbacks; Redis down: %d paid once, %d 5xx, p50 %.1f ms, p99 %.1f ms; Redis up: p50 %.1f ms, p99 %.1f ms",
-		degraded["orders"], degraded["copies"], degraded["paid"], degraded["status_5xx"],
-		s9Millis(degraded["p50_us"]), s9Millis(degraded["p99_us"]), s9Millis(normal["p50_us"]), s9Millis(normal["p99_us"]))
+	g.OK = len(s9Broken(g.Measured, s9Down))+len(s9Broken(g.Measured, s9Up)) == 0
+	g.Detail = s9Detail(g.Measured)
 	return u, g, nil
+}
+
+// The two storms' prefixes in Guarded.Measured: the lab's own orders with Redis down, and the orders
+// under test, with its Redis.
+const (
+	s9Down = "degraded_"
+	s9Up   = "normal_"
+)
+
+// s9StormName is how the report names a storm.
+func s9StormName(prefix string) string {
+	if prefix == s9Down {
+		return "Redis down (the lab's orders)"
+	}
+	return "Redis up (the orders under test)"
+}
+
+// s9Broken lists what one storm broke, each with its figure, so that a failing report names the storm
+// and the numbers that failed rather than the other storm's good ones.
+func s9Broken(m map[string]int64, prefix string) []string {
+	v := func(k string) int64 { return m[prefix+k] }
+	orders := v("orders")
+	var out []string
+	if v("paid") != orders {
+		out = append(out, fmt.Sprintf("%d of %d paid", v("paid"), orders))
+	}
+	if v("applied") != orders {
+		out = append(out, fmt.Sprintf("%d callbacks applied for %d orders", v("applied"), orders))
+	}
+	if v("stock_delta") != -orders {
+		out = append(out, fmt.Sprintf("stock %+d (want %+d)", v("stock_delta"), -orders))
+	}
+	if v("outbox_rows") != orders {
+		out = append(out, fmt.Sprintf("%d order.paid events (want %d)", v("outbox_rows"), orders))
+	}
+	if v("violations") != 0 {
+		out = append(out, fmt.Sprintf("%d invariant violations", v("violations")))
+	}
+	if v("status_5xx") != 0 {
+		out = append(out, fmt.Sprintf("%d 5xx", v("status_5xx")))
+	}
+	if n := v("non_200") - v("status_5xx"); n != 0 {
+		out = append(out, fmt.Sprintf("%d other non-200 answers", n))
+	}
+	return out
+}
+
+// s9Detail is the guarded side's sentence: what broke in which storm first, then both storms' latency.
+func s9Detail(m map[string]int64) string {
+	var broke []string
+	for _, prefix := range []string{s9Down, s9Up} {
+		if b := s9Broken(m, prefix); len(b) > 0 {
+			broke = append(broke, s9StormName(prefix)+": "+strings.Join(b, ", "))
+		}
+	}
+	latency := fmt.Sprintf("Redis down: p50 %.1f ms, p99 %.1f ms; Redis up: p50 %.1f ms, p99 %.1f ms",
+		s9Millis(m[s9Down+"p50_us"]), s9Millis(m[s9Down+"p99_us"]), s9Millis(m[s9Up+"p50_us"]), s9Millis(m[s9Up+"p99_us"]))
+	if len(broke) > 0 {
+		return fmt.Sprintf("%d orders x %d callbacks per storm; %s (%s)", m[s9Down+"orders"], m[s9Down+"copies"],
+			strings.Join(broke, "; "), latency)
+	}
+	return fmt.Sprintf("%d orders x %d callbacks; Redis down: %d paid once, %d 5xx; Redis up: %d paid once, %d 5xx (%s)",
+		m[s9Down+"orders"], m[s9Down+"copies"], m[s9Down+"paid"], m[s9Down+"status_5xx"], m[s9Up+"paid"], m[s9Up+"status_5xx"], latency)
 }
 
 func s9Millis(us int64) float64 { return float64(us) / 1000 }

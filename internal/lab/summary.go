@@ -88,6 +88,21 @@ var summarizers = map[string]summarizer{
 	"S9": {"Redis down", func(_, g map[string]int64) (string, string) {
 		// The latency is in the details: it is noisy (with 60 requests, p50 has been faster with Redis
 		// down than up), and the point is exactly once without the efficiency layer.
+		// A storm that broke is named with its own figures: the lab's Redis-down replica held while the
+		// orders under test did not read "20 of 20 paid once" (a helper's finding, 2026-12-07).
+		for _, prefix := range []string{s9Down, s9Up} {
+			if len(s9Broken(g, prefix)) == 0 {
+				continue
+			}
+			name := "Redis down"
+			if prefix == s9Up {
+				name = "Redis up"
+			}
+			if g[prefix+"status_5xx"] > 0 {
+				return NoTwinFigure, fmt.Sprintf("%s: %d 5xx, %d of %d paid", name, g[prefix+"status_5xx"], g[prefix+"paid"], g[prefix+"orders"])
+			}
+			return NoTwinFigure, fmt.Sprintf("%s: %d applied, stock %+d", name, g[prefix+"applied"], g[prefix+"stock_delta"])
+		}
 		return NoTwinFigure, fmt.Sprintf("%d of %d paid once, %d 5xx", g["degraded_paid"], g["degraded_orders"], g["degraded_status_5xx"])
 	}},
 	"S10": {"same key, new body", func(u, g map[string]int64) (string, string) {

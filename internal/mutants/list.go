@@ -2565,4 +2565,22 @@ var List = []Mutant{
 		Replacement: "if err == nil || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {\n\t\treturn err",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAReconcileWhoseCommitAnswerIsLostIsNotAFailureToApply$",
 	},
+	{
+		ID: "redeem-account-locked", Guard: "redeem: 409 on account",
+		File: "internal/rewards/service.go",
+		// Every lock wait past DB_LOCK_TIMEOUT is taken for another submit of the token: a table an
+		// operator locked says "this form is already being submitted".
+		Original:    "case errors.Is(err, points.ErrAccountLocked):",
+		Replacement: "case errors.Is(err, points.ErrAccountLocked) || err != nil:",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemBehindALockedAccountIs409AndBehindALockedTable503$",
+	},
+	{
+		ID: "debit-account-locked", Guard: "debit: account locked",
+		File: "internal/points/ledger.go",
+		// The account row's lock wait is not told from any other: a submit still in the database is a
+		// 503 whose retry meets it again, where the contract says 409.
+		Original:    "if errors.Is(err, postgres.ErrLockTimeout) {\n\t\t\treturn 0, fmt.Errorf(\"debit points: %w: %w\", ErrAccountLocked, err)",
+		Replacement: "if false && errors.Is(err, postgres.ErrLockTimeout) {\n\t\t\treturn 0, fmt.Errorf(\"debit points: %w: %w\", ErrAccountLocked, err)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemBehindALockedAccountIs409AndBehindALockedTable503$",
+	},
 }

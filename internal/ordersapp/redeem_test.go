@@ -868,3 +868,39 @@ func TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry(t *testing.T) {
 	assert.Contains(t, string(again.Body), `id="replayed"`)
 	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
 }
+
+// Which lock a redeem waited on past DB_LOCK_TIMEOUT decides its answer (redeem.md): the user's points
+// account, held by another transaction of this user (a submit still in the database, a reversal), is
+// 409 `form_token_in_use`; any other (a table an operator locked) is the database's "not now", 503
+// `unavailable`, as on every route. Both were 409 "this form is already being submitted" until a
+// locks tester's finding (2026-12-07). Either way the token is given back and redeems once free.
+func TestARedeemBehindALockedAccountIs409AndBehindALockedTable503(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	credit(t, env.DB, redeemAlice, 100)
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { c.LockTimeout = 200 * time.Millisecond }})
+
+	for _, tc := range []struct {
+		lock, code string
+		status     int
+	}{
+		{`SELECT 1 FROM points_accounts WHERE user_id = 1 FOR UPDATE`, "form_token_in_use", http.StatusConflict},
+		{`LOCK TABLE coupons IN ACCESS EXCLUSIVE MODE`, "unavailable", http.StatusServiceUnavailable},
+		{`LOCK TABLE points_ledger IN SHARE MODE`, "unavailable", http.StatusServiceUnavailable},
+	} {
+		tok := rp.issueFormToken("alice-token")
+		before := count(t, env.DB, "coupons", "user_id = ?", redeemAlice)
+		locker := env.DB.Begin()
+		require.NoError(t, locker.Exec(tc.lock).Error, tc.lock)
+		r := rp.redeem("alice-token", tok, "coupon-10")
+		require.NoError(t, locker.Rollback().Error)
+		require.Equal(t, tc.status, r.Status, "%s: %s", tc.lock, r.Body)
+		assert.Equal(t, tc.code, r.problem(t).Code, tc.lock)
+		assert.Equal(t, "1", r.Header.Get("Retry-After"), tc.lock)
+		assert.Equal(t, before, count(t, env.DB, "coupons", "user_id = ?", redeemAlice), "%s: nothing written", tc.lock)
+
+		again := rp.redeem("alice-token", tok, "coupon-10")
+		require.Equal(t, http.StatusCreated, again.Status, "%s: the token was given back: %s", tc.lock, again.Body)
+	}
+	assertRedeemed(t, env.DB, redeemAlice, 3, 70)
+}

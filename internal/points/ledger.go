@@ -69,14 +69,20 @@ type Entry struct {
 // nothing was written.
 var ErrInsufficientBalance = errors.New("points: balance below the debit")
 
+// ErrAccountLocked is Debit's answer when the account row stayed locked past the lock timeout: another
+// transaction of this user's points held it (a submit still in the database, a reversal). It wraps
+// the translated postgres.ErrLockTimeout. A lock wait elsewhere (a table an operator locked) is
+// postgres.ErrLockTimeout alone: only this row says another transaction of the user is at work.
+var ErrAccountLocked = errors.New("points: the account row stayed locked past the lock timeout")
+
 // Debit takes amount points from userID's balance and writes the ledger row that records it, inside the
 // caller's transaction tx, so that the debit commits (or rolls back) with the caller's own rows (a
 // coupon). bizID is the debit's business key: the unique index on biz_id makes it happen at most once.
 // It returns the balance after the debit.
 //
-// Errors: ErrInsufficientBalance (no row changed), or a database error translated by
-// postgres.TranslateError (postgres.ErrDuplicate: this bizID was already debited, by a transaction
-// that committed first; postgres.ErrLockTimeout: another transaction held the account row).
+// Errors: ErrInsufficientBalance (no row changed), ErrAccountLocked (another transaction held the account
+// row), or a database error translated by postgres.TranslateError (postgres.ErrDuplicate: this bizID
+// was already debited, by a transaction that committed first).
 func Debit(ctx context.Context, tx *gorm.DB, userID int64, bizID string, amount int64, reason string) (int64, error) {
 	// The guard is in the WHERE clause, never a read-then-write: the row lock makes concurrent debits of
 	// one account queue, and each re-checks balance >= amount on the row it finally sees, so the balance
@@ -88,7 +94,11 @@ func Debit(ctx context.Context, tx *gorm.DB, userID int64, bizID string, amount 
 		return 0, ErrInsufficientBalance // no account, or too few points: 0 rows
 	}
 	if err != nil {
-		return 0, fmt.Errorf("debit points: %w", postgres.TranslateError(err))
+		err = postgres.TranslateError(err)
+		if errors.Is(err, postgres.ErrLockTimeout) {
+			return 0, fmt.Errorf("debit points: %w: %w", ErrAccountLocked, err)
+		}
+		return 0, fmt.Errorf("debit points: %w", err)
 	}
 	// The ledger row is the debit's record. Its biz_id is unique: a second transaction for the same key
 	// fails here (23505) and rolls back its debit with it.

@@ -83,8 +83,9 @@ func newCode(reward string) (string, error) {
 // coupon before (an earlier submit committed, then crashed before telling Redis), the stored coupon is
 // returned and nothing is written again.
 //
-// Errors: ErrInsufficientPoints (nothing written), postgres.ErrLockTimeout (another transaction of this
-// user held the account row too long), or a wrapped database error.
+// Errors: ErrInsufficientPoints (nothing written), points.ErrAccountLocked (another transaction of this
+// user held the account row too long), or a wrapped database error (postgres.ErrLockTimeout alone: a
+// lock wait elsewhere).
 func (r *Repository) Redeem(ctx context.Context, userID int64, tokenID string, reward Reward) (Result, bool, error) {
 	code, err := newCode(reward.ID)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"idemshop/internal/formtoken"
 	"idemshop/internal/platform/logging"
-	"idemshop/internal/platform/postgres"
+	"idemshop/internal/points"
 )
 
 // Outcomes counted by idemshop_rewards_redeem_total.
@@ -199,8 +199,12 @@ func (s *Service) redeem(ctx context.Context, userID int64, tokenID, rewardID st
 			return Answer{}, OutcomeInvalid, err
 		case errors.Is(err, ErrInsufficientPoints):
 			return Answer{}, OutcomeInsufficient, err
-		case errors.Is(err, postgres.ErrLockTimeout):
-			// Only when a lease expired while its submit was still in the database: that one is running.
+		case errors.Is(err, points.ErrAccountLocked):
+			// Only when a lease expired while its submit was still in the database (that one is running),
+			// or another transaction of this user's points held the account: the two cannot be told
+			// apart. A lock wait elsewhere (a table an operator locked) is the database's "not now", 503
+			// (a helper's finding, 2026-12-07: a locked coupons table said "this form is already being
+			// submitted").
 			return Answer{}, OutcomeInFlight, formtoken.ErrTokenInUse.WithRetryAfter(time.Second).Wrap(err)
 		}
 		return Answer{}, OutcomeError, err

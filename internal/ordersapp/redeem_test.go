@@ -876,9 +876,9 @@ func TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry(t *testing.T) {
 // locks tester's finding (2026-12-07). Either way the token is given back and redeems once free.
 func TestARedeemBehindALockedAccountIs409AndBehindALockedTable503(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, testenv.Options{LockTimeout: 200 * time.Millisecond}) // the replica's pool
 	credit(t, env.DB, redeemAlice, 100)
-	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { c.LockTimeout = 200 * time.Millisecond }})
+	rp := newReplica(t, env, replicaOpts{})
 
 	for _, tc := range []struct {
 		lock, code string

@@ -2536,8 +2536,8 @@ var List = []Mutant{
 		File: "internal/rewards/http.go",
 		// The form path reads a database failure untranslated: a lost connection is the error
 		// handler's problem JSON instead of the HTML 503 with Retry-After.
-		Original:    "pe := httpproblem.Resolve(postgres.TranslateError(err))",
-		Replacement: "pe := httpproblem.Resolve(err)\n\t\t\t_ = postgres.TranslateError",
+		Original:    "pe = httpproblem.Resolve(postgres.TranslateError(err))",
+		Replacement: "_ = postgres.TranslateError",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
 	},
 	{
@@ -2581,6 +2581,15 @@ var List = []Mutant{
 		// 503 whose retry meets it again, where the contract says 409.
 		Original:    "if errors.Is(err, postgres.ErrLockTimeout) {\n\t\t\treturn 0, fmt.Errorf(\"debit points: %w: %w\", ErrAccountLocked, err)",
 		Replacement: "if false && errors.Is(err, postgres.ErrLockTimeout) {\n\t\t\treturn 0, fmt.Errorf(\"debit points: %w: %w\", ErrAccountLocked, err)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemBehindALockedAccountIs409AndBehindALockedTable503$",
+	},
+	{
+		ID: "redeem-form-own-first", Guard: "redeem form: own 409",
+		File: "internal/rewards/http.go",
+		// The form path translates a database error before it asks for the error's own problem: the
+		// 409 of a locked account, wrapping its lock timeout, becomes the translation's 503.
+		Original:    "pe := httpproblem.Resolve(err)\n\t\t\tif pe.Kind == problem.KindInternal {\n\t\t\t\tpe = httpproblem.Resolve(postgres.TranslateError(err))",
+		Replacement: "pe := httpproblem.Resolve(postgres.TranslateError(err))\n\t\t\tif pe.Kind == problem.KindInternal {\n\t\t\t\tpe = httpproblem.Resolve(postgres.TranslateError(err))",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemBehindALockedAccountIs409AndBehindALockedTable503$",
 	},
 }

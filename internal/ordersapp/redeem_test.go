@@ -869,17 +869,34 @@ func TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry(t *testing.T) {
 	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
 }
 
-// Which lock a redeem waited on past DB_LOCK_TIMEOUT decides its answer (redeem.md): the user's points
-// account, held by another transaction of this user (a submit still in the database, a reversal), is
-// 409 `form_token_in_use`; any other (a table an operator locked) is the database's "not now", 503
-// `unavailable`, as on every route. Both were 409 "this form is already being submitted" until a
-// locks tester's finding (2026-12-07). Either way the token is given back and redeems once free.
+// Which lock a redeem waited on past DB_LOCK_TIMEOUT decides its answer (redeem.md), on the JSON path
+// and the HTML form's alike: the user's points account, held by another transaction of this user (a
+// submit still in the database, a reversal), is 409 `form_token_in_use`; any other (a table an operator
+// locked) is the database's "not now", 503 `unavailable`, as on every route. Both were 409 "this form is
+// already being submitted" until a locks tester's finding (2026-12-07). Either way the token is given
+// back and redeems once free.
 func TestARedeemBehindALockedAccountIs409AndBehindALockedTable503(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{LockTimeout: 200 * time.Millisecond}) // the replica's pool
 	credit(t, env.DB, redeemAlice, 100)
-	rp := newReplica(t, env, replicaOpts{})
+	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
+		c.FormTokenInFlightLease = time.Second // how long a form post waits out a 409 before it shows it
+	}})
+	form := func(tok string) response {
+		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem",
+			strings.NewReader(url.Values{"reward": {"coupon-10"}, "form_token": {tok}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", echo.MIMEApplicationForm)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		resp, err := rp.srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}
 
+	redeemed := int64(0)
 	for _, tc := range []struct {
 		lock, code string
 		status     int
@@ -888,19 +905,31 @@ func TestARedeemBehindALockedAccountIs409AndBehindALockedTable503(t *testing.T) 
 		{`LOCK TABLE coupons IN ACCESS EXCLUSIVE MODE`, "unavailable", http.StatusServiceUnavailable},
 		{`LOCK TABLE points_ledger IN SHARE MODE`, "unavailable", http.StatusServiceUnavailable},
 	} {
-		tok := rp.issueFormToken("alice-token")
-		before := count(t, env.DB, "coupons", "user_id = ?", redeemAlice)
-		locker := env.DB.Begin()
-		require.NoError(t, locker.Exec(tc.lock).Error, tc.lock)
-		r := rp.redeem("alice-token", tok, "coupon-10")
-		require.NoError(t, locker.Rollback().Error)
-		require.Equal(t, tc.status, r.Status, "%s: %s", tc.lock, r.Body)
-		assert.Equal(t, tc.code, r.problem(t).Code, tc.lock)
-		assert.Equal(t, "1", r.Header.Get("Retry-After"), tc.lock)
-		assert.Equal(t, before, count(t, env.DB, "coupons", "user_id = ?", redeemAlice), "%s: nothing written", tc.lock)
+		for _, html := range []bool{false, true} {
+			tok := rp.issueFormToken("alice-token")
+			before := count(t, env.DB, "coupons", "user_id = ?", redeemAlice)
+			locker := env.DB.Begin()
+			require.NoError(t, locker.Exec(tc.lock).Error, tc.lock)
+			var r response
+			if html {
+				r = form(tok)
+			} else {
+				r = rp.redeem("alice-token", tok, "coupon-10")
+			}
+			require.NoError(t, locker.Rollback().Error)
+			require.Equal(t, tc.status, r.Status, "%s (form %v): %s", tc.lock, html, r.Body)
+			if html {
+				assert.Contains(t, r.Header.Get("Content-Type"), "text/html", tc.lock)
+			} else {
+				assert.Equal(t, tc.code, r.problem(t).Code, tc.lock)
+			}
+			assert.Equal(t, "1", r.Header.Get("Retry-After"), "%s (form %v)", tc.lock, html)
+			assert.Equal(t, before, count(t, env.DB, "coupons", "user_id = ?", redeemAlice), "%s: nothing written", tc.lock)
 
-		again := rp.redeem("alice-token", tok, "coupon-10")
-		require.Equal(t, http.StatusCreated, again.Status, "%s: the token was given back: %s", tc.lock, again.Body)
+			again := rp.redeem("alice-token", tok, "coupon-10")
+			require.Equal(t, http.StatusCreated, again.Status, "%s: the token was given back: %s", tc.lock, again.Body)
+			redeemed++
+		}
 	}
-	assertRedeemed(t, env.DB, redeemAlice, 3, 70)
+	assertRedeemed(t, env.DB, redeemAlice, redeemed, 100-10*redeemed)
 }

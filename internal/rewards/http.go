@@ -81,10 +81,15 @@ func (h *Handler) redeem(c echo.Context) error {
 		}
 		a, err := h.svc.WaitForResult(ctx, u.ID, tokenID, rewardID, h.formWait)
 		if err != nil {
-			// Translated as the error handler translates a JSON request's error: a database failure that
-			// says only "not now" (a lost connection, a lock timeout) is the HTML 503 with Retry-After, not
-			// the error handler's problem JSON (a helper's finding, 2026-12-07: 16 of 16 lost COMMITs).
-			pe := httpproblem.Resolve(postgres.TranslateError(err))
+			// Resolved as the error handler resolves a JSON request's error: its own problem first (a 409
+			// for a locked account stays one), then, for an error that has none, the database's
+			// translation, so that a failure that says only "not now" (a lost connection) is the HTML 503
+			// with Retry-After, not the error handler's problem JSON (a helper's finding, 2026-12-07: 16 of
+			// 16 lost COMMITs).
+			pe := httpproblem.Resolve(err)
+			if pe.Kind == problem.KindInternal {
+				pe = httpproblem.Resolve(postgres.TranslateError(err))
+			}
 			if pe.Kind == problem.KindInternal {
 				return err // logged with its cause by the error handler, like on the JSON path
 			}

@@ -173,7 +173,7 @@ func TestPayCrashBeforeWriteIsRepairedBySweep(t *testing.T) {
 	require.ErrorAs(t, err, &fe, "%s", fout)
 	assert.Equal(t, 1, fe.ExitCode())
 	assert.Contains(t, string(fout), "reconcile: bringing 1 unfinished pay record(s) and 0 order(s) to the platform's state failed "+
-		"(logged above); the next run tries again")
+		"or went unconfirmed (logged above); the next run compares them again")
 	restore()
 	st, _ = state()
 	require.Equal(t, "PROCESSING", st, "the failed repair wrote nothing")

@@ -221,8 +221,9 @@ func runOnce(ctx context.Context, cmd string, cfg config.Orders, logger *slog.Lo
 		err = errors.New("reconcile: the payment platform did not answer; the run stopped there, and the next one asks again")
 	}
 	if recs, ords := rep.Records[sweeper.ReconcileFailed], rep.Orders[sweeper.ReconcileFailed]; err == nil && recs+ords > 0 {
+		// "or went unconfirmed": a COMMIT whose answer was lost counts here too, and may have applied.
 		err = fmt.Errorf("reconcile: bringing %d unfinished pay record(s) and %d order(s) to the platform's state failed "+
-			"(logged above); the next run tries again", recs, ords)
+			"or went unconfirmed (logged above); the next run compares them again", recs, ords)
 	}
 	if err == nil && rep.Points[sweeper.ReconcileFailed] > 0 {
 		err = errors.New("reconcile: the points check failed (logged above); the next run tries again")

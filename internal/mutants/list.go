@@ -2592,4 +2592,12 @@ var List = []Mutant{
 		Replacement: "pe := httpproblem.Resolve(postgres.TranslateError(err))\n\t\t\tif pe.Kind == problem.KindInternal {\n\t\t\t\tpe = httpproblem.Resolve(postgres.TranslateError(err))",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemBehindALockedAccountIs409AndBehindALockedTable503$",
 	},
+	{
+		ID: "redeem-form-log-cause", Guard: "redeem form: log 503",
+		File: "internal/rewards/http.go",
+		// The form's 503 page says "retry later" and nothing in the log says why.
+		Original:    "if pe.Kind == problem.KindUnavailable {",
+		Replacement: "if false && pe.Kind == problem.KindUnavailable {",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
+	},
 }

@@ -833,7 +833,7 @@ func TestRedeemFormPostRefusesABodyItCannotRead(t *testing.T) {
 func TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	rp, proxy, _ := lostCommitReplica(t, env, nil)
+	rp, proxy, logs := lostCommitReplica(t, env, nil)
 	credit(t, env.DB, redeemAlice, 100)
 	tok := rp.issueFormToken("alice-token")
 	submit := func() response {
@@ -857,6 +857,7 @@ func TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
 	assert.Contains(t, r.Header.Get("Content-Type"), "text/html")
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assert.Regexp(t, `level=WARN msg="request failed for now" .*code=unavailable .*err=`, logs.String(), "the page says retry later, the log says why")
 	assertRedeemed(t, env.DB, redeemAlice, 1, 90)
 
 	eventually(t, 10*time.Second, "the resubmit shows the coupon that committed", func() bool {

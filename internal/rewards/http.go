@@ -13,6 +13,7 @@ import (
 	"idemshop/internal/auth"
 	"idemshop/internal/formtoken"
 	"idemshop/internal/platform/httpproblem"
+	"idemshop/internal/platform/logging"
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/problem"
 )
@@ -92,6 +93,11 @@ func (h *Handler) redeem(c echo.Context) error {
 			}
 			if pe.Kind == problem.KindInternal {
 				return err // logged with its cause by the error handler, like on the JSON path
+			}
+			if pe.Kind == problem.KindUnavailable {
+				// As the error handler logs it on the JSON path: the page says "retry later", the log says
+				// why (a verifier's finding, 2026-12-07: the form's 503 left only its access line).
+				logging.From(ctx).Warn("request failed for now", "code", pe.Code, "err", err)
 			}
 			return h.view.RedeemFailed(c, pe, tokenID, rewardID)
 		}

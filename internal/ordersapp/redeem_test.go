@@ -91,6 +91,23 @@ func (rp *replica) redeem(user, formToken, reward string) response {
 	return rp.call(http.MethodPost, "/v1/rewards/redeem", user, "", []byte(`{"reward":"`+reward+`"}`), h...)
 }
 
+// redeemForm is redeem as a browser posts the HTML form (form fields, not JSON; the bearer token
+// instead of the session cookie, which authenticates the same way).
+func (rp *replica) redeemForm(user, formToken, reward string) response {
+	rp.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem",
+		strings.NewReader(url.Values{"reward": {reward}, "form_token": {formToken}}.Encode()))
+	require.NoError(rp.t, err)
+	req.Header.Set("Content-Type", echo.MIMEApplicationForm)
+	req.Header.Set("Authorization", "Bearer "+user)
+	resp, err := rp.srv.Client().Do(req)
+	require.NoError(rp.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(rp.t, err)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
 // redeemAsync is redeem without require, for goroutines (t.FailNow must run on the test goroutine).
 func (rp *replica) redeemAsync(user, formToken, reward string) (response, error) {
 	req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem",
@@ -836,19 +853,7 @@ func TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry(t *testing.T) {
 	rp, proxy, logs := lostCommitReplica(t, env, nil)
 	credit(t, env.DB, redeemAlice, 100)
 	tok := rp.issueFormToken("alice-token")
-	submit := func() response {
-		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem",
-			strings.NewReader(url.Values{"reward": {"coupon-10"}, "form_token": {tok}}.Encode()))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", echo.MIMEApplicationForm)
-		req.Header.Set("Authorization", "Bearer alice-token")
-		resp, err := rp.srv.Client().Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
-	}
+	submit := func() response { return rp.redeemForm("alice-token", tok, "coupon-10") }
 
 	proxy.LoseNextCommitAnswer()
 	r := submit()
@@ -883,19 +888,6 @@ func TestARedeemBehindALockedAccountIs409AndBehindALockedTable503(t *testing.T) 
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
 		c.FormTokenInFlightLease = time.Second // how long a form post waits out a 409 before it shows it
 	}})
-	form := func(tok string) response {
-		req, err := http.NewRequest(http.MethodPost, rp.srv.URL+"/v1/rewards/redeem",
-			strings.NewReader(url.Values{"reward": {"coupon-10"}, "form_token": {tok}}.Encode()))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", echo.MIMEApplicationForm)
-		req.Header.Set("Authorization", "Bearer alice-token")
-		resp, err := rp.srv.Client().Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
-	}
 
 	redeemed := int64(0)
 	for _, tc := range []struct {
@@ -913,7 +905,7 @@ func TestARedeemBehindALockedAccountIs409AndBehindALockedTable503(t *testing.T) 
 			require.NoError(t, locker.Exec(tc.lock).Error, tc.lock)
 			var r response
 			if html {
-				r = form(tok)
+				r = rp.redeemForm("alice-token", tok, "coupon-10")
 			} else {
 				r = rp.redeem("alice-token", tok, "coupon-10")
 			}

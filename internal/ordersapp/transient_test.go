@@ -16,9 +16,7 @@ import (
 	"idemshop/internal/paymock"
 	"idemshop/internal/platform/config"
 	"idemshop/internal/platform/fault"
-	"idemshop/internal/platform/postgres"
 	"idemshop/internal/testenv"
-	"idemshop/internal/testenv/tcpproxy"
 )
 
 // A product row held by a back-office transaction longer than DB_LOCK_TIMEOUT is a transient
@@ -191,16 +189,11 @@ func TestAPayWhoseClaimAnswerIsLostSaysItsLease(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	mock := newMock(t, nil)
-	proxy, viaProxy := tcpproxy.PostgresForURL(t, env.DatabaseURL)
-	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
-		StatementTimeout: 10 * time.Second, MaxConns: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = postgres.Close(db) })
 	const lease = 3 * time.Second
-	rp := newReplica(t, env, replicaOpts{db: db, cfg: func(c *config.Orders) {
+	rp, proxy, _ := lostCommitReplica(t, env, func(c *config.Orders) {
 		payTo(mock, lease)(c)
 		c.PaymentsTimeout = time.Second
-	}})
+	})
 	id, _ := rp.newOrder(alice, 1, 1)
 
 	proxy.LoseNextAnswerTo("INSERT INTO idempotency_keys")

@@ -250,14 +250,20 @@ type paymentList struct {
 	Payments []Payment `json:"payments"`
 }
 
-func (p *Platform) findPayments(c echo.Context) error {
-	// Sent twice, it is not one order: the first was answered, and a reader that takes the last would
-	// have asked about another.
+// oneMerchantOrderNo is the request's one merchant_order_no query parameter, validated. Sent twice, it
+// is not one order: the first was answered, and a reader that takes the last would have asked about
+// another.
+func oneMerchantOrderNo(c echo.Context) (string, error) {
 	if n := len(c.QueryParams()["merchant_order_no"]); n > 1 {
-		return invalid(fmt.Sprintf("merchant_order_no sent %d times: ask about one order", n))
+		return "", invalid(fmt.Sprintf("merchant_order_no sent %d times: ask about one order", n))
 	}
 	no := c.QueryParam("merchant_order_no")
-	if err := validRef("merchant_order_no", no); err != nil {
+	return no, validRef("merchant_order_no", no)
+}
+
+func (p *Platform) findPayments(c echo.Context) error {
+	no, err := oneMerchantOrderNo(c)
+	if err != nil {
 		return err
 	}
 	out := paymentList{Payments: []Payment{}}
@@ -396,11 +402,8 @@ type createCount struct {
 // for that order. A shop that charges twice on this platform gets one payment back (create is
 // idempotent on merchant_order_no), so only this count shows that it asked twice.
 func (p *Platform) creates(c echo.Context) error {
-	if n := len(c.QueryParams()["merchant_order_no"]); n > 1 {
-		return invalid(fmt.Sprintf("merchant_order_no sent %d times: ask about one order", n))
-	}
-	no := c.QueryParam("merchant_order_no")
-	if err := validRef("merchant_order_no", no); err != nil {
+	no, err := oneMerchantOrderNo(c)
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, createCount{MerchantOrderNo: no, Requests: p.store.asks(no)})

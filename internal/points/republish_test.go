@@ -131,6 +131,11 @@ func TestADeadLetterQueueDeletedWhileTheConsumerRunsIsDeclaredAgain(t *testing.T
 	env := testenv.New(t)
 	top := topology(t, env)
 	logs := &testenv.Output{}
+	t.Cleanup(func() {
+		if t.Failed() { // a CI run under load once saw no alert in 10 s: what did the checks say?
+			t.Logf("the consumer's log:\n%s", logs.String())
+		}
+	})
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
 	cfg.TopologyCheck = 50 * time.Millisecond
 	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)

@@ -2600,4 +2600,12 @@ var List = []Mutant{
 		Replacement: "if false && pe.Kind == problem.KindUnavailable {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
 	},
+	{
+		ID: "client-gone-body", Guard: "client gone: body",
+		File: "internal/platform/httpproblem/httpproblem.go",
+		// A client that half-closed reads a bare "499 status code 499" and no word of what happened.
+		Original:    "_ = c.Blob(StatusClientClosedRequest, ContentType, body)",
+		Replacement: "_ = body\n\t\t\t\tc.Response().WriteHeader(StatusClientClosedRequest)",
+		Pkgs:        []string{"./internal/platform/httpproblem"}, Run: "^TestAClientThatHalfClosesReadsA499Problem$",
+	},
 }

@@ -149,9 +149,19 @@ func Write(c echo.Context, pe *problem.Error) error {
 	return c.Blob(status, ContentType, body)
 }
 
-// StatusClientClosedRequest is the status logged for a request whose client hung up before its
-// answer (nginx's 499; no HTTP status says it, and the client never sees it).
+// StatusClientClosedRequest is the status of a request whose client closed its connection before the
+// answer (nginx's 499; no HTTP status says it). A client that closed only its sending side after the
+// request (a half-close) is one too: Go's net/http cancels a request whose connection reads EOF. That
+// client still reads, and gets this status with a problem body (ClientClosedCode).
 const StatusClientClosedRequest = 499
+
+// ClientClosedCode is the problem code of a 499.
+const ClientClosedCode = "client_closed_request"
+
+// clientClosedDetail is the 499's detail: the request stopped where it stood, so what it did is what a
+// retry with its key finds.
+const clientClosedDetail = "the connection was closed (its sending side at least) before the answer, so the request was abandoned where it stood; " +
+	"send it again with the same Idempotency-Key, and keep the connection open until the answer"
 
 // Handler returns the Echo HTTPErrorHandler: every error a handler or middleware returns ends here.
 // Internal errors are logged with their cause; the client sees only the stable code. translate (e.g.
@@ -176,7 +186,13 @@ func Handler(logger func(echo.Context) *slog.Logger, translate ...func(error) er
 			// status proxies log for it (nginx's "client closed request"); the access log and the
 			// request metric see it, the error log does not.
 			lg.Info("request abandoned: the client went away", "err", err)
-			c.Response().WriteHeader(StatusClientClosedRequest)
+			// A client that only half-closed still reads: a bare 499 left it with "status code 499"
+			// and no word of what happened (a newcomer's finding, 2026-12-07).
+			body, jerr := json.Marshal(Body{Type: "about:blank", Title: "Client Closed Request", Status: StatusClientClosedRequest,
+				Detail: clientClosedDetail, Instance: Instance(c.Request().URL), Code: ClientClosedCode})
+			if jerr == nil {
+				_ = c.Blob(StatusClientClosedRequest, ContentType, body) // nobody may read it: no error to log
+			}
 			return
 		}
 		switch pe.Kind {

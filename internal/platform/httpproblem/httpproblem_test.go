@@ -1,11 +1,14 @@
 package httpproblem_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -111,6 +114,42 @@ func TestInstanceResolvesToThePathSent(t *testing.T) {
 // A request whose client hung up ends in context.Canceled: logged at INFO with 499, not as a 500 at
 // ERROR (a newcomer counted 132 of them in a database stall). A deadline is not a hang-up: it goes on
 // to the translation (a 503 for a database timeout).
+// A client that sends its whole request and then closes its sending side (a half-close) still reads,
+// but Go's net/http cancels the request when the connection reads EOF: the handler stops, and the client
+// reads a 499 with a problem body saying so. It read a bare "HTTP/1.1 499 status code 499" until
+// 2026-12-07 (a newcomer's finding).
+func TestAClientThatHalfClosesReadsA499Problem(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	e.HTTPErrorHandler = httpproblem.Handler(func(echo.Context) *slog.Logger { return slog.New(slog.DiscardHandler) })
+	e.POST("/v1/orders", func(c echo.Context) error {
+		if _, err := io.ReadAll(c.Request().Body); err != nil {
+			return err
+		}
+		<-c.Request().Context().Done() // the work, stopped by the half-close
+		return fmt.Errorf("create order: %w", c.Request().Context().Err())
+	})
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(time.Minute)))
+	body := `{"product_id":1,"quantity":1}`
+	_, err = fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: shop\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	require.NoError(t, err)
+	require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, httpproblem.StatusClientClosedRequest, resp.StatusCode)
+	assert.Equal(t, httpproblem.ContentType, resp.Header.Get("Content-Type"))
+	var p httpproblem.Body
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+	assert.Equal(t, httpproblem.ClientClosedCode, p.Code)
+	assert.Equal(t, "/v1/orders", p.Instance)
+}
+
 func TestAClientThatHungUpIs499NotAServerError(t *testing.T) {
 	t.Parallel()
 	logs := &strings.Builder{}
@@ -126,6 +165,12 @@ func TestAClientThatHungUpIs499NotAServerError(t *testing.T) {
 	rec := httptest.NewRecorder()
 	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/x", nil).WithContext(ctx))
 	assert.Equal(t, httpproblem.StatusClientClosedRequest, rec.Code)
+	assert.Equal(t, httpproblem.ContentType, rec.Header().Get("Content-Type"))
+	var p httpproblem.Body
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+	assert.Equal(t, httpproblem.Body{Type: "about:blank", Title: "Client Closed Request", Status: httpproblem.StatusClientClosedRequest,
+		Detail: p.Detail, Instance: "/x", Code: httpproblem.ClientClosedCode}, p)
+	assert.Contains(t, p.Detail, "the same Idempotency-Key")
 	assert.Contains(t, logs.String(), "level=INFO msg=\"request abandoned: the client went away\"")
 	assert.NotContains(t, logs.String(), "level=ERROR")
 

@@ -2601,6 +2601,14 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
 	},
 	{
+		ID: "backoff-capped", Guard: "backoff: within max",
+		File: "internal/platform/retry/retry.go",
+		// The jitter is applied after the cap: a 30 s AMQP_RECONNECT_MAX waits up to 39 s.
+		Original:    "return min(b.ExponentialBackOff.NextBackOff(), b.MaxInterval)",
+		Replacement: "return b.ExponentialBackOff.NextBackOff()",
+		Pkgs:        []string{"./internal/platform/retry"}, Run: "^TestExponentialNeverWaitsPastItsMax$",
+	},
+	{
 		ID: "client-gone-body", Guard: "client gone: body",
 		File: "internal/platform/httpproblem/httpproblem.go",
 		// A client that half-closed reads a bare "499 status code 499" and no word of what happened.

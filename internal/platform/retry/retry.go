@@ -30,14 +30,32 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Exponential is the backoff of every wait here: from its InitialInterval, doubling, to MaxInterval,
+// each wait jittered by 30% and never longer than MaxInterval. backoff's ExponentialBackOff jitters
+// after its cap, so a 30 s AMQP_RECONNECT_MAX waited up to 39 s (a helper saw 36 s, 2026-12-07).
+type Exponential struct {
+	backoff.ExponentialBackOff
+}
+
+// NewExponential returns an Exponential from lo to hi, reset.
+func NewExponential(lo, hi time.Duration) *Exponential {
+	b := &Exponential{backoff.ExponentialBackOff{InitialInterval: lo, MaxInterval: hi, Multiplier: 2, RandomizationFactor: 0.3}}
+	b.Reset()
+	return b
+}
+
+// NextBackOff is the next wait, at most MaxInterval.
+func (b *Exponential) NextBackOff() time.Duration {
+	return min(b.ExponentialBackOff.NextBackOff(), b.MaxInterval)
+}
+
 // Sessions runs session again and again until ctx ends, waiting an exponential backoff between min and
-// max (jittered by 30%) after each one that ended. A session calls progress once it has proven healthy
+// max (jittered by 30%, never past max) after each one that ended. A session calls progress once it has proven healthy
 // (connected and working), which resets the backoff: the next outage starts again from min. Sessions
 // never spins on a session that fails at once, and returns when ctx is done.
 func Sessions(ctx context.Context, logger *slog.Logger, min, max time.Duration,
 	session func(ctx context.Context, progress func()) error) {
-	bo := &backoff.ExponentialBackOff{InitialInterval: min, MaxInterval: max, Multiplier: 2, RandomizationFactor: 0.3}
-	bo.Reset()
+	bo := NewExponential(min, max)
 	for ctx.Err() == nil {
 		err := session(ctx, bo.Reset)
 		if ctx.Err() != nil {
@@ -78,8 +96,7 @@ func Permanent(err error) error {
 // and waits b's backoff.
 func Until(ctx context.Context, logger *slog.Logger, what string, b Backoff, failed func(error),
 	attempt func(ctx context.Context) error) error {
-	bo := &backoff.ExponentialBackOff{InitialInterval: b.Min, MaxInterval: b.Max, Multiplier: 2, RandomizationFactor: 0.3}
-	bo.Reset()
+	bo := NewExponential(b.Min, b.Max)
 	start := time.Now()
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {

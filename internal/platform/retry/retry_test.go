@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/platform/retry"
 )
@@ -49,4 +50,23 @@ func TestSessionsReconnectsUntilTheContextEnds(t *testing.T) {
 		t.Fatal("Sessions did not return after its context ended")
 	}
 	assert.Equal(t, 5, runs, "no session after the context ended")
+}
+
+// Every wait stays within max once the backoff reaches it, jitter included (backoff's own type jitters
+// after its cap: a 30 s AMQP_RECONNECT_MAX waited 36 s), and none is shorter than 70% of min.
+func TestExponentialNeverWaitsPastItsMax(t *testing.T) {
+	t.Parallel()
+	const lo, hi = 10 * time.Millisecond, 40 * time.Millisecond
+	b := retry.NewExponential(lo, hi)
+	atMax := 0
+	for range 1000 {
+		d := b.NextBackOff()
+		require.LessOrEqual(t, d, hi)
+		require.GreaterOrEqual(t, d, lo*7/10)
+		if d == hi {
+			atMax++
+		}
+	}
+	// At the cap, about half the jittered waits would pass it; each is clipped to it instead.
+	assert.Greater(t, atMax, 100, "the waits reached the cap")
 }

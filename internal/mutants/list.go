@@ -2601,6 +2601,50 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
 	},
 	{
+		ID: "consumer-channel-watch", Guard: "consumer: lost channel",
+		File: "internal/points/consumer.go",
+		// Nothing watches the session's channel: a batch retried in place on a lock keeps /readyz at
+		// "ok" while the broker has closed the channel and the queue has no consumer.
+		Original:    "\tc.watchChannel(gen, ch)\n",
+		Replacement: "",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAConnectionLostDuringAnInPlaceRetryIsNoticedAtOnce$",
+	},
+	{
+		ID: "consumer-retry-lost", Guard: "retry: channel lost",
+		File: "internal/points/consumer.go",
+		// A batch whose channel closed is retried in place for as long as the lock lasts, and the
+		// consumer stays off the queue meanwhile.
+		Original:    "if c.channelLost != nil && c.channelLost() {",
+		Replacement: "if false && c.channelLost != nil && c.channelLost() {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAConnectionLostDuringAnInPlaceRetryIsNoticedAtOnce$",
+	},
+	{
+		ID: "consumer-topology-gone", Guard: "session: topology gone",
+		File: "internal/points/topology.go",
+		// A session declares the topology again without looking: a DLX or DLQ deleted between two
+		// sessions is re-created without an alert.
+		Original:    "\t\tc.alertMissing(missing)\n\t}\n\tif err := rabbitmq.Declare(ch, c.cfg.Topology)",
+		Replacement: "\t\t_ = missing\n\t}\n\tif err := rabbitmq.Declare(ch, c.cfg.Topology)",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestATopologyDeletedBetweenTwoSessionsIsReported$",
+	},
+	{
+		ID: "consumer-first-quiet", Guard: "session: first declare",
+		File: "internal/points/topology.go",
+		// The first session looks the names up too: every start on a new broker raises a false alert.
+		Original:    "if c.declared {",
+		Replacement: "if true {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestATopologyDeletedBetweenTwoSessionsIsReported$",
+	},
+	{
+		ID: "relay-session-missing", Guard: "relay: topology gone",
+		File: "internal/outbox/relay.go",
+		// The relay's reconnect declares the topology again without looking: a DLX or DLQ deleted
+		// between two sessions is re-created without an alert.
+		Original:    "if len(missing) > 0 {\n\t\t\tr.logger.Error(",
+		Replacement: "if false && len(missing) > 0 {\n\t\t\tr.logger.Error(",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestTheRelayReportsATopologyDeletedBetweenTwoSessions$",
+	},
+	{
 		ID: "backoff-capped", Guard: "backoff: within max",
 		File: "internal/platform/retry/retry.go",
 		// The jitter is applied after the cap: a 30 s AMQP_RECONNECT_MAX waits up to 39 s.

@@ -162,6 +162,10 @@ type Relay struct {
 	healthMu sync.Mutex
 	health   error
 
+	// declared is set once a session has declared the topology (declare); only the publishing loop
+	// touches it.
+	declared bool
+
 	// beforeMark, when set by a test, runs after the confirms and before the rows are marked; an
 	// error from it rolls the batch back, which is what a crash at that point leaves behind.
 	beforeMark func() error
@@ -238,6 +242,29 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// declare declares the topology on the session's channel ch. Every session after the process's first
+// looks its names up on conn first and raises topology_missing for each one gone: the reconnect's
+// declare re-created a DLX or DLQ deleted since without a word, and points-consumer's own check then
+// found nothing missing, so the dead letters the broker had dropped meanwhile were never reported (a
+// helper's finding, 2026-12-07).
+func (r *Relay) declare(conn *amqp.Connection, ch *amqp.Channel) error {
+	if r.declared {
+		missing, err := rabbitmq.Missing(conn, r.cfg.Topology)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			r.logger.Error("ALERT: part of the topology was deleted since the relay's last session; declared again. Dead letters of the gap were dropped by the broker",
+				"alert", "topology_missing", "missing", missing)
+		}
+	}
+	if err := rabbitmq.Declare(ch, r.cfg.Topology); err != nil {
+		return err
+	}
+	r.declared = true
+	return nil
+}
+
 // session runs one broker connection until it fails or ctx ends. progress is called whenever the
 // session proves healthy, which resets the reconnect backoff.
 func (r *Relay) session(ctx context.Context, progress func()) error {
@@ -250,7 +277,7 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
-	if err := rabbitmq.Declare(ch, r.cfg.Topology); err != nil {
+	if err := r.declare(conn, ch); err != nil {
 		return err
 	}
 	// Publisher confirms: the broker acks each message once it has taken responsibility for it.

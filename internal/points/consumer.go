@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -148,6 +147,15 @@ type Consumer struct {
 	// touches them.
 	unsubscribe func() error
 	handedBack  bool
+	// channelLost says whether the session's channel has closed (nil between sessions); only the
+	// session's goroutine touches it. gen numbers the sessions, under subMu with the subscribed state:
+	// a session's close watcher marks the consumer unsubscribed only while its session is the current one.
+	channelLost func() bool
+	// declared is set once a session has declared the topology (declare); only the session's
+	// goroutine touches it.
+	declared bool
+	subMu    sync.Mutex
+	gen      uint64
 }
 
 // errNotYetSubscribed is Subscribed's answer before the first session subscribed.
@@ -165,6 +173,43 @@ func (c *Consumer) Subscribed() error {
 }
 
 func (c *Consumer) setUnsubscribed(err error) { c.unsubscribed.Store(&err) }
+
+// newSession numbers a new session (see watchChannel).
+func (c *Consumer) newSession() uint64 {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	c.gen++
+	return c.gen
+}
+
+// watchChannel marks the consumer unsubscribed as soon as session gen's channel ch closes abnormally
+// (the broker closed it, the connection died), not when the session next reads its deliveries: a batch
+// retried in place on a locked row reads none for as long as the lock lasts, and /readyz said "ok"
+// with no consumer on the queue (a helper's finding, 2026-12-07). Call it before subscribed: a channel
+// already closed leaves the consumer unsubscribed.
+func (c *Consumer) watchChannel(gen uint64, ch *amqp.Channel) {
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		// A graceful close (the session's end) closes closed without a value; the session's return
+		// says why then.
+		if e, ok := <-closed; ok {
+			c.subMu.Lock()
+			defer c.subMu.Unlock()
+			if c.gen == gen {
+				c.setUnsubscribed(fmt.Errorf("the broker closed the consumer's channel: %w", e))
+			}
+		}
+	}()
+}
+
+// subscribed marks session gen subscribed, unless its channel has closed already.
+func (c *Consumer) subscribed(gen uint64, ch *amqp.Channel) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.gen == gen && !ch.IsClosed() {
+		c.unsubscribed.Store(nil)
+	}
+}
 
 // NewConsumer returns a consumer writing through db, leasing in rdb, with metrics registered on reg.
 func NewConsumer(db *gorm.DB, rdb *redis.Client, cfg ConsumerConfig, logger *slog.Logger, reg prometheus.Registerer) (*Consumer, error) {
@@ -239,13 +284,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Consumer) newBackoff() *backoff.ExponentialBackOff {
-	bo := &backoff.ExponentialBackOff{
-		InitialInterval: c.cfg.ReconnectMin, MaxInterval: c.cfg.ReconnectMax,
-		Multiplier: 2, RandomizationFactor: 0.3,
-	}
-	bo.Reset()
-	return bo
+func (c *Consumer) newBackoff() *retry.Exponential {
+	return retry.NewExponential(c.cfg.ReconnectMin, c.cfg.ReconnectMax)
 }
 
 // session runs one connection until it is lost or ctx ends.
@@ -256,6 +296,7 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 		}
 		c.handedBack = false
 	}
+	gen := c.newSession()
 	conn, err := rabbitmq.Dial(ctx, c.cfg.AMQPURL)
 	if err != nil {
 		return err
@@ -265,7 +306,10 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
-	if err := rabbitmq.Declare(ch, c.cfg.Topology); err != nil {
+	c.watchChannel(gen, ch)
+	c.channelLost = ch.IsClosed
+	defer func() { c.channelLost = nil }()
+	if err := c.declare(conn, ch); err != nil {
 		return err
 	}
 	// The prefetch bounds what a crash puts back in the queue and what one consumer hoards.
@@ -301,7 +345,7 @@ func (c *Consumer) session(ctx context.Context, progress func()) error {
 	c.unsubscribe = unsubscribe
 	defer func() { c.unsubscribe = nil }()
 	progress()
-	c.unsubscribed.Store(nil)
+	c.subscribed(gen, ch)
 	c.logger.Info("points consumer connected", "queue", c.cfg.Topology.Queue, "prefetch", c.cfg.Prefetch,
 		"batch_size", c.cfg.BatchSize)
 	// Work already received is finished after shutdown begins, for DrainTimeout at most; every step
@@ -899,7 +943,8 @@ func (c *Consumer) applyReversal(ctx, work context.Context, m *message) {
 }
 
 // retry runs fn until it succeeds, the database rejects the data (ErrRejected: retrying cannot help),
-// or ctx ends (shutdown); it returns fn's last error. A transient failure (database unreachable,
+// the session's channel closes (errChannelLost: the broker has the messages back) or ctx ends
+// (shutdown); it returns fn's last error. A transient failure (database unreachable,
 // deadlock, timeout) is not the message's fault, so it is retried in place, with the reconnect backoff
 // between attempts, for as long as it lasts: a nack would spend one of the message's five returns, and
 // an outage of a few minutes would push good messages into the DLQ, for a person to replay (until the
@@ -921,6 +966,13 @@ func (c *Consumer) retry(ctx, work context.Context, what string, messages int, f
 		if err == nil || errors.Is(err, ErrRejected) {
 			return err
 		}
+		if c.channelLost != nil && c.channelLost() {
+			// The broker took the messages back with the channel: retrying them here would only keep
+			// this consumer off the queue for as long as the lock or the outage lasts.
+			c.logger.Warn(what+" failed and the channel closed meanwhile; the broker gave the messages back, so they are not retried here",
+				"err", err, "attempt", attempt, "messages", messages)
+			return fmt.Errorf("%w: %w", errChannelLost, err)
+		}
 		c.logger.Warn(what+" failed; retrying", "err", err, "attempt", attempt, "messages", messages)
 		c.republishHeld()
 		if c.handBack(work, since, err) {
@@ -931,6 +983,10 @@ func (c *Consumer) retry(ctx, work context.Context, what string, messages int, f
 		}
 	}
 }
+
+// errChannelLost fails the messages of a batch whose channel closed while it was retried in place: the
+// broker requeued them with the channel, and another consumer (or this one, subscribed again) has them.
+var errChannelLost = errors.New("the channel closed while the batch was retried: the broker requeued it")
 
 // errHandedBack fails the messages of a batch the consumer handed back to the queue (handBack).
 var errHandedBack = errors.New("handed back to the queue: this consumer's database does not answer")

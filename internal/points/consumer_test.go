@@ -559,6 +559,42 @@ func TestABatchSlowOnALockIsNotHandedBack(t *testing.T) {
 	c.stop(t)
 }
 
+// A batch retried in place on a lock while the broker connection dies: the consumer says at once that
+// it is not subscribed (points-consumer's /readyz), gives up the batch the broker took back, and
+// subscribes again while the lock still holds; once the lock goes, the message is credited once. Until
+// 2026-12-07 it retried the batch on the dead channel for as long as the lock lasted, and /readyz said
+// "ok" with no consumer on the queue (a helper's finding).
+func TestAConnectionLostDuringAnInPlaceRetryIsNoticedAtOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	lock := lockLedger(t, env)
+	proxy, viaProxy := tcpproxy.ForURL(t, env.AMQPURL)
+	logs := &testenv.Output{}
+	cfg := testConfig(viaProxy, env.Prefix, top)
+	cfg.AttemptTimeout = 200 * time.Millisecond
+	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	newPublisher(t, env.AMQPURL, top).event(orderPaid(1, 1, 100))
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "applying credits failed; retrying") },
+		"the batch is retried in place on the lock")
+	require.NoError(t, c.Subscribed(), "subscribed while it retries")
+
+	proxy.Cut()
+	waitFor(t, 5*time.Second, func() bool { return c.Subscribed() != nil }, "not subscribed once the connection is lost")
+	assert.ErrorContains(t, c.Subscribed(), "the broker closed the consumer's channel")
+	proxy.Restore()
+	waitFor(t, 5*time.Second, func() bool { return strings.Count(logs.String(), "points consumer connected") >= 2 },
+		"subscribed again while the lock holds")
+	assert.Contains(t, logs.String(), "the broker gave the messages back, so they are not retried here")
+
+	require.NoError(t, lock.Rollback().Error)
+	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "credited once the lock is gone")
+	assert.Equal(t, ledgerState{Rows: 1, Distinct: 1, Sum: 1, Balances: 1}, state(t, env))
+	assert.Zero(t, queueDepth(t, channel(t, env.AMQPURL), top.Queue), "nothing left in the queue")
+	c.stop(t)
+}
+
 // SIGTERM during a database outage returns each message to the queue once: the subscription is
 // cancelled at once, so the nacked batch does not come straight back to this consumer to fail again.
 // One SIGTERM spent two or three of a message's five deliveries, and a few restarts during an outage

@@ -123,6 +123,7 @@ func orderRefunded(orderID, userID, amountCents int64) events.OrderRefunded {
 
 // running is an in-process consumer with its own registry.
 type running struct {
+	*points.Consumer
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -188,7 +189,7 @@ func startConsumerOn(t testing.TB, db *gorm.DB, rdb *redis.Client, logger *slog.
 	c, err := points.NewConsumer(db, rdb, cfg, logger, reg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{reg: reg, cancel: cancel, done: make(chan struct{})}
+	r := &running{Consumer: c, reg: reg, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		_ = c.Run(ctx)

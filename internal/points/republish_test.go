@@ -164,6 +164,38 @@ func TestADeadLetterQueueDeletedWhileTheConsumerRunsIsDeclaredAgain(t *testing.T
 	waitDeadLettered(t, c, channel(t, env.AMQPURL), top, 1, "the poison")
 }
 
+// A DLX and DLQ deleted between two sessions: the second session's declare re-created them without a
+// word, and the periodic check then found nothing missing, so the dead letters the broker dropped
+// meanwhile were never reported (a helper's finding, 2026-12-07). Every session after the first looks
+// the names up before it declares them; the first declares a new broker's topology without an alert.
+func TestATopologyDeletedBetweenTwoSessionsIsReported(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := env.Topology("fresh.") // not declared yet: the first session creates all of it
+	proxy, viaProxy := tcpproxy.ForURL(t, env.AMQPURL)
+	logs := &testenv.Output{}
+	cfg := testConfig(viaProxy, env.Prefix, top)
+	cfg.TopologyCheck = time.Hour // only a session's declare can see the deletion
+	cfg.ReconnectMin, cfg.ReconnectMax = 5*time.Millisecond, 10*time.Millisecond
+	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+	waitFor(t, 10*time.Second, func() bool { return c.Subscribed() == nil }, "subscribed")
+	assert.NotContains(t, logs.String(), "topology_missing", "the first session's declare is no alert")
+
+	proxy.Cut()
+	conn, err := amqp.Dial(env.AMQPURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, rabbitmq.DeleteNames(conn, top.DeadLetterQueue, top.DeadLetterExchange))
+	proxy.Restore()
+	waitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "points consumer connected") >= 2 }, "connected again")
+	assert.Equal(t, 1, strings.Count(logs.String(), "alert=topology_missing"), "%s", logs.String())
+	assert.Contains(t, logs.String(), top.DeadLetterQueue)
+	assert.Contains(t, logs.String(), top.DeadLetterExchange)
+	missing, err := rabbitmq.Missing(conn, top)
+	require.NoError(t, err)
+	assert.Empty(t, missing, "declared again")
+}
+
 // A message whose lease another consumer keeps taking again is set aside, gives up after each lease
 // TTL, and at its last delivery is republished: without a bound the copy did the same, round the queue
 // for ever, where it used to reach the DLQ (a helper's finding, 2026-12-06). After MaxRepublish copies

@@ -18,10 +18,7 @@ import (
 // reconciler's points check (docs/points.md, "Events the broker lost") names their orders.
 func (c *Consumer) checkTopology(conn *amqp.Connection) {
 	missing, err := rabbitmq.Missing(conn, c.cfg.Topology)
-	if len(missing) > 0 {
-		c.logger.Error("ALERT: part of the topology was deleted while the consumer ran; declared again. Dead letters of the gap were dropped by the broker",
-			"alert", "topology_missing", "missing", missing)
-	}
+	c.alertMissing(missing)
 	if err == nil {
 		err = declareOnItsOwnChannel(conn, c.cfg.Topology)
 	}
@@ -38,4 +35,32 @@ func declareOnItsOwnChannel(conn *amqp.Connection, t rabbitmq.Topology) error {
 	}
 	defer ch.Close()
 	return rabbitmq.Declare(ch, t)
+}
+
+// declare declares the topology on the session's channel ch. Every session after the process's first
+// looks its names up on conn first and raises topology_missing for each one gone: a session's declare
+// re-created a DLX or DLQ deleted since the last session without a word, so the dead letters the broker
+// had dropped meanwhile were never reported (a helper's finding, 2026-12-07). Only the session's
+// goroutine calls it.
+func (c *Consumer) declare(conn *amqp.Connection, ch *amqp.Channel) error {
+	if c.declared {
+		missing, err := rabbitmq.Missing(conn, c.cfg.Topology)
+		if err != nil {
+			return err
+		}
+		c.alertMissing(missing)
+	}
+	if err := rabbitmq.Declare(ch, c.cfg.Topology); err != nil {
+		return err
+	}
+	c.declared = true
+	return nil
+}
+
+// alertMissing raises topology_missing for the names in missing, if any.
+func (c *Consumer) alertMissing(missing []string) {
+	if len(missing) > 0 {
+		c.logger.Error("ALERT: part of the topology was deleted while the consumer ran; declared again. Dead letters of the gap were dropped by the broker",
+			"alert", "topology_missing", "missing", missing)
+	}
 }

@@ -17,7 +17,7 @@
 // while the Go spec promises the same behaviour; the suite runs the tests on the optimized build. Do not
 // edit the tree during a run: the mutated files are read once, the others live.
 //
-//	go run ./cmd/mutants                       # every mutant, two at a time
+//	go run ./cmd/mutants                       # every mutant, three at a time
 //	go run ./cmd/mutants -only pay-finish-fence,sweeper-refund-requested
 //	go run ./cmd/mutants -baseline             # the same tests on the unchanged tree: all must pass
 //	go run ./cmd/mutants -only pay-finish-fence -run '^TestPayStale'   # does this test alone kill it?
@@ -68,7 +68,7 @@ func run() int {
 	var o options
 	flag.StringVar(&o.only, "only", "", "comma-separated mutant ids to run (default: all)")
 	flag.StringVar(&o.run, "run", "", "use this -run regexp instead of each mutant's own (same packages)")
-	flag.IntVar(&o.jobs, "j", 2, "mutants run (and schema binaries built) at once (at most 2: the tests share one PostgreSQL and two cores)")
+	flag.IntVar(&o.jobs, "j", 3, "mutants run (and schema binaries built) at once, 1 to 4")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Minute, "go test -timeout for one mutant")
 	flag.BoolVar(&o.baseline, "baseline", false, "run each mutant's tests on the unchanged tree instead; they must pass")
 	flag.BoolVar(&o.check, "check", false, "only check the list against the tree (every original occurs exactly once)")
@@ -78,8 +78,8 @@ func run() int {
 	flag.BoolVar(&o.schema, "schema", true, "build one test binary per test package holding all its mutants, chosen at run time (internal/mutants/schema.go); false: one build per mutant")
 	flag.BoolVar(&o.verbose, "v", false, "print each mutant's go test output as it finishes")
 	flag.Parse()
-	if o.jobs < 1 || o.jobs > 2 {
-		fmt.Fprintln(os.Stderr, "mutants: -j must be 1 or 2")
+	if o.jobs < 1 || o.jobs > 4 {
+		fmt.Fprintln(os.Stderr, "mutants: -j must be 1 to 4")
 		return 2
 	}
 	if err := mutants.Validate(mutants.List); err != nil {

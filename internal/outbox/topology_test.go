@@ -7,12 +7,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"idemshop/internal/outbox"
-	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/testenv"
 	"idemshop/internal/testenv/tcpproxy"
 )
@@ -35,18 +33,11 @@ func TestTheRelayReportsATopologyDeletedBetweenTwoSessions(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published on the first session")
 	assert.NotContains(t, logs.String(), "topology_missing", "the first session's declare is no alert")
 
-	proxy.Cut()
-	conn, err := amqp.Dial(env.AMQPURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	require.NoError(t, rabbitmq.DeleteNames(conn, top.DeadLetterQueue, top.DeadLetterExchange))
-	proxy.Restore()
+	env.DeleteWhileCut(proxy, top.DeadLetterQueue, top.DeadLetterExchange)
 	insertPaid(t, env.DB, 2, 2)
 	waitFor(t, 10*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published on the next session")
 	assert.Equal(t, 1, strings.Count(logs.String(), "alert=topology_missing"), "%s", logs.String())
 	assert.Contains(t, logs.String(), top.DeadLetterQueue)
 	assert.Contains(t, logs.String(), top.DeadLetterExchange)
-	missing, err := rabbitmq.Missing(conn, top)
-	require.NoError(t, err)
-	assert.Empty(t, missing, "declared again")
+	assert.Empty(t, env.Missing(top), "declared again")
 }

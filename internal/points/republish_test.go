@@ -190,19 +190,12 @@ func TestATopologyDeletedBetweenTwoSessionsIsReported(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return c.Subscribed() == nil }, "subscribed")
 	assert.NotContains(t, logs.String(), "topology_missing", "the first session's declare is no alert")
 
-	proxy.Cut()
-	conn, err := amqp.Dial(env.AMQPURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	require.NoError(t, rabbitmq.DeleteNames(conn, top.DeadLetterQueue, top.DeadLetterExchange))
-	proxy.Restore()
+	env.DeleteWhileCut(proxy, top.DeadLetterQueue, top.DeadLetterExchange)
 	waitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "points consumer connected") >= 2 }, "connected again")
 	assert.Equal(t, 1, strings.Count(logs.String(), "alert=topology_missing"), "%s", logs.String())
 	assert.Contains(t, logs.String(), top.DeadLetterQueue)
 	assert.Contains(t, logs.String(), top.DeadLetterExchange)
-	missing, err := rabbitmq.Missing(conn, top)
-	require.NoError(t, err)
-	assert.Empty(t, missing, "declared again")
+	assert.Empty(t, env.Missing(top), "declared again")
 }
 
 // A message whose lease another consumer keeps taking again is set aside, gives up after each lease

@@ -23,6 +23,7 @@ import (
 	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/redisx"
+	"idemshop/internal/testenv/tcpproxy"
 	"idemshop/migrations"
 )
 
@@ -128,6 +129,38 @@ func (e *Env) Topology(sub string) rabbitmq.Topology {
 		e.Queue(n[len(e.Prefix):])
 	}
 	return top
+}
+
+// DeleteWhileCut cuts p, so that the process connected through it loses its broker connection,
+// deletes the queues and exchanges names on the broker directly, and restores p: the process's next
+// session finds them gone, as after an operator's deletion between two of its sessions.
+func (e *Env) DeleteWhileCut(p *tcpproxy.Proxy, names ...string) {
+	e.t.Helper()
+	p.Cut()
+	defer p.Restore()
+	conn, err := amqp.Dial(e.AMQPURL)
+	if err != nil {
+		e.t.Fatalf("testenv: connect to delete %v: %v", names, err)
+	}
+	defer conn.Close()
+	if err := rabbitmq.DeleteNames(conn, names...); err != nil {
+		e.t.Fatalf("testenv: delete %v: %v", names, err)
+	}
+}
+
+// Missing returns which of top's exchanges and queues the broker does not have (rabbitmq.Missing).
+func (e *Env) Missing(top rabbitmq.Topology) []string {
+	e.t.Helper()
+	conn, err := amqp.Dial(e.AMQPURL)
+	if err != nil {
+		e.t.Fatalf("testenv: connect to look %s up: %v", top.Queue, err)
+	}
+	defer conn.Close()
+	missing, err := rabbitmq.Missing(conn, top)
+	if err != nil {
+		e.t.Fatalf("testenv: look %s up: %v", top.Queue, err)
+	}
+	return missing
 }
 
 func (e *Env) cleanRedis() {

@@ -32,7 +32,9 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 
 // Exponential is the backoff of every wait here: from its InitialInterval, doubling, to MaxInterval,
 // each wait jittered by 30% and never longer than MaxInterval. backoff's ExponentialBackOff jitters
-// after its cap, so a 30 s AMQP_RECONNECT_MAX waited up to 39 s (a helper saw 36 s, 2026-12-07).
+// after its cap, so a 30 s AMQP_RECONNECT_MAX waited up to 39 s (a helper saw 36 s, 2026-12-07). A wait
+// the jitter would take past the cap is the cap: replicas that lost the broker together stay apart by
+// the jitter of their earlier waits.
 type Exponential struct {
 	backoff.ExponentialBackOff
 }

@@ -2536,8 +2536,8 @@ var List = []Mutant{
 		File: "internal/rewards/http.go",
 		// The form path reads a database failure untranslated: a lost connection is the error
 		// handler's problem JSON instead of the HTML 503 with Retry-After.
-		Original:    "pe = httpproblem.Resolve(postgres.TranslateError(err))",
-		Replacement: "_ = postgres.TranslateError",
+		Original:    "pe := httpproblem.ResolveTranslated(err, postgres.TranslateError)",
+		Replacement: "_ = postgres.TranslateError\n\t\t\tpe := httpproblem.ResolveTranslated(err)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
 	},
 	{
@@ -2584,20 +2584,20 @@ var List = []Mutant{
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemBehindALockedAccountIs409AndBehindALockedTable503$",
 	},
 	{
-		ID: "redeem-form-own-first", Guard: "redeem form: own 409",
-		File: "internal/rewards/http.go",
-		// The form path translates a database error before it asks for the error's own problem: the
-		// 409 of a locked account, wrapping its lock timeout, becomes the translation's 503.
-		Original:    "pe := httpproblem.Resolve(err)\n\t\t\tif pe.Kind == problem.KindInternal {\n\t\t\t\tpe = httpproblem.Resolve(postgres.TranslateError(err))",
-		Replacement: "pe := httpproblem.Resolve(postgres.TranslateError(err))\n\t\t\tif pe.Kind == problem.KindInternal {\n\t\t\t\tpe = httpproblem.Resolve(postgres.TranslateError(err))",
+		ID: "redeem-form-own-first", Guard: "resolve: own problem",
+		File: "internal/platform/httpproblem/httpproblem.go",
+		// A translation comes before the error's own problem: the 409 of a locked account, wrapping
+		// its lock timeout, becomes the translation's 503, on the JSON path and the form's.
+		Original:    "pe := Resolve(err)\n\tfor _, tr := range translate {\n\t\tif pe.Kind != problem.KindInternal {",
+		Replacement: "pe := Resolve(err)\n\tfor _, tr := range translate {\n\t\tif false && pe.Kind != problem.KindInternal {",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestARedeemBehindALockedAccountIs409AndBehindALockedTable503$",
 	},
 	{
 		ID: "redeem-form-log-cause", Guard: "redeem form: log 503",
 		File: "internal/rewards/http.go",
 		// The form's 503 page says "retry later" and nothing in the log says why.
-		Original:    "if pe.Kind == problem.KindUnavailable {",
-		Replacement: "if false && pe.Kind == problem.KindUnavailable {",
+		Original:    "httpproblem.Log(logging.From(ctx), pe, err)",
+		Replacement: "_ = logging.From",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestAFormSubmitWhoseCommitAnswerIsLostIsAnHTMLPageToRetry$",
 	},
 	{

@@ -82,23 +82,15 @@ func (h *Handler) redeem(c echo.Context) error {
 		}
 		a, err := h.svc.WaitForResult(ctx, u.ID, tokenID, rewardID, h.formWait)
 		if err != nil {
-			// Resolved as the error handler resolves a JSON request's error: its own problem first (a 409
-			// for a locked account stays one), then, for an error that has none, the database's
-			// translation, so that a failure that says only "not now" (a lost connection) is the HTML 503
-			// with Retry-After, not the error handler's problem JSON (a helper's finding, 2026-12-07: 16 of
-			// 16 lost COMMITs).
-			pe := httpproblem.Resolve(err)
-			if pe.Kind == problem.KindInternal {
-				pe = httpproblem.Resolve(postgres.TranslateError(err))
-			}
+			// Resolved and logged as the error handler does a JSON request's error, so that a failure
+			// that says only "not now" (a lost connection) is the HTML 503 with Retry-After, not the error
+			// handler's problem JSON (a helper's finding, 2026-12-07: 16 of 16 lost COMMITs), and its log
+			// line says why.
+			pe := httpproblem.ResolveTranslated(err, postgres.TranslateError)
 			if pe.Kind == problem.KindInternal {
 				return err // logged with its cause by the error handler, like on the JSON path
 			}
-			if pe.Kind == problem.KindUnavailable {
-				// As the error handler logs it on the JSON path: the page says "retry later", the log says
-				// why (a verifier's finding, 2026-12-07: the form's 503 left only its access line).
-				logging.From(ctx).Warn("request failed for now", "code", pe.Code, "err", err)
-			}
+			httpproblem.Log(logging.From(ctx), pe, err)
 			return h.view.RedeemFailed(c, pe, tokenID, rewardID)
 		}
 		return h.view.RedeemDone(c, a)

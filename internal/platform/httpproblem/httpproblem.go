@@ -163,6 +163,35 @@ const ClientClosedCode = "client_closed_request"
 const clientClosedDetail = "the connection was closed (its sending side at least) before the answer, so the request was abandoned where it stood; " +
 	"send it again with the same Idempotency-Key, and keep the connection open until the answer"
 
+// ResolveTranslated is err's problem: its own (Resolve) first, so that a problem that wraps a database
+// error (a 409 for a locked account) stays itself; then, for an error that resolves to an internal
+// error only, each translate in turn (e.g. postgres.TranslateError: a lock timeout or a lost connection
+// is a 503). The error handler and a route that renders its own error page (the redeem form) resolve
+// alike.
+func ResolveTranslated(err error, translate ...func(error) error) *problem.Error {
+	pe := Resolve(err)
+	for _, tr := range translate {
+		if pe.Kind != problem.KindInternal {
+			break
+		}
+		pe = Resolve(tr(err))
+	}
+	return pe
+}
+
+// Log writes the line the error handler writes for err, resolved to pe: ERROR for an internal error
+// (with its cause), WARN for a dependency's "not now", DEBUG for a refused request.
+func Log(lg *slog.Logger, pe *problem.Error, err error) {
+	switch pe.Kind {
+	case problem.KindInternal:
+		lg.Error("request failed", "err", err)
+	case problem.KindUnavailable:
+		lg.Warn("request failed for now", "code", pe.Code, "err", err)
+	default:
+		lg.Debug("request refused", "code", pe.Code, "err", err)
+	}
+}
+
 // Handler returns the Echo HTTPErrorHandler: every error a handler or middleware returns ends here.
 // Internal errors are logged with their cause; the client sees only the stable code. translate (e.g.
 // postgres.TranslateError) classifies an error nothing else did: a lock timeout deep in a handler is
@@ -173,13 +202,7 @@ func Handler(logger func(echo.Context) *slog.Logger, translate ...func(error) er
 		if c.Response().Committed {
 			return
 		}
-		pe := Resolve(err)
-		for _, tr := range translate {
-			if pe.Kind != problem.KindInternal {
-				break
-			}
-			pe = Resolve(tr(err))
-		}
+		pe := ResolveTranslated(err, translate...)
 		lg := logger(c)
 		if errors.Is(err, context.Canceled) && errors.Is(context.Cause(c.Request().Context()), context.Canceled) {
 			// The client hung up: nobody reads an answer, and it is no server error. 499 is the
@@ -195,14 +218,7 @@ func Handler(logger func(echo.Context) *slog.Logger, translate ...func(error) er
 			}
 			return
 		}
-		switch pe.Kind {
-		case problem.KindInternal:
-			lg.Error("request failed", "err", err)
-		case problem.KindUnavailable:
-			lg.Warn("request failed for now", "code", pe.Code, "err", err)
-		default:
-			lg.Debug("request refused", "code", pe.Code, "err", err)
-		}
+		Log(lg, pe, err)
 		if werr := Write(c, pe); werr != nil {
 			lg.Error("write problem response", "err", werr)
 		}

@@ -2623,16 +2623,16 @@ var List = []Mutant{
 		File: "internal/points/topology.go",
 		// A session declares the topology again without looking: a DLX or DLQ deleted between two
 		// sessions is re-created without an alert.
-		Original:    "\t\tc.alertMissing(missing)\n\t}\n\tif err := rabbitmq.Declare(ch, c.cfg.Topology)",
-		Replacement: "\t\t_ = missing\n\t}\n\tif err := rabbitmq.Declare(ch, c.cfg.Topology)",
+		Original:    "missing, err := rabbitmq.Redeclare(conn, ch, c.cfg.Topology, c.declared)\n\tc.alertMissing(missing)",
+		Replacement: "missing, err := rabbitmq.Redeclare(conn, ch, c.cfg.Topology, c.declared)\n\t_ = missing",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestATopologyDeletedBetweenTwoSessionsIsReported$",
 	},
 	{
 		ID: "consumer-first-quiet", Guard: "session: first declare",
 		File: "internal/points/topology.go",
 		// The first session looks the names up too: every start on a new broker raises a false alert.
-		Original:    "if c.declared {",
-		Replacement: "if true {",
+		Original:    "rabbitmq.Redeclare(conn, ch, c.cfg.Topology, c.declared)",
+		Replacement: "rabbitmq.Redeclare(conn, ch, c.cfg.Topology, true)",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestATopologyDeletedBetweenTwoSessionsIsReported$",
 	},
 	{
@@ -2640,8 +2640,8 @@ var List = []Mutant{
 		File: "internal/outbox/relay.go",
 		// The relay's reconnect declares the topology again without looking: a DLX or DLQ deleted
 		// between two sessions is re-created without an alert.
-		Original:    "if len(missing) > 0 {\n\t\t\tr.logger.Error(",
-		Replacement: "if false && len(missing) > 0 {\n\t\t\tr.logger.Error(",
+		Original:    "if len(missing) > 0 {\n\t\tr.logger.Error(",
+		Replacement: "if false && len(missing) > 0 {\n\t\tr.logger.Error(",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestTheRelayReportsATopologyDeletedBetweenTwoSessions$",
 	},
 	{

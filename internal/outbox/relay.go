@@ -242,23 +242,16 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// declare declares the topology on the session's channel ch. Every session after the process's first
-// looks its names up on conn first and raises topology_missing for each one gone: the reconnect's
-// declare re-created a DLX or DLQ deleted since without a word, and points-consumer's own check then
-// found nothing missing, so the dead letters the broker had dropped meanwhile were never reported (a
-// helper's finding, 2026-12-07).
+// declare declares the topology on the session's channel ch, and raises topology_missing for what a
+// session after the process's first finds gone (rabbitmq.Redeclare): points-consumer's own check
+// finds nothing missing once the relay's reconnect has declared it again.
 func (r *Relay) declare(conn *amqp.Connection, ch *amqp.Channel) error {
-	if r.declared {
-		missing, err := rabbitmq.Missing(conn, r.cfg.Topology)
-		if err != nil {
-			return err
-		}
-		if len(missing) > 0 {
-			r.logger.Error("ALERT: part of the topology was deleted since the relay's last session; declared again. Dead letters of the gap were dropped by the broker",
-				"alert", "topology_missing", "missing", missing)
-		}
+	missing, err := rabbitmq.Redeclare(conn, ch, r.cfg.Topology, r.declared)
+	if len(missing) > 0 {
+		r.logger.Error("ALERT: part of the topology was deleted since the relay's last session; declared again. Dead letters of the gap were dropped by the broker",
+			"alert", "topology_missing", "missing", missing)
 	}
-	if err := rabbitmq.Declare(ch, r.cfg.Topology); err != nil {
+	if err != nil {
 		return err
 	}
 	r.declared = true

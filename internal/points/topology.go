@@ -37,20 +37,13 @@ func declareOnItsOwnChannel(conn *amqp.Connection, t rabbitmq.Topology) error {
 	return rabbitmq.Declare(ch, t)
 }
 
-// declare declares the topology on the session's channel ch. Every session after the process's first
-// looks its names up on conn first and raises topology_missing for each one gone: a session's declare
-// re-created a DLX or DLQ deleted since the last session without a word, so the dead letters the broker
-// had dropped meanwhile were never reported (a helper's finding, 2026-12-07). Only the session's
-// goroutine calls it.
+// declare declares the topology on the session's channel ch, and raises topology_missing for what a
+// session after the process's first finds gone (rabbitmq.Redeclare). Only the session's goroutine
+// calls it.
 func (c *Consumer) declare(conn *amqp.Connection, ch *amqp.Channel) error {
-	if c.declared {
-		missing, err := rabbitmq.Missing(conn, c.cfg.Topology)
-		if err != nil {
-			return err
-		}
-		c.alertMissing(missing)
-	}
-	if err := rabbitmq.Declare(ch, c.cfg.Topology); err != nil {
+	missing, err := rabbitmq.Redeclare(conn, ch, c.cfg.Topology, c.declared)
+	c.alertMissing(missing)
+	if err != nil {
 		return err
 	}
 	c.declared = true

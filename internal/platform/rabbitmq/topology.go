@@ -244,6 +244,21 @@ func deleteOne(conn *amqp.Connection, kind, name string) error {
 	return fmt.Errorf("delete %s %s: %w", kind, name, err)
 }
 
+// Redeclare declares t on ch as Declare does; when lookFirst (every session of a process after its
+// first), it first looks t's names up on conn (Missing) and returns the ones that were gone. A
+// session's declare re-created a DLX or DLQ deleted since the last session without a word, so the dead
+// letters the broker had dropped meanwhile went unreported (a helper's finding, 2026-12-07); the caller
+// raises topology_missing for what this returns. A first session cannot tell a new broker from a
+// deletion, and declares quietly.
+func Redeclare(conn *amqp.Connection, ch *amqp.Channel, t Topology, lookFirst bool) (missing []string, err error) {
+	if lookFirst {
+		if missing, err = Missing(conn, t); err != nil {
+			return nil, err
+		}
+	}
+	return missing, Declare(ch, t)
+}
+
 // Missing returns the names of t's exchanges and queues that do not exist on the broker, each looked up
 // with a passive declare on a channel of its own (a declare of a missing name closes its channel).
 func Missing(conn *amqp.Connection, t Topology) ([]string, error) {

@@ -25,10 +25,14 @@ demo: ## build, start the three binaries in lab mode on a fresh database, run lo
 build: ## build every binary (cmd/* and loadtest) into ./bin
 	$(GO) build -o $(BIN)/ ./cmd/... ./loadtest
 
-test: lint ## the whole suite (what CI runs): lint, every test with -race on real services, mutants, soak-ci
-	$(GO) test $(TESTFLAGS) $(PKGS)
-	$(MAKE) mutants
-	$(MAKE) soak-ci
+# The suite's longest test packages first (go test starts its packages in the order named, -p at a
+# time, and drops the second naming): the last of ./... was loadtest, whose 50 s ran mostly alone.
+# 3m46s against 4m08s warm, 2026-12-07. A name that no longer exists fails the run: keep it current.
+LONGEST_FIRST := ./internal/ordersapp ./loadtest ./internal/points ./cmd/orders ./internal/outbox ./internal/lab
+
+test: lint ## the whole suite (what CI runs): lint, every test with -race on real services, then mutants beside soak-ci
+	$(GO) test $(TESTFLAGS) $(if $(filter ./...,$(PKGS)),$(LONGEST_FIRST)) $(PKGS)
+	$(MAKE) -j 2 --output-sync=target mutants soak-ci
 
 test-short: ## unit tests only; tests needing PostgreSQL, Redis or RabbitMQ skip
 	$(GO) test -short -count=1 $(PKGS)

@@ -142,14 +142,17 @@ func TestAPayThatFailsAfterItsClaimAnswersItsLease(t *testing.T) {
 // generic 1 s, after which a verifier's client met 409 (2026-12-07). Nothing reached the platform.
 func TestAPayWhoseClaimDoesNotAnswerSaysItsLease(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, testenv.Options{LockTimeout: 10 * time.Second}) // the replica's pool
 	mock := newMock(t, func(c *paymock.Config) { c.Chaos.ErrorRate = 1 })
 	const lease = 5 * time.Second
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
 		payTo(mock, lease)(c)
 		c.PaymentsTimeout = time.Second
-		c.LockTimeout = 10 * time.Second      // the work time ends first
-		c.HTTP.WriteTimeout = 2 * time.Second // a work time of 1.5 s
+		c.LockTimeout = 10 * time.Second // the work time ends first
+		// A work time of 3 s, inside the pool's lock timeout above: the steps before the claim must end
+		// inside it, or the deadline meets a statement not yet sent, rightly answered with the generic
+		// 1 s (once under `go test -p 4`, with 1.5 s of work and the pool's 2 s).
+		c.HTTP.WriteTimeout = 4 * time.Second
 	}})
 	id, _ := rp.newOrder(alice, 1, 1)
 	first := rp.pay(alice, id, "pay-claim")

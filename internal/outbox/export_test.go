@@ -10,3 +10,11 @@ func SetBeforeListen(r *Relay, f func() error) { r.beforeListen = f }
 
 // PendingWakeUps returns the wake-ups waiting for the publishing loop (0 or 1). Tests only.
 func PendingWakeUps(r *Relay) int { return len(r.wake) }
+
+// DropWakeUp takes the pending wake-up, if any, without a drain. Tests only.
+func DropWakeUp(r *Relay) {
+	select {
+	case <-r.wake:
+	default:
+	}
+}

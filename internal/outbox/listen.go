@@ -58,13 +58,14 @@ func (r *Relay) listen(ctx context.Context, progress func()) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		return fmt.Errorf("outbox: LISTEN %s: %w", NotifyChannel, err)
 	}
+	// Rows committed while nobody listened sent their notifications to no one: drain them now rather
+	// than at the next poll. Before the gauge says listening, so that a reader of it knows this
+	// wake-up was asked for.
+	r.Wake()
 	r.metrics.listening.Set(1)
 	defer r.metrics.listening.Set(0)
 	progress()
 	r.logger.Info("outbox relay listening", "channel", NotifyChannel)
-	// Rows committed while nobody listened sent their notifications to no one: drain them now rather
-	// than at the next poll.
-	r.Wake()
 	for {
 		// Blocks until a notification arrives, the connection fails (a terminated backend, a
 		// restarted server) or ctx ends.

@@ -543,13 +543,15 @@ func TestABatchSlowOnALockIsNotHandedBack(t *testing.T) {
 	lock := lockLedger(t, env)
 	logs := &testenv.Output{}
 	cfg := testConfig(env.AMQPURL, env.Prefix, top)
-	cfg.AttemptTimeout = 200 * time.Millisecond
+	// The reachability probe has an attempt's time too: 200 ms was too short for a new connection
+	// under a loaded suite (2026-12-07: the batch handed back).
+	cfg.AttemptTimeout = time.Second
 	cfg.HandBackAfter = 100 * time.Millisecond
 	cfg.Reachable = func(ctx context.Context) error { return postgres.Reachable(ctx, env.DatabaseURL) }
 	c := startConsumerOn(t, env.DB, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
 	pub := newPublisher(t, env.AMQPURL, top)
 	pub.event(orderPaid(1, 1, 100))
-	waitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "applying credits failed; retrying") >= 3 },
+	waitFor(t, 20*time.Second, func() bool { return strings.Count(logs.String(), "applying credits failed; retrying") >= 3 },
 		"attempts fail on the lock past HandBackAfter")
 	require.NoError(t, lock.Rollback().Error)
 	waitCount(t, 10*time.Second, 1, func() int { return c.count(points.OutcomeApplied) }, "credited once the lock is gone")

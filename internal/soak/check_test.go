@@ -236,13 +236,16 @@ func TestAttribute(t *testing.T) {
 		{at: 15 * s, route: "pay", key: "conn"},
 		{at: 70 * s, route: "pay", key: "conn"}, // after the run
 	}
-	out, outS := attribute(faults, tl, 60*s)
+	out, after, outS := attribute(faults, tl, 60*s)
 	r := faults[0].Recovery
 	if r.Errors["conn"] != 1 || len(r.Errors) != 1 || r.Served["create"] != 1 || len(r.Served) != 1 {
 		t.Errorf("window: errors %v served %v", r.Errors, r.Served)
 	}
 	if out["503 unavailable"] != 1 || out["conn"] != 1 || len(out) != 2 || outS != 56 {
 		t.Errorf("outside: %v over %gs", out, outS)
+	}
+	if after["conn"] != 1 || len(after) != 1 {
+		t.Errorf("after the run: %v", after)
 	}
 }
 

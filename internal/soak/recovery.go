@@ -265,9 +265,10 @@ func (rc *recoverer) probeState(ctx context.Context, id int64, bizID string) (st
 
 // attribute fills each fault's Errors (the clients' non-2xx answers within its window) and Served
 // (their 2xx answers while it was broken) from the timeline, and returns the errors outside every
-// window during the run, with the seconds that covers.
-func attribute(faults []Fault, timeline []answerAt, runLen time.Duration) (outside map[string]int, outsideS float64) {
-	outside = map[string]int{}
+// window during the run, with the seconds that covers, and those after the run's end (the answers to
+// requests in flight then), which the report's total counts too.
+func attribute(faults []Fault, timeline []answerAt, runLen time.Duration) (outside, after map[string]int, outsideS float64) {
+	outside, after = map[string]int{}, map[string]int{}
 	covered := time.Duration(0)
 	for i := range faults {
 		if r := faults[i].Recovery; r != nil {
@@ -289,9 +290,13 @@ func attribute(faults []Fault, timeline []answerAt, runLen time.Duration) (outsi
 				r.Served[a.route]++
 			}
 		}
-		if !in && !a.ok && a.at <= runLen {
+		switch {
+		case in || a.ok:
+		case a.at <= runLen:
 			outside[a.key]++
+		default:
+			after[a.key]++
 		}
 	}
-	return outside, round2((runLen - covered).Seconds())
+	return outside, after, round2((runLen - covered).Seconds())
 }

@@ -44,6 +44,9 @@ type Report struct {
 	// alone), over OutsideS seconds: the baseline to compare a fault window's errors with.
 	OutsideErrors map[string]int `json:"client_errors_outside_faults,omitempty"`
 	OutsideS      float64        `json:"outside_faults_s,omitempty"`
+	// AfterErrors is the clients' non-2xx answers after the run's end outside every fault window: the
+	// requests in flight when the clients stopped. ClientErrors counts them too.
+	AfterErrors map[string]int `json:"client_errors_after_run,omitempty"`
 
 	ClientErrors map[string]int `json:"client_errors"`         // by status code ("conn": no answer)
 	ErrorsByCode map[string]int `json:"client_errors_by_code"` // by status and problem code
@@ -174,6 +177,9 @@ func (r *Report) Print(w io.Writer) {
 	line("client errors", errs)
 	if r.OutsideS > 0 {
 		line("", fmt.Sprintf("outside the fault windows (%.0fs of the run): %s", r.OutsideS, counts(r.OutsideErrors)))
+	}
+	if len(r.AfterErrors) > 0 {
+		line("", "after the run's end (requests then in flight): "+counts(r.AfterErrors))
 	}
 	if r.Interrupted {
 		line("converged", "interrupted")

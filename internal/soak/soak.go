@@ -285,7 +285,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.BackOffice, rep.RefundRefused = w.refunds, w.refundNote
 	answered := w.created
 	found := append([]Violation{}, w.violations...)
-	rep.OutsideErrors, rep.OutsideS = attribute(rep.Injected, w.timeline, o.Duration)
+	rep.OutsideErrors, rep.AfterErrors, rep.OutsideS = attribute(rep.Injected, w.timeline, o.Duration)
 	w.mu.Unlock()
 	// The probe orders are orders like the clients': their answers must hold too.
 	rc.probe.mu.Lock()

@@ -25,8 +25,8 @@ import (
 // same key runs, once the row is free.
 func TestCreateOrderOnALockedProductIs503(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) { c.LockTimeout = 100 * time.Millisecond }})
+	env := testenv.New(t, testenv.Options{LockTimeout: 100 * time.Millisecond}) // the replica's pool
+	rp := newReplica(t, env, replicaOpts{})
 
 	backOffice := env.DB.Begin()
 	require.NoError(t, backOffice.Error)
@@ -52,7 +52,7 @@ func TestCreateOrderOnALockedProductIs503(t *testing.T) {
 // the lease the retry takes the record over and gets the same payment.
 func TestPayResultTheShopCouldNotRecordIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.New(t, testenv.Options{LockTimeout: 100 * time.Millisecond}) // the replica's pool
 	mock := newMock(t, nil)
 	backOffice := env.DB.Begin()
 	require.NoError(t, backOffice.Error)
@@ -65,7 +65,6 @@ func TestPayResultTheShopCouldNotRecordIsOutcomeUnknown(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{
 		cfg: func(c *config.Orders) {
 			payTo(mock, longLease)(c)
-			c.LockTimeout = 100 * time.Millisecond
 		},
 		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashBeforeWrite: lockOrder}),
 	})
@@ -148,8 +147,8 @@ func TestAPayWhoseClaimDoesNotAnswerSaysItsLease(t *testing.T) {
 	rp := newReplica(t, env, replicaOpts{cfg: func(c *config.Orders) {
 		payTo(mock, lease)(c)
 		c.PaymentsTimeout = time.Second
-		c.LockTimeout = 10 * time.Second // the work time ends first
-		// A work time of 3 s, inside the pool's lock timeout above: the steps before the claim must end
+		// A work time of 3 s, inside the pool's lock timeout above (the replica uses env's pool, so the
+		// config's DB_LOCK_TIMEOUT would change nothing): the steps before the claim must end
 		// inside it, or the deadline meets a statement not yet sent, rightly answered with the generic
 		// 1 s (once under `go test -p 4`, with 1.5 s of work and the pool's 2 s).
 		c.HTTP.WriteTimeout = 4 * time.Second

@@ -2669,4 +2669,21 @@ var List = []Mutant{
 		Replacement: "if false && n > 0 && ctx.Err() == nil {",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestRelayDrainsAgainAtOnceAfterABatchThatFoundRows$",
 	},
+	{
+		ID: "pay-fenced-replay", Guard: "stale holder: replay",
+		File: "internal/pay/pay.go",
+		// A stale holder refused by the fence answers 409 and a lease's wait, though its successor's
+		// answer is stored and a retry would replay it at once.
+		Original:    "\"fence\", rec.Fence)\n\t\treturn p.fencedOut(ctx, route, rec)",
+		Replacement: "\"fence\", rec.Fence)\n\t\treturn idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayStaleHolderIsFencedOut$",
+	},
+	{
+		ID: "pay-fenced-found", Guard: "stale holder: found",
+		File: "internal/pay/pay.go",
+		// The same on the way that records the order's own payment.
+		Original:    "http.StatusCreated, body)\n\tif errors.Is(err, idempotency.ErrFenced) {\n\t\treturn p.fencedOut(ctx, route, rec)",
+		Replacement: "http.StatusCreated, body)\n\tif errors.Is(err, idempotency.ErrFenced) {\n\t\treturn idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)",
+		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayStaleHolderThatFindsThePaymentReplaysTheNewerResult$",
+	},
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"idemshop/internal/idempotency"
 	"idemshop/internal/lock"
 	"idemshop/internal/pay"
 	"idemshop/internal/payclient"
@@ -273,7 +274,8 @@ func (g *gate) wait(t *testing.T) {
 }
 
 // S8, guarded: holder A is paused before its write, past its lease; B takes over with a higher token and
-// writes; A's late write is rejected by the fence in the UPDATE, and counted. A's leases (the record's
+// writes; A's late write is rejected by the fence in the UPDATE, and counted, and A's client gets B's
+// stored answer, replayed, as any retry would (not 409: nothing is in flight). A's leases (the record's
 // and the Redis lock) are run out by hand while A is held: a short lease would also run out under A
 // before it reached its hook on a slow machine, and A would then stop without ever trying to write.
 func TestPayStaleHolderIsFencedOut(t *testing.T) {
@@ -302,7 +304,9 @@ func TestPayStaleHolderIsFencedOut(t *testing.T) {
 
 	g.release()
 	a := recv(t, aDone)
-	assert.Equal(t, http.StatusConflict, a.Status, "the stale holder's result is dropped: %s", a.Body)
+	assert.Equal(t, http.StatusCreated, a.Status, "the stale holder answers with B's result: %s", a.Body)
+	assert.Equal(t, "true", a.Header.Get(idempotency.ReplayedHeader))
+	assert.Equal(t, string(b.Body), string(a.Body))
 	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_idempotency_fence_rejections_total", nil))
 	after := recordOf(t, env, "pay-fence")
 	assert.Equal(t, bRec.Fence, after.Fence)
@@ -312,6 +316,44 @@ func TestPayStaleHolderIsFencedOut(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found)
 	assert.Equal(t, p.ID, paymentID(t, b))
+}
+
+// A holder paused right after its claim, past its lease, finds on waking that the order has its payment
+// (B took the record over and completed it): it would record that payment, and the fence refuses the
+// write. It answers with B's stored 201, replayed, and never calls the platform.
+func TestPayStaleHolderThatFindsThePaymentReplaysTheNewerResult(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	mock := newMock(t, nil)
+	g := newGate()
+	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
+		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashAfterClaim: g.hook})})
+	t.Cleanup(g.release)
+	id, _ := rp.newOrder(alice, 1, 1)
+
+	aDone := make(chan response, 1)
+	go func() { aDone <- rp.pay(alice, id, "pay-found") }()
+	g.wait(t)
+	aFence := recordOf(t, env, "pay-found").Fence
+	expireLease(t, env, "pay-found")
+	expireLock(t, env, id)
+
+	b := rp.pay(alice, id, "pay-found")
+	require.Equal(t, http.StatusCreated, b.Status, "%s", b.Body)
+	bRec := recordOf(t, env, "pay-found")
+	require.Greater(t, bRec.Fence, aFence)
+	require.Equal(t, "COMPLETED", bRec.State)
+
+	g.release()
+	a := recv(t, aDone)
+	assert.Equal(t, http.StatusCreated, a.Status, "the stale holder answers with B's result: %s", a.Body)
+	assert.Equal(t, "true", a.Header.Get(idempotency.ReplayedHeader))
+	assert.Equal(t, string(b.Body), string(a.Body))
+	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_idempotency_fence_rejections_total", nil))
+	after := recordOf(t, env, "pay-found")
+	assert.Equal(t, bRec.Fence, after.Fence)
+	assert.Equal(t, string(b.Body), string(after.ResponseBody), "B's result stands")
+	assert.EqualValues(t, 1, mock.creates(t), "only B called the platform")
 }
 
 // A holder whose lease renewal fails stops before it writes.

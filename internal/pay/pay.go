@@ -462,8 +462,8 @@ func (r result) answerOf() (idempotency.Answer, error) {
 }
 
 // record writes the result of the platform call with the claimer's fence and returns the client's
-// answer: the stored 201 or 422, or the error of a result that is not stored (503), or
-// idempotency.ErrKeyInUse when a newer holder's fence refused the write.
+// answer: the stored 201 or 422, or the error of a result that is not stored (503), or, when a newer
+// holder's fence refused the write, fencedOut's answer.
 func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record, o orders.Order, pay payclient.Payment, rpcErr error) (idempotency.Answer, error) {
 	r, err := p.outcome(o, rec.Path, pay, rpcErr)
 	if err != nil {
@@ -487,8 +487,7 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 	if errors.Is(err, idempotency.ErrFenced) {
 		logging.From(ctx).Warn("stale pay holder: a newer fencing token owns the record; result dropped",
 			"order_id", o.ID, "fence", rec.Fence)
-		p.metrics.Count(route, idempotency.OutcomeInFlight)
-		return idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+		return p.fencedOut(ctx, route, rec)
 	}
 	if err != nil {
 		// The platform answered and the shop could not write its answer down (the order row held past
@@ -512,8 +511,8 @@ func (p *Payer) record(ctx context.Context, route string, rec idempotency.Record
 }
 
 // recordOrdersPayment finishes rec COMPLETED with the 201 of o's own payment, the answer its first call
-// would have got, and leaves the order as it is (its payment is already on it). idempotency.ErrKeyInUse
-// when a newer holder's fence refused the write.
+// would have got, and leaves the order as it is (its payment is already on it); fencedOut's answer when
+// a newer holder's fence refused the write.
 func (p *Payer) recordOrdersPayment(ctx context.Context, route string, rec idempotency.Record, o orders.Order) (idempotency.Answer, error) {
 	body, err := json.Marshal(p.response(o.ID, *o.PaymentID))
 	if err != nil {
@@ -521,8 +520,7 @@ func (p *Payer) recordOrdersPayment(ctx context.Context, route string, rec idemp
 	}
 	err = p.store.Finish(ctx, p.db, rec.ID, rec.Fence, idempotency.StateCompleted, http.StatusCreated, body)
 	if errors.Is(err, idempotency.ErrFenced) {
-		p.metrics.Count(route, idempotency.OutcomeInFlight)
-		return idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+		return p.fencedOut(ctx, route, rec)
 	}
 	if err != nil {
 		return idempotency.Answer{}, p.heldAfterClaim(err)
@@ -530,6 +528,20 @@ func (p *Payer) recordOrdersPayment(ctx context.Context, route string, rec idemp
 	p.metrics.PayRecord(o.ID, rec.Fence, idempotency.StateCompleted)
 	p.metrics.Count(route, idempotency.OutcomeExecuted)
 	return idempotency.Answer{Status: http.StatusCreated, Body: body}, nil
+}
+
+// fencedOut answers a holder whose write the fence refused: a newer holder took rec over. Once that
+// holder has finished, its stored answer is the key's answer, replayed as to any retry (201 or 422,
+// Idempotent-Replayed); while it still works, or if the record cannot be read, idempotency.ErrKeyInUse
+// (409) with Retry-After PAY_LEASE. (A multi-replica adversary's finding, 2026-12-07: the stale holder
+// answered 409 and made its client wait a lease for an answer that was already there.)
+func (p *Payer) fencedOut(ctx context.Context, route string, rec idempotency.Record) (idempotency.Answer, error) {
+	cur, err := idempotency.Find(ctx, p.db, idempotency.Scope{UserID: rec.UserID, Key: rec.IdempotencyKey})
+	if err != nil || cur == nil {
+		p.metrics.Count(route, idempotency.OutcomeInFlight)
+		return idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)
+	}
+	return idempotency.Replay(p.metrics, route, *cur, rec.Fingerprint, p.cfg.Lease)
 }
 
 // outcome maps the platform's answer to the record's next state and the client's answer:

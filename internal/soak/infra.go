@@ -2,8 +2,6 @@ package soak
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,9 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"idemshop/internal/platform/freeport"
-	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/platform/redisx"
+	"idemshop/internal/testenv/node"
 )
 
 // The services the infra faults break. The soak starts a private instance of each (SOAK_FAULTS=infra
@@ -37,10 +34,8 @@ const (
 
 // Bounds of the private instances' starts and stops.
 const (
-	pgStartWithin     = 60 * time.Second
-	redisStartWithin  = 15 * time.Second
-	rabbitStartWithin = 150 * time.Second // a fresh node boots in about 30 s on a busy 2-core machine
-	ctlWithin         = 60 * time.Second  // one rabbitmqctl or pg_ctl call
+	pgStartWithin    = 60 * time.Second
+	redisStartWithin = 15 * time.Second
 )
 
 // infraDirPrefix names every private-infra directory under os.TempDir(): the soak's own cleanup, the
@@ -67,7 +62,7 @@ type privateInfra struct {
 	log    *slog.Logger
 	pg     *privatePG
 	redis  *privateRedis
-	rabbit *privateRabbit
+	rabbit *node.Rabbit
 	info   InfraInfo
 }
 
@@ -141,15 +136,15 @@ func startInfra(ctx context.Context, runID string, log *slog.Logger) (*privateIn
 	})
 	wg.Go(func() {
 		t0 := time.Now()
-		r, err := newPrivateRabbit(filepath.Join(dir, svcRabbit), "idemshop_"+runID+"@localhost")
+		r, err := node.NewRabbit(filepath.Join(dir, svcRabbit), "idemshop_"+runID+"@localhost")
 		if err == nil {
-			err = r.start(ctx)
+			err = r.Start(ctx)
 		}
 		if err == nil {
 			mu.Lock()
 			in.rabbit = r
 			mu.Unlock()
-			started(svcRabbit, t0, fmt.Sprintf("127.0.0.1:%d (node %s, dist port %d)", r.port, r.node, r.distPort), nil)
+			started(svcRabbit, t0, fmt.Sprintf("127.0.0.1:%d (node %s, dist port %d)", r.Port, r.Node, r.DistPort), nil)
 		} else {
 			started(svcRabbit, t0, "", err)
 		}
@@ -177,7 +172,7 @@ func (in *privateInfra) down() []error {
 		}
 	}
 	if in.rabbit != nil {
-		wg.Go(func() { add(in.rabbit.stop()) })
+		wg.Go(func() { add(in.rabbit.Stop()) })
 	}
 	if in.pg != nil {
 		wg.Go(func() { add(in.pg.stop(context.Background(), "fast")) })
@@ -198,7 +193,7 @@ func (in *privateInfra) url(svc string) string {
 	case svc == svcRedis && in.redis != nil:
 		return in.redis.url()
 	case svc == svcRabbit && in.rabbit != nil:
-		return in.rabbit.url()
+		return in.rabbit.URL()
 	}
 	return ""
 }
@@ -278,36 +273,6 @@ func cmdlineHas(pid int, s string) bool {
 	return err == nil && strings.Contains(string(b), s)
 }
 
-// freePort is a loopback port nothing listens on right now.
-func freePort() (int, error) {
-	a, err := freeport.Addr()
-	if err != nil {
-		return 0, err
-	}
-	_, p, _ := net.SplitHostPort(a)
-	return strconv.Atoi(p)
-}
-
-// runCmd runs one command, bounded by within, and returns its combined output.
-func runCmd(ctx context.Context, within time.Duration, env []string, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = env
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	s := strings.TrimSpace(string(out))
-	if err != nil {
-		return s, fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, lastLines(s, 5))
-	}
-	return s, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], " | ")
-}
-
 // ---- PostgreSQL ----
 
 // privatePG is a cluster of its own: initdb into dir/data, pg_ctl start on a free port with the socket
@@ -328,19 +293,14 @@ func pgBinDir() (string, error) {
 		return vb - va
 	})
 	for _, d := range dirs {
-		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "pg_ctl")) {
+		if node.IsExec(filepath.Join(d, "initdb")) && node.IsExec(filepath.Join(d, "pg_ctl")) {
 			return d, nil
 		}
 	}
-	if p, err := exec.LookPath("initdb"); err == nil && isExec(filepath.Join(filepath.Dir(p), "pg_ctl")) {
+	if p, err := exec.LookPath("initdb"); err == nil && node.IsExec(filepath.Join(filepath.Dir(p), "pg_ctl")) {
 		return filepath.Dir(p), nil
 	}
 	return "", errors.New("initdb/pg_ctl not found (no /usr/lib/postgresql/*/bin, none on PATH): install the PostgreSQL server package")
-}
-
-func isExec(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
 func newPrivatePG(dir string) (*privatePG, error) {
@@ -369,7 +329,7 @@ func newPrivatePG(dir string) (*privatePG, error) {
 		}
 		p.as = []string{runuser, "-u", "postgres", "--"}
 	}
-	if p.port, err = freePort(); err != nil {
+	if p.port, err = node.FreePort(); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -383,7 +343,7 @@ func (p *privatePG) url() string {
 // run runs one of initdb/pg_ctl (as postgres when root).
 func (p *privatePG) run(ctx context.Context, within time.Duration, tool string, args ...string) (string, error) {
 	argv := append(append(slices.Clone(p.as), filepath.Join(p.bin, tool)), args...)
-	return runCmd(ctx, within, os.Environ(), argv[0], argv[1:]...)
+	return node.RunCmd(ctx, within, os.Environ(), argv[0], argv[1:]...)
 }
 
 func (p *privatePG) init(ctx context.Context) error {
@@ -406,9 +366,9 @@ func (p *privatePG) start(ctx context.Context) error {
 
 // stop is pg_ctl stop -m mode; on failure, an immediate stop.
 func (p *privatePG) stop(ctx context.Context, mode string) error {
-	_, err := p.run(ctx, ctlWithin, "pg_ctl", "-D", p.dataDir(), "-m", mode, "-w", "-t", "30", "stop")
+	_, err := p.run(ctx, node.CtlWithin, "pg_ctl", "-D", p.dataDir(), "-m", mode, "-w", "-t", "30", "stop")
 	if err != nil && mode != "immediate" {
-		_, err2 := p.run(ctx, ctlWithin, "pg_ctl", "-D", p.dataDir(), "-m", "immediate", "-w", "-t", "30", "stop")
+		_, err2 := p.run(ctx, node.CtlWithin, "pg_ctl", "-D", p.dataDir(), "-m", "immediate", "-w", "-t", "30", "stop")
 		if err2 == nil {
 			return nil
 		}
@@ -450,7 +410,7 @@ func newPrivateRedis(dir string) (*privateRedis, error) {
 		return nil, err
 	}
 	r := &privateRedis{bin: bin, dir: dir}
-	if r.port, err = freePort(); err != nil {
+	if r.port, err = node.FreePort(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -491,7 +451,7 @@ func (r *privateRedis) start(ctx context.Context) error {
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("redis-server exited at start: %s", tail(filepath.Join(r.dir, "redis.log"), 5))
+			return fmt.Errorf("redis-server exited at start: %s", node.Tail(filepath.Join(r.dir, "redis.log"), 5))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -549,183 +509,4 @@ func (r *privateRedis) kill() {
 	case <-done:
 	case <-time.After(5 * time.Second):
 	}
-}
-
-// ---- RabbitMQ ----
-
-// privateRabbit is a RabbitMQ node of its own: its node name, AMQP and distribution ports, Erlang
-// cookie (HOME), database, logs, config and an empty plugin list, all in dir. rabbitmqctl reaches it
-// with -n and the same environment. The node runs as the soak's user (root included): the Debian
-// wrapper, which switches to the rabbitmq user, is bypassed.
-type privateRabbit struct {
-	server, ctlBin string
-	dir, node      string
-	port, distPort int
-	env            []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// rabbitBin finds a RabbitMQ script: Debian's real one under /usr/lib/rabbitmq/bin, else PATH.
-func rabbitBin(name string) (string, error) {
-	if p := filepath.Join("/usr/lib/rabbitmq/bin", name); isExec(p) {
-		return p, nil
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("%s not found (neither /usr/lib/rabbitmq/bin nor PATH): install the RabbitMQ server package", name)
-}
-
-func newPrivateRabbit(dir, node string) (*privateRabbit, error) {
-	server, err := rabbitBin("rabbitmq-server")
-	if err != nil {
-		return nil, err
-	}
-	ctl, err := rabbitBin("rabbitmqctl")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	r := &privateRabbit{server: server, ctlBin: ctl, dir: dir, node: node}
-	if r.port, err = freePort(); err != nil {
-		return nil, err
-	}
-	if r.distPort, err = freePort(); err != nil {
-		return nil, err
-	}
-	var cookie [20]byte
-	_, _ = rand.Read(cookie[:])
-	files := map[string]string{
-		"enabled_plugins":   "",
-		"rabbitmq-env.conf": "", // not /etc/rabbitmq's: it names the machine's node
-		"rabbitmq.conf": fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", r.port) +
-			"log.console = false\nlog.file.level = info\n",
-		".erlang.cookie": strings.ToUpper(hex.EncodeToString(cookie[:])),
-	}
-	for name, body := range files {
-		mode := os.FileMode(0o644)
-		if name == ".erlang.cookie" {
-			mode = 0o400
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), mode); err != nil {
-			return nil, err
-		}
-	}
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RABBITMQ_") && !strings.HasPrefix(kv, "ERL_") && !strings.HasPrefix(kv, "HOME=") {
-			env = append(env, kv)
-		}
-	}
-	r.env = append(env,
-		"HOME="+dir, // the Erlang cookie of this node and its rabbitmqctl
-		"RABBITMQ_NODENAME="+node,
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(r.port),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(r.distPort),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
-		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
-		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq.conf"),
-		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
-		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "rabbitmq-env.conf"),
-		"ERL_EPMD_ADDRESS=127.0.0.1",
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
-	)
-	return r, nil
-}
-
-func (r *privateRabbit) url() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", r.port) }
-
-// start runs rabbitmq-server in the foreground (its own process group) and waits until an AMQP
-// connection opens.
-func (r *privateRabbit) start(ctx context.Context) error {
-	out, err := os.OpenFile(filepath.Join(r.dir, "rabbitmq-server.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(r.server)
-	cmd.Env = r.env
-	cmd.Dir = r.dir
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	r.mu.Lock()
-	if err := cmd.Start(); err != nil {
-		r.mu.Unlock()
-		_ = out.Close()
-		return fmt.Errorf("start rabbitmq-server: %w", err)
-	}
-	done := make(chan struct{})
-	r.cmd, r.done = cmd, done
-	r.mu.Unlock()
-	_ = os.WriteFile(filepath.Join(r.dir, "launcher.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
-	go func() { _ = cmd.Wait(); _ = out.Close(); close(done) }()
-
-	deadline := time.Now().Add(rabbitStartWithin)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := rabbitmq.Ping(pctx, r.url())
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("rabbitmq-server exited at start: %s", tail(filepath.Join(r.dir, "rabbitmq-server.out"), 8))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("RabbitMQ node %s not accepting AMQP within %s", r.node, rabbitStartWithin)
-		}
-	}
-}
-
-// ctl runs rabbitmqctl -n <node> args... with the node's environment (its cookie).
-func (r *privateRabbit) ctl(ctx context.Context, args ...string) (string, error) {
-	return runCmd(ctx, ctlWithin, r.env, r.ctlBin, append([]string{"-n", r.node}, args...)...)
-}
-
-// amqpUp reports whether an AMQP connection opens.
-func (r *privateRabbit) amqpUp(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	return rabbitmq.Ping(ctx, r.url()) == nil
-}
-
-// stop is rabbitmqctl stop, then SIGKILL of the process group if the node is still there.
-func (r *privateRabbit) stop() error {
-	r.mu.Lock()
-	cmd, done := r.cmd, r.done
-	r.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	default:
-	}
-	_, err := r.ctl(context.Background(), "stop")
-	select {
-	case <-done:
-		return nil
-	case <-time.After(15 * time.Second):
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-	}
-	if err != nil {
-		return fmt.Errorf("RabbitMQ node %s: %w (killed)", r.node, err)
-	}
-	return nil
 }

@@ -83,24 +83,24 @@ func (x infraFaults) Inject(ctx context.Context, f *Fault) error {
 	case RabbitRestart:
 		r := x.in.rabbit
 		t := time.Now()
-		if _, err := r.ctl(hctx, "stop_app"); err != nil {
+		if _, err := r.Ctl(hctx, "stop_app"); err != nil {
 			return err
 		}
 		stopS := time.Since(t).Seconds()
 		time.Sleep(f.Pause)
 		t = time.Now()
-		_, err := r.ctl(hctx, "start_app")
+		_, err := r.Ctl(hctx, "start_app")
 		f.Detail = fmt.Sprintf("rabbitmqctl -n %s stop_app (%.1fs), %.1fs pause, start_app (%.1fs)",
-			r.node, stopS, f.Pause.Seconds(), time.Since(t).Seconds())
+			r.Node, stopS, f.Pause.Seconds(), time.Since(t).Seconds())
 		return err
 	case RabbitCloseConns:
 		r := x.in.rabbit
-		out, err := r.ctl(hctx, "close_all_connections", "soak")
+		out, err := r.Ctl(hctx, "close_all_connections", "soak")
 		closed := "?"
 		if m := closedConns.FindStringSubmatch(out); m != nil {
 			closed = m[1]
 		}
-		f.Detail = fmt.Sprintf(`rabbitmqctl -n %s close_all_connections "soak": %s connections closed`, r.node, closed)
+		f.Detail = fmt.Sprintf(`rabbitmqctl -n %s close_all_connections "soak": %s connections closed`, r.Node, closed)
 		return err
 	case RedisRestart:
 		r := x.in.redis
@@ -160,8 +160,8 @@ func (x infraFaults) Heal(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("start the private Redis: %w", err))
 		}
 	}
-	if r := x.in.rabbit; r != nil && !r.amqpUp(ctx) {
-		if _, err := r.ctl(ctx, "start_app"); err != nil {
+	if r := x.in.rabbit; r != nil && !r.Up(ctx) {
+		if _, err := r.Ctl(ctx, "start_app"); err != nil {
 			errs = append(errs, fmt.Errorf("start_app on the private RabbitMQ: %w", err))
 		}
 	}

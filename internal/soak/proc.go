@@ -7,10 +7,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"idemshop/internal/testenv/node"
 )
 
 // readyWithin bounds every wait for a (re)started service's /readyz.
@@ -94,13 +95,13 @@ func (p *proc) waitReady(ctx context.Context, done <-chan struct{}) error {
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("%s exited before it was ready; its log: %s\n%s", p.name, p.logPath, tail(p.logPath, 15))
+			return fmt.Errorf("%s exited before it was ready; its log: %s\n%s", p.name, p.logPath, node.Tail(p.logPath, 15))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready within %s; its log: %s\n%s", p.name, readyWithin, p.logPath, tail(p.logPath, 15))
+			return fmt.Errorf("%s not ready within %s; its log: %s\n%s", p.name, readyWithin, p.logPath, node.Tail(p.logPath, 15))
 		}
 	}
 }
@@ -168,17 +169,4 @@ func (p *proc) surprises() []string {
 	out := p.surprise
 	p.surprise = nil
 	return out
-}
-
-// tail returns the last n lines of the file at path (best effort).
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -2686,4 +2686,22 @@ var List = []Mutant{
 		Replacement: "http.StatusCreated, body)\n\tif errors.Is(err, idempotency.ErrFenced) {\n\t\treturn idempotency.Answer{}, idempotency.ErrKeyInUse.WithRetryAfter(p.cfg.Lease)",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestPayStaleHolderThatFindsThePaymentReplaysTheNewerResult$",
 	},
+	{
+		ID: "relay-blocked-wait", Guard: "relay: wait for clear",
+		File: "internal/outbox/relay.go",
+		// A relay blocked by a broker alarm publishes batch after batch into the block: each goes
+		// unconfirmed, and its rows' attempts climb while the broker reads nothing.
+		Original:    "if reason, cleared := block.blocked(); cleared != nil {",
+		Replacement: "if reason, cleared := block.blocked(); false && cleared != nil {",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarmWaitsOnItsConnectionForTheClear$",
+	},
+	{
+		ID: "relay-blocked-keep", Guard: "relay: keep blocked",
+		File: "internal/outbox/relay.go",
+		// A batch the block left unconfirmed ends the session: the relay dials again, is blocked again at
+		// its first publish, and leaves a blocked connection holding a batch behind each time.
+		Original:    "if _, cleared := block.blocked(); cleared == nil || ctx.Err() != nil {",
+		Replacement: "if _, cleared := block.blocked(); true || cleared == nil || ctx.Err() != nil {",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarmWaitsOnItsConnectionForTheClear$",
+	},
 }

@@ -81,6 +81,8 @@ type relayMetrics struct {
 	// batchWait exports RelayConfig.BatchWait, so that a measurement (loadtest bench) can say which
 	// setting it ran against: it moves both the lag and the CPU an event costs.
 	batchWait prometheus.Gauge
+	// blocked is 1 while the broker blocks the publishing connection (a resource alarm).
+	blocked prometheus.Gauge
 }
 
 func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
@@ -118,9 +120,13 @@ func newRelayMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 			Name: BatchWaitMetric,
 			Help: "The relay's batch wait (OUTBOX_BATCH_WAIT) in seconds, as configured; 0: drains at once.",
 		}),
+		blocked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemshop_outbox_broker_blocked",
+			Help: "1 while the broker blocks the relay's publishing connection (connection.blocked: a memory or disk alarm); nothing is published meanwhile.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.pending, m.published, m.returned, m.lag, m.polls, m.listening,
-		m.notifications, m.batchWait} {
+		m.notifications, m.batchWait, m.blocked} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("outbox: register metrics: %w", err)
 		}
@@ -278,6 +284,7 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 		return fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	block := followBlocks(conn)
 	// Mandatory publishes come back as basic.return when no queue is bound for them. A batch has at most
 	// BatchSize returns, and every one arrives before the confirm of its message, so publish drains them
 	// all before the next batch: the buffer is never full, and the client never has to drop one (it
@@ -285,6 +292,11 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 	returns := ch.NotifyReturn(make(chan amqp.Return, r.cfg.BatchSize))
 	r.logger.Info("outbox relay connected", "exchange", r.cfg.Topology.Exchange)
 	for {
+		if reason, cleared := block.blocked(); cleared != nil {
+			if err := r.waitForClear(ctx, reason, cleared, closed); err != nil || ctx.Err() != nil {
+				return err
+			}
+		}
 		// This drain sees every row committed before it starts, so a wake-up already waiting asks for
 		// nothing more: take it, or it would cost one more (empty) drain.
 		select {
@@ -293,7 +305,16 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 		}
 		n, err := r.publishBatch(ctx, ch, returns)
 		if err != nil {
-			return err
+			// A batch left unconfirmed because the broker blocked the connection meanwhile does not
+			// say the connection is broken, and a new one would be blocked too: its rows stay pending
+			// (their attempt and last_error recorded), and the loop waits for the clear here. Their
+			// copies in this connection's socket reach the queue after the clear, beside the rows'
+			// next publish: duplicates the consumers drop, at most one batch of them per block.
+			if _, cleared := block.blocked(); cleared == nil || ctx.Err() != nil {
+				return err
+			}
+			r.logger.Warn("outbox batch not confirmed while the broker blocks the connection; its rows stay pending", "err", err)
+			continue
 		}
 		progress()
 		if n == 0 {
@@ -319,6 +340,28 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 			r.gather(ctx)
 		case <-time.After(r.cfg.PollInterval): // the fallback: finds rows nothing announced
 		}
+	}
+}
+
+// waitForClear holds the publishing loop while the broker blocks its connection, on that connection:
+// the alarm is node-wide, so a new connection would be blocked at its first publish. It returns nil
+// when the block clears or ctx ends; an error when the channel closes meanwhile (the session ends).
+// The batch's transaction is never held open across the wait: a batch in flight when the block began
+// gave up at ConfirmTimeout.
+func (r *Relay) waitForClear(ctx context.Context, reason string, cleared <-chan struct{}, closed <-chan *amqp.Error) error {
+	r.logger.Warn("outbox relay blocked by the broker (a resource alarm): nothing is published until it clears; rows stay pending",
+		"reason", reason)
+	r.setHealth(fmt.Errorf("blocked by the broker (%s): nothing is published until its alarm clears", reason))
+	r.metrics.blocked.Set(1)
+	defer r.metrics.blocked.Set(0)
+	select {
+	case <-ctx.Done():
+		return nil
+	case e := <-closed:
+		return fmt.Errorf("channel closed while blocked by the broker: %v", e)
+	case <-cleared:
+		r.logger.Info("outbox relay unblocked by the broker; publishing again")
+		return nil
 	}
 }
 

@@ -206,7 +206,7 @@ func TestInfraPlan(t *testing.T) {
 			if i > 0 && f.At < plan[i-1].At {
 				t.Errorf("%s: plan not sorted", d)
 			}
-			restart := f.Kind == RabbitRestart || f.Kind == RedisRestart || f.Kind == PostgresRestart
+			restart := f.Kind == RabbitRestart || f.Kind == RedisRestart || f.Kind == PostgresRestart || f.Kind == RabbitAlarm
 			if restart && (f.Pause < time.Second || f.Pause > 4*time.Second) || !restart && f.Pause != 0 {
 				t.Errorf("%s: %s pause %s", d, f.Kind, f.Pause)
 			}

@@ -17,17 +17,18 @@ import (
 const (
 	RabbitRestart     = "rabbitmq-restart"     // rabbitmqctl stop_app, pause, start_app
 	RabbitCloseConns  = "rabbitmq-close-conns" // rabbitmqctl close_all_connections "soak"
+	RabbitAlarm       = "rabbitmq-alarm"       // a memory alarm raised on the node, pause, cleared
 	RedisRestart      = "redis-restart"        // SHUTDOWN NOSAVE, pause, redis-server again, empty, same port
 	PostgresRestart   = "postgres-restart"     // pg_ctl stop -m fast, pause, pg_ctl start
 	PostgresTerminate = "postgres-terminate"   // pg_terminate_backend of every backend on the run's database
 )
 
 // InfraKinds lists the infra fault kinds in a fixed order (the plan permutes it with the seed).
-var InfraKinds = []string{RabbitRestart, RabbitCloseConns, RedisRestart, PostgresRestart, PostgresTerminate}
+var InfraKinds = []string{RabbitRestart, RabbitCloseConns, RedisRestart, PostgresRestart, PostgresTerminate, RabbitAlarm}
 
 func serviceOf(kind string) string {
 	switch kind {
-	case RabbitRestart, RabbitCloseConns:
+	case RabbitRestart, RabbitCloseConns, RabbitAlarm:
 		return svcRabbit
 	case RedisRestart:
 		return svcRedis
@@ -43,10 +44,11 @@ type infraFaults struct {
 
 func (infraFaults) Name() string { return FaultsInfra }
 
-// Plan draws every infra kind once per started minute of run (a 30 s run gets all five too), in a
+// Plan draws every infra kind once per started minute of run (a 30 s run gets all six too), in a
 // seeded order, one per equal slot of 5%..80% of the run at a seeded point of its slot. The restarts
-// keep their service down for a seeded 1..4 s pause (plus the stop and start themselves); closing the
-// connections and terminating the backends are instantaneous.
+// keep their service down, and the alarm its broker blocking publishers, for a seeded 1..4 s pause
+// (plus the stop and start themselves); closing the connections and terminating the backends are
+// instantaneous.
 func (infraFaults) Plan(r *mrand.Rand, d time.Duration) []Fault {
 	rounds := max(1, int(d/time.Minute))
 	n := rounds * len(InfraKinds)
@@ -58,7 +60,7 @@ func (infraFaults) Plan(r *mrand.Rand, d time.Duration) []Fault {
 			f := Fault{Kind: InfraKinds[k]}
 			f.At = lo + slot*time.Duration(round*len(InfraKinds)+i) + between(r, 0, slot*3/4)
 			switch f.Kind {
-			case RabbitRestart, RedisRestart, PostgresRestart:
+			case RabbitRestart, RedisRestart, PostgresRestart, RabbitAlarm:
 				f.Pause = between(r, time.Second, 4*time.Second)
 			}
 			f.AtS, f.PauseS = round2(f.At.Seconds()), round2(f.Pause.Seconds())
@@ -101,6 +103,20 @@ func (x infraFaults) Inject(ctx context.Context, f *Fault) error {
 			closed = m[1]
 		}
 		f.Detail = fmt.Sprintf(`rabbitmqctl -n %s close_all_connections "soak": %s connections closed`, r.Node, closed)
+		return err
+	case RabbitAlarm:
+		// A memory alarm as the node's own monitor raises it: every publishing connection is blocked
+		// (connection.blocked) until it clears. Raised and cleared directly, so that it lasts the pause
+		// exactly, whatever the node's memory.
+		r := x.in.rabbit
+		if _, err := r.Ctl(hctx, "eval", "rabbit_alarm:set_alarm({{resource_limit, memory, node()}, []})."); err != nil {
+			return err
+		}
+		t := time.Now()
+		time.Sleep(f.Pause)
+		_, err := r.Ctl(hctx, "eval", "rabbit_alarm:clear_alarm({resource_limit, memory, node()}).")
+		f.Detail = fmt.Sprintf("rabbitmqctl -n %s eval rabbit_alarm:set_alarm (memory), %.1fs blocked, clear_alarm",
+			r.Node, time.Since(t).Seconds())
 		return err
 	case RedisRestart:
 		r := x.in.redis

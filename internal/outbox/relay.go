@@ -284,7 +284,7 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 		return fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	block := followBlocks(conn)
+	block := followBlocks(conn, r.blockChanged)
 	// Mandatory publishes come back as basic.return when no queue is bound for them. A batch has at most
 	// BatchSize returns, and every one arrives before the confirm of its message, so publish drains them
 	// all before the next batch: the buffer is never full, and the client never has to drop one (it
@@ -349,20 +349,33 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 // The batch's transaction is never held open across the wait: a batch in flight when the block began
 // gave up at ConfirmTimeout.
 func (r *Relay) waitForClear(ctx context.Context, reason string, cleared <-chan struct{}, closed <-chan *amqp.Error) error {
-	r.logger.Warn("outbox relay blocked by the broker (a resource alarm): nothing is published until it clears; rows stay pending",
-		"reason", reason)
-	r.setHealth(fmt.Errorf("blocked by the broker (%s): nothing is published until its alarm clears", reason))
-	r.metrics.blocked.Set(1)
-	defer r.metrics.blocked.Set(0)
+	r.setHealth(blockedError(reason)) // again: a batch that went through before the block said ok
 	select {
 	case <-ctx.Done():
 		return nil
 	case e := <-closed:
 		return fmt.Errorf("channel closed while blocked by the broker: %v", e)
 	case <-cleared:
-		r.logger.Info("outbox relay unblocked by the broker; publishing again")
 		return nil
 	}
+}
+
+// blockChanged reports a block of the publishing connection as it begins and ends: log, gauge, health.
+// The health's ok comes back with the next drain that goes through.
+func (r *Relay) blockChanged(active bool, reason string) {
+	if active {
+		r.logger.Warn("outbox relay blocked by the broker (a resource alarm): nothing is published until it clears; rows stay pending",
+			"reason", reason)
+		r.metrics.blocked.Set(1)
+		r.setHealth(blockedError(reason))
+		return
+	}
+	r.logger.Info("outbox relay no longer blocked by the broker", "why", reason)
+	r.metrics.blocked.Set(0)
+}
+
+func blockedError(reason string) error {
+	return fmt.Errorf("blocked by the broker (%s): nothing is published until its alarm clears", reason)
 }
 
 // gather waits BatchWait (or until ctx ends) before a drain, so that the rows of the commits in that

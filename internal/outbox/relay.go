@@ -346,8 +346,8 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 // waitForClear holds the publishing loop while the broker blocks its connection, on that connection:
 // the alarm is node-wide, so a new connection would be blocked at its first publish. It returns nil
 // when the block clears or ctx ends; an error when the channel closes meanwhile (the session ends).
-// The batch's transaction is never held open across the wait: a batch in flight when the block began
-// gave up at ConfirmTimeout.
+// No batch's transaction is held open across the wait: a batch in flight when the block began waited
+// for its confirms at most ConfirmTimeout, as always, and ended.
 func (r *Relay) waitForClear(ctx context.Context, reason string, cleared <-chan struct{}, closed <-chan *amqp.Error) error {
 	r.setHealth(blockedError(reason)) // again: a batch that went through before the block said ok
 	select {

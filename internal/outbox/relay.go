@@ -370,7 +370,8 @@ func (r *Relay) blockChanged(active bool, reason string) {
 		r.setHealth(blockedError(reason))
 		return
 	}
-	r.logger.Info("outbox relay no longer blocked by the broker", "why", reason)
+	// WARN as its start is: a log read at warn level (the soak's, the demo's) must show the block ending.
+	r.logger.Warn("outbox relay no longer blocked by the broker", "why", reason)
 	r.metrics.blocked.Set(0)
 }
 

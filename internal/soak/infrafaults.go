@@ -107,16 +107,20 @@ func (x infraFaults) Inject(ctx context.Context, f *Fault) error {
 	case RabbitAlarm:
 		// A memory alarm as the node's own monitor raises it: every publishing connection is blocked
 		// (connection.blocked) until it clears. Raised and cleared directly, so that it lasts the pause
-		// exactly, whatever the node's memory.
+		// (and the two calls' own time), whatever the node's memory.
 		r := x.in.rabbit
+		t := time.Now()
 		if _, err := r.Ctl(hctx, "eval", "rabbit_alarm:set_alarm({{resource_limit, memory, node()}, []})."); err != nil {
 			return err
 		}
-		t := time.Now()
+		setS := time.Since(t).Seconds()
 		time.Sleep(f.Pause)
+		t = time.Now()
 		_, err := r.Ctl(hctx, "eval", "rabbit_alarm:clear_alarm({resource_limit, memory, node()}).")
-		f.Detail = fmt.Sprintf("rabbitmqctl -n %s eval rabbit_alarm:set_alarm (memory), %.1fs blocked, clear_alarm",
-			r.Node, time.Since(t).Seconds())
+		// The alarm is up from somewhere inside the first call to somewhere inside the second: the
+		// pause, plus up to each call's time (mostly rabbitmqctl's own start).
+		f.Detail = fmt.Sprintf("rabbitmqctl -n %s eval rabbit_alarm:set_alarm (memory) (%.1fs), %.1fs pause, clear_alarm (%.1fs)",
+			r.Node, setS, f.Pause.Seconds(), time.Since(t).Seconds())
 		return err
 	case RedisRestart:
 		r := x.in.redis

@@ -2691,9 +2691,9 @@ var List = []Mutant{
 		File: "internal/outbox/relay.go",
 		// A relay blocked by a broker alarm publishes batch after batch into the block: each goes
 		// unconfirmed, and its rows' attempts climb while the broker reads nothing.
-		Original:    "if reason, cleared := block.blocked(); cleared != nil {",
-		Replacement: "if reason, cleared := block.blocked(); false && cleared != nil {",
-		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarmWaitsOnItsConnectionForTheClear$",
+		Original:    "if reason, cleared := block.blocked(); cleared != nil {\n\t\t\tif err := r.waitForClear",
+		Replacement: "if reason, cleared := block.blocked(); false && cleared != nil {\n\t\t\tif err := r.waitForClear",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarm$/^WaitsOnItsConnectionForTheClear$",
 	},
 	{
 		ID: "relay-blocked-keep", Guard: "relay: keep blocked",
@@ -2702,6 +2702,15 @@ var List = []Mutant{
 		// its first publish, and leaves a blocked connection holding a batch behind each time.
 		Original:    "if _, cleared := block.blocked(); cleared == nil || ctx.Err() != nil {",
 		Replacement: "if _, cleared := block.blocked(); true || cleared == nil || ctx.Err() != nil {",
-		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarmWaitsOnItsConnectionForTheClear$",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarm$/^WaitsOnItsConnectionForTheClear$",
+	},
+	{
+		ID: "relay-blocked-batch", Guard: "relay: blocked batch",
+		File: "internal/outbox/relay.go",
+		// A batch bigger than the socket buffers goes on writing into a blocked connection: the write
+		// waits for the clear, past the confirm timeout, with the batch's transaction open.
+		Original:    "if reason, cleared := block.blocked(); cleared != nil {\n\t\t\terr = ",
+		Replacement: "if reason, cleared := block.blocked(); false && cleared != nil {\n\t\t\terr = ",
+		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarm$/^StopsABatchBiggerThanTheSocketBuffers$",
 	},
 }

@@ -38,7 +38,7 @@ func followBlocks(conn *amqp.Connection, changed func(active bool, reason string
 			}
 			b.set(bl.Active, reason)
 		}
-		b.set(false, "its connection closed")
+		b.set(false, "its connection closed, not a clear of the alarm")
 	}()
 	return b
 }

@@ -303,7 +303,7 @@ func (r *Relay) session(ctx context.Context, progress func()) error {
 		case <-r.wake:
 		default:
 		}
-		n, err := r.publishBatch(ctx, ch, returns)
+		n, err := r.publishBatch(ctx, ch, returns, block)
 		if err != nil {
 			// A batch left unconfirmed because the broker blocked the connection meanwhile does not
 			// say the connection is broken, and a new one would be blocked too: its rows stay pending
@@ -371,7 +371,9 @@ func (r *Relay) blockChanged(active bool, reason string) {
 		return
 	}
 	// WARN as its start is: a log read at warn level (the soak's, the demo's) must show the block ending.
-	r.logger.Warn("outbox relay no longer blocked by the broker", "why", reason)
+	// A connection that closed while blocked ends its block without a clear: the next one is blocked
+	// at its first publish if the alarm goes on.
+	r.logger.Warn("outbox relay's block ended", "why", reason)
 	r.metrics.blocked.Set(0)
 }
 
@@ -425,7 +427,7 @@ type pendingRow struct {
 // confirmed ones, all in one transaction. It returns the number of rows it locked. A publish or confirm
 // failure still commits the marks of the rows confirmed before it (and the attempt count of the
 // others), then returns the error so that the session reconnects.
-func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return) (int, error) {
+func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, block *brokerBlock) (int, error) {
 	// A batch that started is finished even when shutdown begins: its publishes are already on the
 	// wire, and abandoning it would only turn them into duplicates. Every step below is bounded
 	// (ConfirmTimeout; the database statement timeout, which the pool's connections also keep on the
@@ -466,7 +468,7 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-ch
 		if n == 0 {
 			return nil // nothing locked: Run's end rolls the empty transaction back
 		}
-		confirmed, failed, perr := r.publish(work, ch, returns, rows)
+		confirmed, failed, perr := r.publish(work, ch, returns, block, rows)
 		publishErr = perr
 		if r.beforeMark != nil {
 			if err := r.beforeMark(); err != nil {
@@ -505,13 +507,16 @@ func (r *Relay) publishBatch(ctx context.Context, ch *amqp.Channel, returns <-ch
 	return n, publishErr
 }
 
+// errBrokerBlocked stops a batch's publishes once the broker has blocked the connection.
+var errBrokerBlocked = errors.New("not sent: the broker blocked the connection")
+
 // errReturned ends a session after the broker returned a message of its batch as unroutable.
 var errReturned = errors.New("returned by the broker as unroutable")
 
 // publish sends rows and waits for their confirms. It returns the ids the broker confirmed, and the ids
 // it did not (nacked, unanswered, never sent, or returned) grouped by the last_error to record for
 // them, plus the first error.
-func (r *Relay) publish(parent context.Context, ch *amqp.Channel, returns <-chan amqp.Return, rows []pendingRow) (
+func (r *Relay) publish(parent context.Context, ch *amqp.Channel, returns <-chan amqp.Return, block *brokerBlock, rows []pendingRow) (
 	confirmed []int64, failed map[string][]int64, err error) {
 	ctx, cancel := context.WithTimeout(parent, r.cfg.ConfirmTimeout)
 	defer cancel()
@@ -528,6 +533,15 @@ func (r *Relay) publish(parent context.Context, ch *amqp.Channel, returns <-chan
 	// costs about one round trip instead of one per row.
 	dcs := make([]*amqp.DeferredConfirmation, 0, len(rows))
 	for _, row := range rows {
+		// A block that began during this batch: the broker reads nothing more, and a write into a
+		// socket whose buffers are full waits for the clear, past ConfirmTimeout and shutdown alike
+		// (amqp091 writes without a deadline), with the batch's transaction open. The rows not sent
+		// yet stay pending (a helper's finding, 2026-12-07: a batch of 7.5 MB sat in its write for the
+		// whole alarm).
+		if reason, cleared := block.blocked(); cleared != nil {
+			err = fmt.Errorf("publish outbox row %d: %w (%s)", row.ID, errBrokerBlocked, reason)
+			break
+		}
 		dc, perr := ch.PublishWithDeferredConfirmWithContext(ctx, r.cfg.Topology.Exchange, row.RoutingKey,
 			true, // mandatory: a message no queue is bound for comes back instead of being dropped
 			false,

@@ -207,26 +207,21 @@ func CleanupInfra(dir string) []error {
 		return []error{fmt.Errorf("%s is not a soak infra directory", dir)}
 	}
 	// Redis and the RabbitMQ node: SIGKILL (nothing of theirs is kept).
-	for _, pf := range []struct{ file, want string }{
-		{filepath.Join(dir, svcRedis, "redis.pid"), "redis-server"},
-		{filepath.Join(dir, svcRabbit, "rabbitmq.pid"), "beam"},
-		{filepath.Join(dir, svcRabbit, "launcher.pid"), "rabbitmq"},
-	} {
-		if pid := pidFrom(pf.file); pid > 0 && cmdlineHas(pid, pf.want) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+	if pid := node.PIDFrom(filepath.Join(dir, svcRedis, "redis.pid")); pid > 0 && node.CmdlineHas(pid, "redis-server") {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	node.KillRabbit(filepath.Join(dir, svcRabbit))
 	// PostgreSQL: immediate shutdown (SIGQUIT to the postmaster), then SIGKILL.
 	pm := filepath.Join(dir, svcPostgres, "data", "postmaster.pid")
-	if pid := pidFrom(pm); pid > 0 && cmdlineHas(pid, "postgres") {
+	if pid := node.PIDFrom(pm); pid > 0 && node.CmdlineHas(pid, "postgres") {
 		_ = syscall.Kill(pid, syscall.SIGQUIT)
 		for range 100 {
-			if !alive(pid) {
+			if !node.Alive(pid) {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if alive(pid) {
+		if node.Alive(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -241,8 +236,8 @@ func CleanupInfra(dir string) []error {
 func sweepStaleInfra(log *slog.Logger) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), infraDirPrefix+"*"))
 	for _, d := range dirs[:min(len(dirs), 100)] {
-		pid := pidFrom(filepath.Join(d, "owner.pid"))
-		if pid > 0 && cmdlineHas(pid, "loadtest") {
+		pid := node.PIDFrom(filepath.Join(d, "owner.pid"))
+		if pid > 0 && node.CmdlineHas(pid, "loadtest") {
 			continue // a soak running right now
 		}
 		if st, err := os.Stat(d); pid == 0 && (err != nil || time.Since(st.ModTime()) < 2*time.Minute) {
@@ -253,24 +248,6 @@ func sweepStaleInfra(log *slog.Logger) {
 			log.Warn("soak: stale infra cleanup", "dir", d, "err", e)
 		}
 	}
-}
-
-// pidFrom reads the first line of a pid file (0 if none).
-func pidFrom(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
-}
-
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
-
-func cmdlineHas(pid int, s string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(string(b), s)
 }
 
 // ---- PostgreSQL ----

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"idemshop/internal/platform/freeport"
@@ -69,4 +70,25 @@ func Tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// PIDFrom reads the first line of a pid file (0 if none).
+func PIDFrom(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
+}
+
+// Alive reports whether a process with this pid exists.
+func Alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// CmdlineHas reports whether the command line of process pid contains s: a pid read from a file is
+// checked this way before it is signalled, since the pid may have been reused.
+func CmdlineHas(pid int, s string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), s)
 }

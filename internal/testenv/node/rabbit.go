@@ -203,13 +203,41 @@ func (r *Rabbit) Stop() error {
 	return nil
 }
 
+// KillRabbit SIGKILLs what still runs of a node started in dir (its Erlang VM and its launcher, each
+// found by the pid it left there and checked by its command line). The VM is not the launcher's child
+// for long: it outlives a parent that died (the launcher's Pdeathsig does not reach it), so a process
+// that is killed leaves its node running until something calls this.
+func KillRabbit(dir string) {
+	for _, pf := range []struct{ file, want string }{
+		{filepath.Join(dir, "rabbitmq.pid"), "beam"},
+		{filepath.Join(dir, "launcher.pid"), "rabbitmq"},
+	} {
+		if pid := PIDFrom(pf.file); pid > 0 && CmdlineHas(pid, pf.want) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// testDirPrefix names the directory of every test's node under os.TempDir(), so that the next test's
+// sweep finds the nodes of test processes that died (a test timeout's panic, a kill -9).
+const testDirPrefix = "idemshop-test-rabbit-"
+
 // StartRabbit starts a RabbitMQ node for t in a directory of its own and stops it when t ends. It
 // fails t when the node does not start (rabbitmq-server missing, or not up within RabbitStartWithin).
+// It first stops and removes the nodes that test processes no longer running left behind.
 func StartRabbit(t testing.TB) *Rabbit {
 	t.Helper()
+	sweepDeadTestNodes()
+	dir, err := os.MkdirTemp("", testDirPrefix)
+	if err != nil {
+		t.Fatalf("private RabbitMQ node: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatalf("private RabbitMQ node: %v", err)
+	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	r, err := NewRabbit(t.TempDir(), fmt.Sprintf("idemshop_test_%d_%s@localhost", os.Getpid(), hex.EncodeToString(id[:])))
+	r, err := NewRabbit(dir, fmt.Sprintf("idemshop_test_%d_%s@localhost", os.Getpid(), hex.EncodeToString(id[:])))
 	if err != nil {
 		t.Fatalf("private RabbitMQ node: %v", err)
 	}
@@ -217,6 +245,7 @@ func StartRabbit(t testing.TB) *Rabbit {
 		if err := r.Stop(); err != nil {
 			t.Logf("stop the private RabbitMQ node: %v", err)
 		}
+		_ = os.RemoveAll(dir)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), RabbitStartWithin)
 	defer cancel()
@@ -224,4 +253,21 @@ func StartRabbit(t testing.TB) *Rabbit {
 		t.Fatalf("private RabbitMQ node: %v; its output: %s", err, Tail(filepath.Join(r.dir, "rabbitmq-server.out"), 8))
 	}
 	return r
+}
+
+// sweepDeadTestNodes stops and removes the test nodes whose owner (the test process that started
+// them) is gone. A directory without its owner.pid yet is being created: left alone for 2 minutes.
+func sweepDeadTestNodes() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), testDirPrefix+"*"))
+	for _, d := range dirs[:min(len(dirs), 100)] {
+		pid := PIDFrom(filepath.Join(d, "owner.pid"))
+		if pid > 0 && Alive(pid) {
+			continue
+		}
+		if st, err := os.Stat(d); pid == 0 && (err != nil || time.Since(st.ModTime()) < 2*time.Minute) {
+			continue
+		}
+		KillRabbit(d)
+		_ = os.RemoveAll(d)
+	}
 }

@@ -115,7 +115,7 @@ func stopsABatchBiggerThanTheSocketBuffers(t *testing.T, rabbit *node.Rabbit) {
 	require.NoError(t, env.DB.Exec(`INSERT INTO outbox (event_id, routing_key, payload)
 		SELECT gen_random_uuid(), ?, jsonb_build_object('order_id', g, 'pad', repeat('x', 1000))
 		FROM generate_series(1, ?) g`, events.RoutingKeyOrderPaid, rows).Error)
-	waitFor(t, 30*time.Second, func() bool { return attemptless(t, env) == 0 },
+	waitFor(t, 15*time.Second, func() bool { return attemptless(t, env) == 0 },
 		"every row of the batch got its attempt while the alarm goes on")
 	assert.EqualValues(t, rows, pending(t, env.DB))
 	assert.Equal(t, 1, gathered(reg, "idemshop_outbox_broker_blocked"))
@@ -143,7 +143,7 @@ func clearAlarm(t *testing.T, rabbit *node.Rabbit) {
 func stopNodeIfFailed(t *testing.T, rabbit *node.Rabbit) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			_ = rabbit.Stop()
+			rabbit.Kill()
 		}
 	})
 }

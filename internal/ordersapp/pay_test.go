@@ -280,37 +280,7 @@ func (g *gate) wait(t *testing.T) {
 // before it reached its hook on a slow machine, and A would then stop without ever trying to write.
 func TestPayStaleHolderIsFencedOut(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	mock := newMock(t, nil)
-	g := newGate()
-	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashBeforeWrite: g.hook})})
-	t.Cleanup(g.release) // after the replica's: runs before its server closes
-	id, _ := rp.newOrder(alice, 1, 1)
-
-	aDone := make(chan response, 1)
-	go func() { aDone <- rp.pay(alice, id, "pay-fence") }()
-	g.wait(t)
-	aFence := recordOf(t, env, "pay-fence").Fence
-	// A is paused past its lease: both leases run out.
-	expireLease(t, env, "pay-fence")
-	expireLock(t, env, id)
-
-	b := rp.pay(alice, id, "pay-fence")
-	require.Equal(t, http.StatusCreated, b.Status, "%s", b.Body)
-	bRec := recordOf(t, env, "pay-fence")
-	require.Greater(t, bRec.Fence, aFence)
-	require.Equal(t, "COMPLETED", bRec.State)
-
-	g.release()
-	a := recv(t, aDone)
-	assert.Equal(t, http.StatusCreated, a.Status, "the stale holder answers with B's result: %s", a.Body)
-	assert.Equal(t, "true", a.Header.Get(idempotency.ReplayedHeader))
-	assert.Equal(t, string(b.Body), string(a.Body))
-	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_idempotency_fence_rejections_total", nil))
-	after := recordOf(t, env, "pay-fence")
-	assert.Equal(t, bRec.Fence, after.Fence)
-	assert.Equal(t, string(b.Body), string(after.ResponseBody), "B's result stands")
+	mock, id, b := staleHolderAnswersWithTheNewerResult(t, pay.CrashBeforeWrite)
 	assert.EqualValues(t, 2, mock.creates(t), "both called the platform; it made one payment")
 	p, found, err := mock.client.FindByMerchantOrderNo(context.Background(), fmt.Sprint(id))
 	require.NoError(t, err)
@@ -323,24 +293,34 @@ func TestPayStaleHolderIsFencedOut(t *testing.T) {
 // write. It answers with B's stored 201, replayed, and never calls the platform.
 func TestPayStaleHolderThatFindsThePaymentReplaysTheNewerResult(t *testing.T) {
 	t.Parallel()
+	mock, _, _ := staleHolderAnswersWithTheNewerResult(t, pay.CrashAfterClaim)
+	assert.EqualValues(t, 1, mock.creates(t), "only B called the platform")
+}
+
+// staleHolderAnswersWithTheNewerResult holds pay A at hold, runs its leases out by hand, lets B take
+// the record over and complete it, releases A, and asserts that A's write was refused by the fence
+// and A answered with B's stored 201, replayed. It returns the platform, the order and B's answer.
+func staleHolderAnswersWithTheNewerResult(t *testing.T, hold fault.Point) (*mockPlatform, int64, response) {
+	t.Helper()
 	env := testenv.New(t)
 	mock := newMock(t, nil)
 	g := newGate()
 	rp := newReplica(t, env, replicaOpts{cfg: payTo(mock, longLease),
-		fault: fault.On(map[fault.Point]func(context.Context){pay.CrashAfterClaim: g.hook})})
-	t.Cleanup(g.release)
+		fault: fault.On(map[fault.Point]func(context.Context){hold: g.hook})})
+	t.Cleanup(g.release) // after the replica's: runs before its server closes
 	id, _ := rp.newOrder(alice, 1, 1)
 
 	aDone := make(chan response, 1)
-	go func() { aDone <- rp.pay(alice, id, "pay-found") }()
+	go func() { aDone <- rp.pay(alice, id, "pay-stale") }()
 	g.wait(t)
-	aFence := recordOf(t, env, "pay-found").Fence
-	expireLease(t, env, "pay-found")
+	aFence := recordOf(t, env, "pay-stale").Fence
+	// A is paused past its lease: both leases run out.
+	expireLease(t, env, "pay-stale")
 	expireLock(t, env, id)
 
-	b := rp.pay(alice, id, "pay-found")
+	b := rp.pay(alice, id, "pay-stale")
 	require.Equal(t, http.StatusCreated, b.Status, "%s", b.Body)
-	bRec := recordOf(t, env, "pay-found")
+	bRec := recordOf(t, env, "pay-stale")
 	require.Greater(t, bRec.Fence, aFence)
 	require.Equal(t, "COMPLETED", bRec.State)
 
@@ -350,10 +330,10 @@ func TestPayStaleHolderThatFindsThePaymentReplaysTheNewerResult(t *testing.T) {
 	assert.Equal(t, "true", a.Header.Get(idempotency.ReplayedHeader))
 	assert.Equal(t, string(b.Body), string(a.Body))
 	assert.Equal(t, 1.0, metricValue(t, rp.reg, "idemshop_idempotency_fence_rejections_total", nil))
-	after := recordOf(t, env, "pay-found")
+	after := recordOf(t, env, "pay-stale")
 	assert.Equal(t, bRec.Fence, after.Fence)
 	assert.Equal(t, string(b.Body), string(after.ResponseBody), "B's result stands")
-	assert.EqualValues(t, 1, mock.creates(t), "only B called the platform")
+	return mock, id, b
 }
 
 // A holder whose lease renewal fails stops before it writes.

@@ -47,7 +47,7 @@ func waitsOnItsConnectionForTheClear(t *testing.T, rabbit *node.Rabbit) {
 	insertPaid(t, env.DB, 1, 3)
 	waitFor(t, 20*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published before the alarm")
 
-	raiseAlarm(t, rabbit)
+	require.NoError(t, rabbit.MemoryAlarm(context.Background(), true))
 	insertPaid(t, env.DB, 4, 10) // one batch (BatchSize 7), published into the block
 	waitFor(t, 20*time.Second, func() bool { return gathered(reg, "idemshop_outbox_broker_blocked") == 1 },
 		"the gauge says the relay is blocked")
@@ -63,7 +63,7 @@ func waitsOnItsConnectionForTheClear(t *testing.T, rabbit *node.Rabbit) {
 	assert.Len(t, strings.Fields(strings.ReplaceAll(conns, "->", "")), 2,
 		"one connection on the node, the relay's (its name is two addresses): %q", conns)
 
-	clearAlarm(t, rabbit)
+	require.NoError(t, rabbit.MemoryAlarm(context.Background(), false))
 	waitFor(t, 20*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published after the clear")
 	waitFor(t, 5*time.Second, func() bool { return relay.Health() == nil }, "healthy after the clear")
 	assert.Equal(t, 0, gathered(reg, "idemshop_outbox_broker_blocked"))
@@ -111,7 +111,7 @@ func stopsABatchBiggerThanTheSocketBuffers(t *testing.T, rabbit *node.Rabbit) {
 	stopNodeIfFailed(t, rabbit)
 	waitFor(t, 20*time.Second, func() bool { return relay.Health() == nil }, "the relay connected and drained")
 
-	raiseAlarm(t, rabbit)
+	require.NoError(t, rabbit.MemoryAlarm(context.Background(), true))
 	require.NoError(t, env.DB.Exec(`INSERT INTO outbox (event_id, routing_key, payload)
 		SELECT gen_random_uuid(), ?, jsonb_build_object('order_id', g, 'pad', repeat('x', 1000))
 		FROM generate_series(1, ?) g`, events.RoutingKeyOrderPaid, rows).Error)
@@ -121,23 +121,11 @@ func stopsABatchBiggerThanTheSocketBuffers(t *testing.T, rabbit *node.Rabbit) {
 	assert.Equal(t, 1, gathered(reg, "idemshop_outbox_broker_blocked"))
 	waitFor(t, 10*time.Second, func() bool { return idleInTransaction(t, env) == 0 }, "no transaction left open")
 
-	clearAlarm(t, rabbit)
+	require.NoError(t, rabbit.MemoryAlarm(context.Background(), false))
 	waitFor(t, 60*time.Second, func() bool { return pending(t, env.DB) == 0 }, "published after the clear")
 }
 
-func raiseAlarm(t *testing.T, rabbit *node.Rabbit) {
-	t.Helper()
-	_, err := rabbit.Ctl(context.Background(), "eval", "rabbit_alarm:set_alarm({{resource_limit, memory, node()}, []}).")
-	require.NoError(t, err)
-}
-
-func clearAlarm(t *testing.T, rabbit *node.Rabbit) {
-	t.Helper()
-	_, err := rabbit.Ctl(context.Background(), "eval", "rabbit_alarm:clear_alarm({resource_limit, memory, node()}).")
-	require.NoError(t, err)
-}
-
-// stopNodeIfFailed stops the node, when t has failed, before the relay's cleanup waits for the relay
+// stopNodeIfFailed kills the node, when t has failed, before the relay's cleanup waits for the relay
 // (cleanups run last-in first-out: call it after the relay is started). A relay stuck writing into a
 // blocked socket whose buffers are full is freed, and the test fails instead of hanging.
 func stopNodeIfFailed(t *testing.T, rabbit *node.Rabbit) {

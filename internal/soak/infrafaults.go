@@ -105,20 +105,16 @@ func (x infraFaults) Inject(ctx context.Context, f *Fault) error {
 		f.Detail = fmt.Sprintf(`rabbitmqctl -n %s close_all_connections "soak": %s connections closed`, r.Node, closed)
 		return err
 	case RabbitAlarm:
-		// A memory alarm as the node's own monitor raises it: every publishing connection is blocked
-		// (connection.blocked) until it clears. Raised and cleared directly, so that it lasts the pause
-		// (and the two calls' own time), whatever the node's memory.
+		// Every publishing connection is blocked until the clear: the pause, plus up to each call's time.
 		r := x.in.rabbit
 		t := time.Now()
-		if _, err := r.Ctl(hctx, "eval", "rabbit_alarm:set_alarm({{resource_limit, memory, node()}, []})."); err != nil {
+		if err := r.MemoryAlarm(hctx, true); err != nil {
 			return err
 		}
 		setS := time.Since(t).Seconds()
 		time.Sleep(f.Pause)
 		t = time.Now()
-		_, err := r.Ctl(hctx, "eval", "rabbit_alarm:clear_alarm({resource_limit, memory, node()}).")
-		// The alarm is up from somewhere inside the first call to somewhere inside the second: the
-		// pause, plus up to each call's time (mostly rabbitmqctl's own start).
+		err := r.MemoryAlarm(hctx, false)
 		f.Detail = fmt.Sprintf("rabbitmqctl -n %s eval rabbit_alarm:set_alarm (memory) (%.1fs), %.1fs pause, clear_alarm (%.1fs)",
 			r.Node, setS, f.Pause.Seconds(), time.Since(t).Seconds())
 		return err

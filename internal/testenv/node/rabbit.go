@@ -195,15 +195,24 @@ func (r *Rabbit) Stop() error {
 		return nil
 	case <-time.After(15 * time.Second):
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-	}
+	r.Kill()
 	if err != nil {
 		return fmt.Errorf("RabbitMQ node %s: %w (killed)", r.Node, err)
 	}
 	return nil
+}
+
+// MemoryAlarm raises (on) or clears a memory alarm on the node, as its own memory monitor would:
+// every publishing connection is blocked (connection.blocked) until it clears. Raised directly, so
+// that it lasts as long as the caller wants whatever the node's memory; each call costs rabbitmqctl's
+// own start, 1-2 s.
+func (r *Rabbit) MemoryAlarm(ctx context.Context, on bool) error {
+	expr := "rabbit_alarm:clear_alarm({resource_limit, memory, node()})."
+	if on {
+		expr = "rabbit_alarm:set_alarm({{resource_limit, memory, node()}, []})."
+	}
+	_, err := r.Ctl(ctx, "eval", expr)
+	return err
 }
 
 // Kill ends the node at once: SIGKILL to its process group (the launcher and the Erlang VM), for a

@@ -30,14 +30,21 @@ type Rabbit struct {
 	// Node is the Erlang node name (name@localhost); Port and DistPort its AMQP and distribution ports.
 	Node           string
 	Port, DistPort int
+	// CtlDistPort is the one port rabbitmqctl listens on while it talks to this node (Erlang
+	// distribution needs the client to listen too). Without it the CLI takes 35672–35682, inside the
+	// kernel's ephemeral range, where an outgoing connection can hold it (a soak runner's finding,
+	// 2026-12-07; freeport says why ports come from below that range).
+	CtlDistPort int
 
 	server, ctlBin string
 	dir            string
 	env            []string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	// ctlMu: one rabbitmqctl at a time, since they all listen on CtlDistPort.
+	ctlMu sync.Mutex
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 // rabbitBin finds a RabbitMQ script: Debian's real one under /usr/lib/rabbitmq/bin, else PATH.
@@ -51,7 +58,7 @@ func rabbitBin(name string) (string, error) {
 	return "", fmt.Errorf("%s not found (neither /usr/lib/rabbitmq/bin nor PATH): install the RabbitMQ server package", name)
 }
 
-// NewRabbit prepares a node named name (name@localhost) in dir: two free ports, a fresh Erlang cookie,
+// NewRabbit prepares a node named name (name@localhost) in dir: three free ports (AMQP, distribution, rabbitmqctl's), a fresh Erlang cookie,
 // its config files. Start runs it. Errors: no rabbitmq-server or rabbitmqctl, dir not writable, no
 // free port.
 func NewRabbit(dir, name string) (*Rabbit, error) {
@@ -71,6 +78,9 @@ func NewRabbit(dir, name string) (*Rabbit, error) {
 		return nil, err
 	}
 	if r.DistPort, err = FreePort(); err != nil {
+		return nil, err
+	}
+	if r.CtlDistPort, err = FreePort(); err != nil {
 		return nil, err
 	}
 	var cookie [20]byte
@@ -103,6 +113,8 @@ func NewRabbit(dir, name string) (*Rabbit, error) {
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		"RABBITMQ_NODE_PORT="+strconv.Itoa(r.Port),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(r.DistPort),
+		"RABBITMQ_CTL_DIST_PORT_MIN="+strconv.Itoa(r.CtlDistPort),
+		"RABBITMQ_CTL_DIST_PORT_MAX="+strconv.Itoa(r.CtlDistPort),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
 		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),
@@ -166,6 +178,8 @@ func (r *Rabbit) Start(ctx context.Context) error {
 
 // Ctl runs rabbitmqctl -n <node> args... with the node's environment (its cookie).
 func (r *Rabbit) Ctl(ctx context.Context, args ...string) (string, error) {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
 	return RunCmd(ctx, CtlWithin, r.env, r.ctlBin, append([]string{"-n", r.Node}, args...)...)
 }
 

@@ -331,7 +331,9 @@ func (r *Reconciler) reconcileOrder(ctx context.Context, o orders.Order) string 
 		case err != nil:
 			// Not unreachable: that ends the run, and this order, never stamped, comes first again in
 			// the next one, so one order the database refuses would keep every other from being compared.
-			lg.Error("reconcile: applying the platform's state failed; the next run tries again", "err", err)
+			// status (on lg) is the shop's as read; payment_status is the state that was being applied.
+			lg.Error("reconcile: applying the platform's state failed; the next run tries again",
+				"payment_status", payment.Status, "err", err)
 			return ReconcileFailed
 		case outcome == callback.OutcomeApplied:
 			lg.Info("reconcile: order moved to the platform's state", "payment_status", payment.Status, "reason", reason)

@@ -18,17 +18,22 @@ import (
 // with "address already in use" (a pooled connection to the soak's private broker held it for the whole
 // run), and the run reported 571 violations (2026-12-06). The ports are tried in turn from a start that depends on the
 // process id, so that two processes on one machine (two soaks, two test binaries) do not try the same
-// ones first.
+// ones first. RangeEnv (lo-hi) confines them to that range instead, for a machine shared with other
+// users' services; an error when it is malformed or none of its ports is free.
 func Addr() (string, error) {
+	if v := os.Getenv(RangeEnv); v != "" {
+		lo, hi, err := parseRange(v)
+		if err != nil {
+			return "", err
+		}
+		if a, ok := firstFree(lo, hi); ok {
+			return a, nil
+		}
+		return "", fmt.Errorf("free port: none of %s=%s is free", RangeEnv, v)
+	}
 	if lo, hi, ok := BelowEphemeral(); ok {
-		span, base := int64(hi-lo+1), int64(os.Getpid())*97
-		for range span {
-			port := lo + int((base+portCursor.Add(1))%span)
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-			if err == nil {
-				defer l.Close()
-				return l.Addr().String(), nil
-			}
+		if a, ok := firstFree(lo, hi); ok {
+			return a, nil
 		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -41,6 +46,35 @@ func Addr() (string, error) {
 
 // portCursor counts the ports Addr tried, so that each call goes on from the last.
 var portCursor atomic.Int64
+
+// RangeEnv names the variable that confines Addr's ports: "lo-hi", both included.
+const RangeEnv = "IDEMSHOP_PORT_RANGE"
+
+// firstFree tries the ports lo..hi in turn, from a start that depends on the process id and goes on
+// from the last call's, and returns the first it can listen on.
+func firstFree(lo, hi int) (string, bool) {
+	span, base := int64(hi-lo+1), int64(os.Getpid())*97
+	for range span {
+		port := lo + int((base+portCursor.Add(1))%span)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			defer l.Close()
+			return l.Addr().String(), true
+		}
+	}
+	return "", false
+}
+
+// parseRange reads RangeEnv's "lo-hi" (1 <= lo <= hi <= 65535).
+func parseRange(v string) (lo, hi int, err error) {
+	a, b, found := strings.Cut(v, "-")
+	lo, errLo := strconv.Atoi(strings.TrimSpace(a))
+	hi, errHi := strconv.Atoi(strings.TrimSpace(b))
+	if !found || errLo != nil || errHi != nil || lo < 1 || hi > 65535 || lo > hi {
+		return 0, 0, fmt.Errorf("%s must be lo-hi, two ports with 1 <= lo <= hi <= 65535, got %q", RangeEnv, v)
+	}
+	return lo, hi, nil
+}
 
 // BelowEphemeral returns the ports from 10000 up to just below the kernel's ephemeral range, and
 // false when that range cannot be read or leaves fewer than 1000 of them.

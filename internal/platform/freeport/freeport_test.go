@@ -1,7 +1,9 @@
 package freeport_test
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 
@@ -33,4 +35,61 @@ func TestAddrIsBelowTheEphemeralRange(t *testing.T) {
 		assert.False(t, seen[addr], "a port handed out twice in a row: %s", addr)
 		seen[addr] = true
 	}
+}
+
+// IDEMSHOP_PORT_RANGE confines the ports, for a machine shared with other users' services (a soak
+// runner's finding, 2026-12-07: nothing kept the soak's ports inside the ones it was given).
+func TestAddrStaysInTheConfiguredRange(t *testing.T) {
+	lo := freeRun(t, 5)
+	hi := lo + 4
+	t.Setenv(freeport.RangeEnv, fmt.Sprintf("%d-%d", lo, hi))
+	taken, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+2)))
+	require.NoError(t, err, "a port of the range to hold")
+	defer taken.Close()
+	seen := map[int]bool{}
+	for range 8 {
+		addr, err := freeport.Addr()
+		require.NoError(t, err)
+		_, p, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		port, err := strconv.Atoi(p)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, port, lo)
+		assert.LessOrEqual(t, port, hi)
+		assert.NotEqual(t, lo+2, port, "a port something listens on")
+		seen[port] = true
+	}
+	assert.Len(t, seen, 4, "the calls go round the free ports of the range")
+
+	t.Setenv(freeport.RangeEnv, fmt.Sprintf("%d-%d", lo+2, lo+2))
+	_, err = freeport.Addr()
+	assert.ErrorContains(t, err, "none of "+freeport.RangeEnv)
+}
+
+func TestAMalformedPortRangeIsRefused(t *testing.T) {
+	for _, v := range []string{"20000", "20000-", "-20000", "b-c", "20010-20000", "0-10", "65000-65536", "1-2-3"} {
+		t.Setenv(freeport.RangeEnv, v)
+		_, err := freeport.Addr()
+		assert.ErrorContains(t, err, freeport.RangeEnv+" must be lo-hi", "%q", v)
+	}
+}
+
+// freeRun finds n consecutive ports nothing listens on right now, from a start that depends on the
+// process id (away from the other test binaries' first tries).
+func freeRun(t *testing.T, n int) int {
+	t.Helper()
+	for start := 21000 + (os.Getpid()%1000)*5; start < 31000; start += n {
+		free := true
+		for p := start; p < start+n && free; p++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if free = err == nil; free {
+				_ = l.Close()
+			}
+		}
+		if free {
+			return start
+		}
+	}
+	t.Fatalf("no %d consecutive free ports from 21000", n)
+	return 0
 }

@@ -58,9 +58,9 @@ func rabbitBin(name string) (string, error) {
 	return "", fmt.Errorf("%s not found (neither /usr/lib/rabbitmq/bin nor PATH): install the RabbitMQ server package", name)
 }
 
-// NewRabbit prepares a node named name (name@localhost) in dir: three free ports (AMQP, distribution, rabbitmqctl's), a fresh Erlang cookie,
-// its config files. Start runs it. Errors: no rabbitmq-server or rabbitmqctl, dir not writable, no
-// free port.
+// NewRabbit prepares a node named name (name@localhost) in dir: three free ports (AMQP, distribution,
+// rabbitmqctl's), a fresh Erlang cookie, its config files. Start runs it. Errors: no rabbitmq-server
+// or rabbitmqctl, dir not writable, no free port.
 func NewRabbit(dir, name string) (*Rabbit, error) {
 	server, err := rabbitBin("rabbitmq-server")
 	if err != nil {

@@ -1119,8 +1119,8 @@ var List = []Mutant{
 		ID: "reconcile-order-fail", Guard: "reconciler: go on",
 		File: "internal/sweeper/reconcile.go",
 		// An order the database refuses ends the run, and comes first again in every run after it.
-		Original:    "the next run tries again\", \"err\", err)\n\t\t\treturn ReconcileFailed",
-		Replacement: "the next run tries again\", \"err\", err)\n\t\t\treturn ReconcileUnreachable",
+		Original:    "\"payment_status\", payment.Status, \"err\", err)\n\t\t\treturn ReconcileFailed",
+		Replacement: "\"payment_status\", payment.Status, \"err\", err)\n\t\t\treturn ReconcileUnreachable",
 		Pkgs:        []string{"./internal/ordersapp"}, Run: "^TestReconcilerGoesOnPastAnOrderTheDatabaseRefuses$",
 	},
 	{

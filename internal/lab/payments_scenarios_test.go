@@ -16,6 +16,7 @@ import (
 	"idemshop/internal/callback"
 	"idemshop/internal/lab"
 	"idemshop/internal/platform/config"
+	"idemshop/internal/platform/postgres"
 )
 
 // TestS5: 30 buyers of one unit each for the last 10 units (19.99 EUR: 19 points), and all 30 SUCCESS
@@ -49,6 +50,73 @@ func TestS5(t *testing.T) {
 	settle(t, 10, g.ledgerRows, "the 10 paid orders credited once each")
 	assert.EqualValues(t, 10*19, g.balance())
 	assert.EqualValues(t, 0, r.Guarded.Measured["non_200"], "no callback gave up on the held row")
+}
+
+// Another product's row with transactions queued on it (another S5 run on the same stack, or any queue
+// on a product) is not S5's queue: the lab counted every tuple-lock waiter on products, let its row go
+// early and still reported 11 queued (a workshop walker's finding, 2026-12-07: two S5 runs at once, one
+// ended at stock 0 and failed). Here another product's row is held with three updates queued behind it
+// (two of them on its tuple lock) for the whole run, and S5's unsafe side still oversells by exactly one.
+func TestS5CountsOnlyTheQueueOnItsOwnRow(t *testing.T) {
+	t.Parallel()
+	env := newLabEnv(t, func(c *config.Orders) { c.LabStockLockTTL = time.Minute })
+	ctx := context.Background()
+	f, err := env.NewFixture(ctx, "S5-other-queue")
+	require.NoError(t, err)
+	other, err := f.Product(ctx, 100, 1999)
+	require.NoError(t, err)
+	// A pool of its own: orders' pool is the one S5's callbacks queue for.
+	db, err := postgres.Open(ctx, env.DatabaseURL, postgres.Options{MaxConns: 5})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	pool, err := db.DB()
+	require.NoError(t, err)
+
+	holder, err := pool.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = holder.ExecContext(ctx, `SELECT 1 FROM products WHERE id = $1 FOR UPDATE`, other)
+	require.NoError(t, err)
+	queued := make(chan error, 3)
+	for range 3 {
+		go func() {
+			// Without the pool's lock and statement timeouts: they wait as long as the holder holds.
+			tx, err := pool.BeginTx(ctx, nil)
+			if err == nil {
+				_, err = tx.ExecContext(ctx, `SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0`)
+			}
+			if err == nil {
+				_, err = tx.ExecContext(ctx, `UPDATE products SET stock = stock - 1 WHERE id = $1`, other)
+			}
+			if err == nil {
+				err = tx.Commit()
+			} else if tx != nil {
+				_ = tx.Rollback()
+			}
+			queued <- err
+		}()
+	}
+	tupleWaiters := func() (n int64) {
+		require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks
+			WHERE NOT granted AND locktype = 'tuple' AND relation = 'products'::regclass
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return tupleWaiters() == 2 }, time.Minute, 20*time.Millisecond,
+		"two updates queued on the other product's tuple lock")
+
+	r := runScenario(t, env, "S5")
+	assert.EqualValues(t, 2, tupleWaiters(), "the other queue waited through the whole run")
+	require.NoError(t, holder.Rollback())
+	for range 3 {
+		require.NoError(t, <-queued)
+	}
+
+	u := sideRows(t, env, "S5-unsafe")
+	assert.EqualValues(t, 10-11, u.stock(), "oversold by one: the lab let its row go once its own 11 were queued")
+	assert.EqualValues(t, 11, r.Unsafe.Measured["queued_on_row"])
+	assert.EqualValues(t, 11, r.Unsafe.Measured["leases_run_out"])
+	g := sideRows(t, env, "S5-guarded")
+	assert.EqualValues(t, 0, g.stock())
 }
 
 // TestS7: an order of 25.00 EUR whose payment the platform commits but answers too late (create_timeout

@@ -220,15 +220,18 @@ func s5Side(ctx context.Context, env *Env, f *Fixture, path string, unsafe bool)
 // (two connections: the holder and a watcher), so that neither is taken from the pool the callbacks
 // queue for when orders and the lab share one (in-process tests).
 type s5Row struct {
-	db    *gorm.DB  // the slow step's own pool (env.DB when the lab has no DatabaseURL)
-	own   bool      // db was opened here, and is closed by close
-	pid   int64     // the holding session's backend pid
-	watch *sql.Conn // the watcher's connection: counts the waiters, reads the orders' states
-	start time.Time // when the row was taken
-	held  time.Duration
-	once  sync.Once
-	stop  chan struct{}
-	done  chan error
+	db  *gorm.DB // the slow step's own pool (env.DB when the lab has no DatabaseURL)
+	own bool     // db was opened here, and is closed by close
+	pid int64    // the holding session's backend pid
+	// page and tuple are the held row's ctid: the waiters counted are the ones queued on this row, not
+	// on another product's (another S5 run on the same stack: a workshop walker's finding, 2026-12-07).
+	page, tuple int64
+	watch       *sql.Conn // the watcher's connection: counts the waiters, reads the orders' states
+	start       time.Time // when the row was taken
+	held        time.Duration
+	once        sync.Once
+	stop        chan struct{}
+	done        chan error
 }
 
 // s5HoldRow starts a transaction that locks the product's row (SELECT ... FOR UPDATE) and holds it
@@ -254,7 +257,8 @@ func s5HoldRow(ctx context.Context, env *Env, product int64) (*s5Row, error) {
 	held := make(chan error, 1)
 	go func() {
 		r.done <- r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			err := tx.Raw(`SELECT pg_backend_pid() FROM products WHERE id = ? FOR UPDATE`, product).Scan(&r.pid).Error
+			err := tx.Raw(`SELECT pg_backend_pid(), (ctid::text::point)[0]::bigint, (ctid::text::point)[1]::bigint
+				FROM products WHERE id = ? FOR UPDATE`, product).Row().Scan(&r.pid, &r.page, &r.tuple)
 			held <- err
 			if err != nil {
 				return err
@@ -273,8 +277,9 @@ func s5HoldRow(ctx context.Context, env *Env, product int64) (*s5Row, error) {
 }
 
 // waiters counts the transactions queued on the held row (the first waits for the holder's
-// transaction id, the others for the row's tuple lock, which the first holds), and how long the oldest
-// of them has waited, by PostgreSQL's clock.
+// transaction id, the others for the row's tuple lock, which the first holds: the row's version, by
+// its ctid, which stays while the holder only locks it), and how long the oldest of them has waited, by
+// PostgreSQL's clock.
 func (r *s5Row) waiters(ctx context.Context) (n, oldestMs int64, err error) {
 	err = r.watch.QueryRowContext(ctx, `SELECT count(*),
 		  COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(a.query_start)) * 1000, 0)::bigint
@@ -282,8 +287,9 @@ func (r *s5Row) waiters(ctx context.Context) (n, oldestMs int64, err error) {
 		WHERE NOT w.granted AND (
 		  (w.locktype = 'transactionid' AND w.transactionid IN
 		     (SELECT h.transactionid FROM pg_locks h WHERE h.pid = $1 AND h.locktype = 'transactionid' AND h.granted))
-		  OR (w.locktype = 'tuple' AND w.relation = 'products'::regclass
-		      AND w.database = (SELECT oid FROM pg_database WHERE datname = current_database())))`, r.pid).Scan(&n, &oldestMs)
+		  OR (w.locktype = 'tuple' AND w.relation = 'products'::regclass AND w.page = $2 AND w.tuple = $3
+		      AND w.database = (SELECT oid FROM pg_database WHERE datname = current_database())))`,
+		r.pid, r.page, r.tuple).Scan(&n, &oldestMs)
 	if err != nil {
 		return 0, 0, fmt.Errorf("S5: count waiters on the product row: %w", err)
 	}

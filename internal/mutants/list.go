@@ -2713,4 +2713,12 @@ var List = []Mutant{
 		Replacement: "if reason, cleared := block.blocked(); false && cleared != nil {\n\t\t\terr = ",
 		Pkgs:        []string{"./internal/outbox"}, Run: "^TestARelayBlockedByABrokerAlarm$/^StopsABatchBiggerThanTheSocketBuffers$",
 	},
+	{
+		ID: "s5-own-row", Guard: "lab S5: its own queue",
+		File: "internal/lab/s5.go",
+		// Every tuple-lock waiter on products counted as S5's queue: another product's queue lets the row go early.
+		Original:    "AND w.page = $2 AND w.tuple = $3",
+		Replacement: "AND $2::bigint IS NOT NULL AND $3::bigint IS NOT NULL",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestS5CountsOnlyTheQueueOnItsOwnRow$",
+	},
 }

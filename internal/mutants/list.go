@@ -2721,4 +2721,12 @@ var List = []Mutant{
 		Replacement: "AND $2::bigint IS NOT NULL AND $3::bigint IS NOT NULL",
 		Pkgs:        []string{"./internal/lab"}, Run: "^TestS5CountsOnlyTheQueueOnItsOwnRow$",
 	},
+	{
+		ID: "port-handed-once", Guard: "ports: handed once",
+		File: "internal/platform/freeport/freeport.go",
+		// A port handed out again: two of a run's processes (or rabbitmqctl and a service) get one port.
+		Original:    "if handed.ports[port] {",
+		Replacement: "if false && handed.ports[port] {",
+		Pkgs:        []string{"./internal/platform/freeport"}, Run: "^TestAddrStaysInTheConfiguredRange$",
+	},
 }

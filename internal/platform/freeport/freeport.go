@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -18,8 +19,11 @@ import (
 // with "address already in use" (a pooled connection to the soak's private broker held it for the whole
 // run), and the run reported 571 violations (2026-12-06). The ports are tried in turn from a start that depends on the
 // process id, so that two processes on one machine (two soaks, two test binaries) do not try the same
-// ones first. RangeEnv (lo-hi) confines them to that range instead, for a machine shared with other
-// users' services; an error when it is malformed or none of its ports is free.
+// ones first, and none is handed out twice by one process (a port handed out may not be listened on
+// yet, or only now and then, as rabbitmqctl's). RangeEnv (lo-hi) confines them to that range instead,
+// for a machine shared with other users' services; an error when it is malformed or none of its ports
+// is free and not handed out already (a range too small for the run: a soak runner's finding,
+// 2026-12-07, where two of the soak's services were given one port).
 func Addr() (string, error) {
 	if v := os.Getenv(RangeEnv); v != "" {
 		lo, hi, err := parseRange(v)
@@ -29,7 +33,8 @@ func Addr() (string, error) {
 		if a, ok := firstFree(lo, hi); ok {
 			return a, nil
 		}
-		return "", fmt.Errorf("free port: none of %s=%s is free", RangeEnv, v)
+		return "", fmt.Errorf("free port: none of %s=%s is free and not handed out already (%d handed out by this process)",
+			RangeEnv, v, handedOut())
 	}
 	if lo, hi, ok := BelowEphemeral(); ok {
 		if a, ok := firstFree(lo, hi); ok {
@@ -47,18 +52,36 @@ func Addr() (string, error) {
 // portCursor counts the ports Addr tried, so that each call goes on from the last.
 var portCursor atomic.Int64
 
+// handed holds the ports Addr returned in this process.
+var handed = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+func handedOut() int {
+	handed.Lock()
+	defer handed.Unlock()
+	return len(handed.ports)
+}
+
 // RangeEnv names the variable that confines Addr's ports: "lo-hi", both included.
 const RangeEnv = "IDEMSHOP_PORT_RANGE"
 
 // firstFree tries the ports lo..hi in turn, from a start that depends on the process id and goes on
-// from the last call's, and returns the first it can listen on.
+// from the last call's, and returns the first it can listen on that it has not returned before.
 func firstFree(lo, hi int) (string, bool) {
+	handed.Lock()
+	defer handed.Unlock()
 	span, base := int64(hi-lo+1), int64(os.Getpid())*97
 	for range span {
 		port := lo + int((base+portCursor.Add(1))%span)
+		if handed.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err == nil {
 			defer l.Close()
+			handed.ports[port] = true
 			return l.Addr().String(), true
 		}
 	}

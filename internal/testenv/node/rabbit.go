@@ -115,6 +115,8 @@ func NewRabbit(dir, name string) (*Rabbit, error) {
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(r.DistPort),
 		"RABBITMQ_CTL_DIST_PORT_MIN="+strconv.Itoa(r.CtlDistPort),
 		"RABBITMQ_CTL_DIST_PORT_MAX="+strconv.Itoa(r.CtlDistPort),
+		// ... on loopback, as the node: left alone, it listened on 0.0.0.0 (a soak runner's finding).
+		"RABBITMQ_CTL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
 		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),

@@ -11,7 +11,9 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -287,6 +289,38 @@ func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
 			config.RedactURL(e.PaymentsURL), r.Status, r.Body)
 	}
 	return nil
+}
+
+// ChaosChangedSince says how payments-mock's chaos differs now from what a run set with SetChaos (want:
+// the fields it sent; every other field calm), as "duplicates 1 (this run set 3), ...", or "" when it
+// does not or cannot be read. Chaos is the platform's, one setting for every caller: another lab run,
+// the /lab page's buttons or a PUT by hand on the same payments-mock change it under a run (a workshop
+// walker's finding, 2026-12-07: an incident whose chaos a second terminal's S3 calmed waited out
+// LAB_QUIET, then asked whether the services were running).
+func (e *Env) ChaosChangedSince(ctx context.Context, want map[string]any) string {
+	var h []string
+	if e.AdminToken != "" {
+		h = []string{"Authorization", "Bearer " + e.AdminToken}
+	}
+	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/chaos", nil, h...)
+	var now map[string]any
+	if err != nil || r.Status != http.StatusOK || r.JSON(&now) != nil {
+		return ""
+	}
+	all := maps.Clone(calmChaos)
+	maps.Copy(all, want)
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		if k == "seed" {
+			continue // the draws' seed, not a misbehaviour
+		}
+		set, _ := json.Marshal(all[k])
+		got, _ := json.Marshal(now[k]) // numbers come back as float64: 3 and 3.0 both marshal as 3
+		if string(set) != string(got) {
+			diffs = append(diffs, fmt.Sprintf("%s %s (this run set %s)", k, got, set))
+		}
+	}
+	return strings.Join(diffs, ", ")
 }
 
 // PlatformCreates is how many create-payment requests payments-mock received for merchant_order_no no

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,6 +238,26 @@ func TestIncidentGuardedHoldsAndUnsafeShowsDamage(t *testing.T) {
 	assert.Equal(t, map[string]int64{"applied": 30}, u.callbacks())
 	assert.EqualValues(t, 30, u.ledgerRows(), "every copy credited")
 	assert.EqualValues(t, 3*pts, u.balance())
+}
+
+// Chaos is payments-mock's, one setting for every caller: a second terminal's scenario calmed it under a
+// running incident, whose orders then got one callback each instead of three. The incident waited out
+// LAB_QUIET and asked whether the services were running; it now says the chaos changed, and how.
+func TestAnIncidentWhoseChaosIsChangedUnderItSaysSo(t *testing.T) {
+	t.Parallel()
+	env := newLabEnv(t, nil)
+	env.Quiet = 3 * time.Second
+	ctx := context.Background()
+	var once sync.Once
+	rep, err := lab.Incident(ctx, env, 10, false, func(string) {
+		// After the first order is paid: at most four are under way, and the others pay under calm chaos.
+		once.Do(func() { assert.NoError(t, env.CalmChaos(ctx)) }) // not require: another goroutine
+	})
+	require.NoError(t, err)
+	t.Logf("violations: %q", rep.Violations)
+	require.NotEmpty(t, rep.Violations)
+	assert.Contains(t, rep.Violations[0], "not settled within 3s (payments-mock's chaos changed during the run: duplicates 1 (this run set 3);")
+	assert.Contains(t, rep.Violations[0], "run one at a time per stack")
 }
 
 // The lab's own settings must be the shop's, or the run is a set-up error before any scenario: another

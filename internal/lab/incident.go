@@ -52,7 +52,8 @@ func Incident(ctx context.Context, env *Env, n int, unsafe bool, progress func(s
 	if err != nil {
 		return rep, err
 	}
-	if err := env.SetChaos(ctx, map[string]any{"duplicates": 3, "parallel": true, "seed": env.Seed}); err != nil {
+	chaos := map[string]any{"duplicates": 3, "parallel": true, "seed": env.Seed}
+	if err := env.SetChaos(ctx, chaos); err != nil {
 		return rep, err
 	}
 	defer env.CalmChaos(context.WithoutCancel(ctx))
@@ -114,7 +115,12 @@ func Incident(ctx context.Context, env *Env, n int, unsafe bool, progress func(s
 		return rep, err
 	}
 	if !settled {
-		rep.Violations = append(rep.Violations, fmt.Sprintf("not settled within %s (are payments-mock and points-consumer running?)", env.Quiet))
+		why := "are payments-mock and points-consumer running?"
+		if changed := env.ChaosChangedSince(ctx, chaos); changed != "" {
+			why = "payments-mock's chaos changed during the run: " + changed +
+				"; another lab run, the /lab page or a PUT /admin/chaos on the same platform: run one at a time per stack"
+		}
+		rep.Violations = append(rep.Violations, fmt.Sprintf("not settled within %s (%s)", env.Quiet, why))
 	}
 
 	facts, err := invariants.Load(ctx, env.DB, ids)

@@ -2729,4 +2729,12 @@ var List = []Mutant{
 		Replacement: "if false && handed.ports[port] {",
 		Pkgs:        []string{"./internal/platform/freeport"}, Run: "^TestAddrStaysInTheConfiguredRange$",
 	},
+	{
+		ID: "incident-chaos-said", Guard: "incident: chaos said",
+		File: "internal/lab/incident.go",
+		// An incident whose chaos another run changed blames the services: the attendee looks in the wrong place.
+		Original:    "if changed := env.ChaosChangedSince(ctx, chaos); changed != \"\" {",
+		Replacement: "if changed := env.ChaosChangedSince(ctx, chaos); false && changed != \"\" {",
+		Pkgs:        []string{"./internal/lab"}, Run: "^TestAnIncidentWhoseChaosIsChangedUnderItSaysSo$",
+	},
 }

@@ -1413,7 +1413,7 @@ var List = []Mutant{
 		// died on its bind.
 		Original:    "    listening \"${ports[$i]}\" && {\n",
 		Replacement: "    false && {\n",
-		Pkgs:        []string{"./loadtest"}, Run: "^TestWorkshopScriptRefusesATakenPort$", ReadsSource: true,
+		Pkgs:        []string{"./scripts"}, Run: "^TestWorkshopScriptRefusesATakenPort$", ReadsSource: true,
 	},
 	{
 		ID: "workshop-loopback", Guard: "workshop: loopback",
@@ -1422,7 +1422,7 @@ var List = []Mutant{
 		// takes them from loopback only; a classroom's network reached it through orders.
 		Original:    "HTTP_ADDR=\"127.0.0.1:${ports[$i]}\" setsid",
 		Replacement: "HTTP_ADDR=\":${ports[$i]}\" setsid",
-		Pkgs:        []string{"./loadtest"}, Run: "^TestWorkshopScriptRunsTheStackOnItsOwnPorts$", ReadsSource: true,
+		Pkgs:        []string{"./scripts"}, Run: "^TestWorkshopScriptRunsTheStackOnItsOwnPorts$", ReadsSource: true,
 	},
 	{
 		ID: "lab-keep-unconsumed", Guard: "lab: keep in flight",
@@ -2736,5 +2736,13 @@ var List = []Mutant{
 		Original:    "if changed := env.ChaosChangedSince(ctx, chaos); changed != \"\" {",
 		Replacement: "if changed := env.ChaosChangedSince(ctx, chaos); false && changed != \"\" {",
 		Pkgs:        []string{"./internal/lab"}, Run: "^TestAnIncidentWhoseChaosIsChangedUnderItSaysSo$",
+	},
+	{
+		ID: "stack-port-taken", Guard: "demo/bench: port free",
+		File: "scripts/stack.sh",
+		// Another program on a port answers the ready checks: the demo or the bench runs against it.
+		Original:    "  if listening \"$port\"; then\n",
+		Replacement: "  if false; then\n",
+		Pkgs:        []string{"./scripts"}, Run: "^TestStackRefusesATakenPort$", ReadsSource: true,
 	},
 }

@@ -1,4 +1,6 @@
-package main_test
+// Package scripts_test runs the shell scripts under scripts/ against the real services. A package of
+// its own, so that a mutant of a script (make mutants) compiles this small test binary, not loadtest's.
+package scripts_test
 
 import (
 	"encoding/hex"
@@ -165,8 +167,37 @@ func TestWorkshopScriptRefusesATakenPort(t *testing.T) {
 // set to the script's real path, which the script changes directory by.
 func workshopScript(t *testing.T, arg string) *exec.Cmd {
 	t.Helper()
-	const path = "../scripts/workshop.sh"
+	const path = "workshop.sh"
 	text, err := mutants.ReadSource(path)
 	require.NoError(t, err)
 	return exec.Command("bash", "-c", string(text), path, arg)
+}
+
+// scripts/stack.sh (make demo, make bench-quick) refuses ports another program holds, before it builds
+// or creates anything: that program would answer the ready checks for a binary that died on its bind,
+// and the demo or the bench would run against it (a workshop walker's finding, 2026-12-07).
+func TestStackRefusesATakenPort(t *testing.T) {
+	t.Parallel()
+	other := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = other.Serve(ln) }()
+	t.Cleanup(func() { _ = other.Close() })
+	_, taken, _ := net.SplitHostPort(ln.Addr().String())
+	port := func() string { _, p, _ := net.SplitHostPort(testenv.FreeAddr(t)); return p }
+
+	// stack.sh is sourced by demo.sh and bench.sh, which set kind; run from the repository's root.
+	const path = "stack.sh"
+	text, err := mutants.ReadSource(path)
+	require.NoError(t, err)
+	cmd := exec.Command("bash", "-c", "kind=demo\n"+string(text), path)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "BIN="+t.TempDir(), "LOG_LEVEL=warn",
+		"DEMO_ORDERS_PORT="+taken, "DEMO_PAYMENTS_PORT="+port(), "DEMO_POINTS_PORT="+port())
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Equal(t, 2, exit.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), "port "+taken+" (orders) is taken by another program; give the stack others (DEMO_ORDERS_PORT)")
+	assert.NotContains(t, string(out), "== building")
 }

@@ -137,12 +137,7 @@ func TestWorkshopScriptRefusesATakenPort(t *testing.T) {
 	// The run's own database and names: without the check (its mutant) two of the three do start.
 	env := testenv.New(t)
 	env.Topology("")
-	other := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = other.Serve(ln) }()
-	t.Cleanup(func() { _ = other.Close() })
-	_, taken, _ := net.SplitHostPort(ln.Addr().String())
+	taken := takenPort(t)
 	port := func() string { _, p, _ := net.SplitHostPort(testenv.FreeAddr(t)); return p }
 	wsDir := t.TempDir()
 
@@ -178,12 +173,7 @@ func workshopScript(t *testing.T, arg string) *exec.Cmd {
 // and the demo or the bench would run against it (a workshop walker's finding, 2026-12-07).
 func TestStackRefusesATakenPort(t *testing.T) {
 	t.Parallel()
-	other := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = other.Serve(ln) }()
-	t.Cleanup(func() { _ = other.Close() })
-	_, taken, _ := net.SplitHostPort(ln.Addr().String())
+	taken := takenPort(t)
 	port := func() string { _, p, _ := net.SplitHostPort(testenv.FreeAddr(t)); return p }
 
 	// stack.sh is sourced by demo.sh and bench.sh, which set kind; run from the repository's root.
@@ -200,4 +190,17 @@ func TestStackRefusesATakenPort(t *testing.T) {
 	assert.Equal(t, 2, exit.ExitCode(), "%s", out)
 	assert.Contains(t, string(out), "port "+taken+" (orders) is taken by another program; give the stack others (DEMO_ORDERS_PORT)")
 	assert.NotContains(t, string(out), "== building")
+}
+
+// takenPort is a loopback port another program holds for the test: an HTTP server that answers every
+// request 200, as another stack's /readyz would.
+func takenPort(t *testing.T) string {
+	t.Helper()
+	other := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = other.Serve(ln) }()
+	t.Cleanup(func() { _ = other.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
 }

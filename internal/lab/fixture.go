@@ -268,6 +268,15 @@ func (e *Env) PostCallback(ctx context.Context, path string, cb callback.Callbac
 var calmChaos = map[string]any{"duplicates": 1, "parallel": true, "jitter_ms": 0, "reorder": false,
 	"ack_loss_rate": 0, "create_timeout_rate": 0, "reset_rate": 0, "error_rate": 0, "delay_success_ms": 0}
 
+// adminHeaders are the headers of a call to payments-mock's admin API: ADMIN_TOKEN as the bearer
+// token when it is set (without it, the platform admits loopback callers only).
+func (e *Env) adminHeaders() []string {
+	if e.AdminToken == "" {
+		return nil
+	}
+	return []string{"Authorization", "Bearer " + e.AdminToken}
+}
+
 // SetChaos sets payments-mock's chaos to the given fields, and every other field to its calm value
 // (PUT /admin/chaos keeps the fields it is not sent, so a reset_rate or a delay_success_ms left by a
 // trainer's /lab buttons or by hand would have stayed under the scenario, and failed it).
@@ -275,11 +284,7 @@ func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
 	all := maps.Clone(calmChaos)
 	maps.Copy(all, chaos)
 	body, _ := json.Marshal(all)
-	var h []string
-	if e.AdminToken != "" {
-		h = []string{"Authorization", "Bearer " + e.AdminToken}
-	}
-	r, err := e.Do(ctx, http.MethodPut, e.PaymentsURL+"/admin/chaos", body, h...)
+	r, err := e.Do(ctx, http.MethodPut, e.PaymentsURL+"/admin/chaos", body, e.adminHeaders()...)
 	if err != nil {
 		return fmt.Errorf("set chaos of payments-mock at %s (PAYMENTS_URL): %w", config.RedactURL(e.PaymentsURL), err)
 	}
@@ -298,11 +303,7 @@ func (e *Env) SetChaos(ctx context.Context, chaos map[string]any) error {
 // walker's finding, 2026-12-07: an incident whose chaos a second terminal's S3 calmed waited out
 // LAB_QUIET, then asked whether the services were running).
 func (e *Env) ChaosChangedSince(ctx context.Context, want map[string]any) string {
-	var h []string
-	if e.AdminToken != "" {
-		h = []string{"Authorization", "Bearer " + e.AdminToken}
-	}
-	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/chaos", nil, h...)
+	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/chaos", nil, e.adminHeaders()...)
 	var now map[string]any
 	if err != nil || r.Status != http.StatusOK || r.JSON(&now) != nil {
 		return ""
@@ -327,11 +328,7 @@ func (e *Env) ChaosChangedSince(ctx context.Context, want map[string]any) string
 // (GET /admin/creates). The platform is idempotent on the number, so a shop that asked twice still
 // has one payment there: only this count shows the second ask.
 func (e *Env) PlatformCreates(ctx context.Context, no string) (int64, error) {
-	var h []string
-	if e.AdminToken != "" {
-		h = []string{"Authorization", "Bearer " + e.AdminToken}
-	}
-	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/creates?merchant_order_no="+url.QueryEscape(no), nil, h...)
+	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/creates?merchant_order_no="+url.QueryEscape(no), nil, e.adminHeaders()...)
 	if err != nil {
 		return 0, fmt.Errorf("payments-mock at %s (PAYMENTS_URL): GET /admin/creates: %w", config.RedactURL(e.PaymentsURL), err)
 	}

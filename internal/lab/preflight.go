@@ -22,11 +22,7 @@ var ErrPlatformAdmin = errors.New("payments-mock's admin API refuses loadtest")
 // will set it, with ADMIN_TOKEN as the bearer token: a 401 or 403 is a set-up error (exit 2) before the
 // run, not a scenario that errs halfway with a summary that reads as a result.
 func (e *Env) CheckPlatformAdmin(ctx context.Context) error {
-	var h []string
-	if e.AdminToken != "" {
-		h = []string{"Authorization", "Bearer " + e.AdminToken}
-	}
-	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/chaos", nil, h...)
+	r, err := e.Do(ctx, http.MethodGet, e.PaymentsURL+"/admin/chaos", nil, e.adminHeaders()...)
 	if err != nil {
 		return fmt.Errorf("payments-mock at %s (PAYMENTS_URL): GET /admin/chaos: %w", config.RedactURL(e.PaymentsURL), err)
 	}

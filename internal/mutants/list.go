@@ -2745,4 +2745,16 @@ var List = []Mutant{
 		Replacement: "  if false; then\n",
 		Pkgs:        []string{"./scripts"}, Run: "^TestStackRefusesATakenPort$", ReadsSource: true,
 	},
+	{
+		ID: "held-retry-batch", Guard: "held: one batch a time",
+		File: "internal/points/consumer.go",
+		// Every due message taken out of held at once and retried in batches: a batch's multiple-ack acks
+		// a later batch's message unread, that batch acks it again, and the broker closes the channel.
+		Original: "firsts := held.takeDue(now, c.cfg.BatchSize)\n\t\tif len(firsts) == 0 {\n\t\t\treturn\n\t\t}\n",
+		Replacement: "firsts := held.takeDue(now, -1)\n\t\tif len(firsts) == 0 {\n\t\t\treturn\n\t\t}\n" +
+			"\t\tfor len(firsts) > c.cfg.BatchSize {\n\t\t\tpart := firsts[:c.cfg.BatchSize]\n\t\t\tfirsts = firsts[c.cfg.BatchSize:]\n" +
+			"\t\t\tvar msgs []*message\n\t\t\tfor _, m := range part {\n\t\t\t\tmsgs = append(append(msgs, m), m.dups...)\n\t\t\t}\n" +
+			"\t\t\tc.process(ctx, work, ch, held, msgs, part)\n\t\t}\n",
+		Pkgs: []string{"./internal/points"}, Run: "^TestDueMessagesAreRetriedOneBatchAtATimeAndAckedOnce$",
+	},
 }

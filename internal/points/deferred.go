@@ -62,38 +62,42 @@ func (s *deferredSet) next() (time.Time, bool) {
 	return at, found
 }
 
-// takeDue removes and returns the messages due for another claim at now, in delivery order.
-func (s *deferredSet) takeDue(now time.Time) []*message {
-	return s.take(func(m *message) bool { return !m.retryAt.After(now) })
+// takeDue removes and returns at most n of the messages due for another claim at now, the earliest
+// deliveries first. The rest stay waiting, where hasTagBelow sees them.
+func (s *deferredSet) takeDue(now time.Time, n int) []*message {
+	return s.take(func(m *message) bool { return !m.retryAt.After(now) }, n)
 }
 
 // takeAll removes and returns every waiting message, in delivery order.
 func (s *deferredSet) takeAll() []*message {
-	return s.take(func(*message) bool { return true })
+	return s.take(func(*message) bool { return true }, -1)
 }
 
-func (s *deferredSet) take(pick func(*message) bool) []*message {
+// take removes and returns up to n (n < 0: all) of the waiting messages for which pick is true, the
+// earliest deliveries first.
+func (s *deferredSet) take(pick func(*message) bool, n int) []*message {
 	if s == nil {
 		return nil
 	}
 	var out []*message
-	for id, ms := range s.byBiz {
-		kept := ms[:0]
-		for _, m := range ms {
-			if pick(m) {
-				m.waiting = false
-				out = append(out, m)
-			} else {
-				kept = append(kept, m)
-			}
+	s.all(func(m *message) {
+		if pick(m) {
+			out = append(out, m)
 		}
-		if len(kept) == 0 {
-			delete(s.byBiz, id)
-		} else {
+	})
+	slices.SortFunc(out, func(a, b *message) int { return cmp.Compare(a.d.DeliveryTag, b.d.DeliveryTag) })
+	if n >= 0 && len(out) > n {
+		out = out[:n]
+	}
+	for _, m := range out {
+		m.waiting = false
+		id := m.bizID()
+		if kept := slices.DeleteFunc(s.byBiz[id], func(w *message) bool { return w == m }); len(kept) > 0 {
 			s.byBiz[id] = kept
+		} else {
+			delete(s.byBiz, id)
 		}
 	}
-	slices.SortFunc(out, func(a, b *message) int { return cmp.Compare(a.d.DeliveryTag, b.d.DeliveryTag) })
 	return out
 }
 

@@ -2757,4 +2757,13 @@ var List = []Mutant{
 			"\t\t\tc.process(ctx, work, ch, held, msgs, part)\n\t\t}\n",
 		Pkgs: []string{"./internal/points"}, Run: "^TestDueMessagesAreRetriedOneBatchAtATimeAndAckedOnce$",
 	},
+	{
+		ID: "handback-republish", Guard: "hand-back: republish",
+		File: "internal/points/consumer.go",
+		// The hand-back ends the session without republishing what it holds at its last delivery: the
+		// channel's close gives it back, and the quorum queue dead-letters it.
+		Original:    "\tc.handedBack = true\n\tc.republishArrivals(work)\n",
+		Replacement: "\tc.handedBack = true\n",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestAHandBackDeadLettersNoneOfWhatArrivedAfterItsRepublish$",
+	},
 }

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"idemshop/internal/events"
+	"idemshop/internal/platform/postgres"
 	"idemshop/internal/platform/rabbitmq"
 	"idemshop/internal/points"
 	"idemshop/internal/testenv"
@@ -249,4 +250,69 @@ func TestAMessageRepublishedMaxRepublishTimesIsDeadLettered(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logs.String(), "republished at its last delivery"), "republished once, then left to the DLQ")
 	assert.Equal(t, 2*events.DeliveryLimit+1, c.count(points.OutcomeFailed), "the original's six deliveries and the copy's first five failed")
 	assert.Zero(t, state(t, env).Rows)
+}
+
+// A hand-back dead-letters none of the messages it holds. Each failed attempt republishes what the
+// session holds at its last delivery and acks it; the broker fills the freed prefetch slots at once,
+// before the cancel of the hand-back. Those refills came back with the session's channel, and the ones
+// at their last delivery were dead-lettered, uncounted (a helper's finding, 2026-12-08: 10 of 60 good
+// messages in the DLQ, a prefetch's worth). Every message here is at its last delivery.
+func TestAHandBackDeadLettersNoneOfWhatArrivedAfterItsRepublish(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	top := topology(t, env)
+	const n = 40
+	pub := newPublisher(t, env.AMQPURL, top)
+	for i := int64(1); i <= n; i++ {
+		pub.event(orderPaid(i, i%3+1, 100))
+	}
+	returnEach(t, env, top, n, top.DeliveryLimit)
+
+	proxy, viaProxy := tcpproxy.ForURL(t, env.DatabaseURL)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{LockTimeout: 2 * time.Second,
+		StatementTimeout: 10 * time.Second, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = postgres.Close(db) })
+	proxy.Cut()
+	t.Cleanup(proxy.Restore) // before the consumer's stop
+	logs := &testenv.Output{}
+	cfg := testConfig(env.AMQPURL, env.Prefix, top)
+	cfg.Prefetch, cfg.BatchSize = 10, 1
+	// Handed back at the first failed attempt: the refills of what it republished are the ones at risk,
+	// and the queue still has more than a prefetch.
+	cfg.AttemptTimeout, cfg.HandBackAfter = 300*time.Millisecond, time.Millisecond
+	cfg.Reachable = func(ctx context.Context) error { return postgres.Reachable(ctx, viaProxy) }
+	c := startConsumerOn(t, db, env.Redis, slog.New(slog.NewTextHandler(logs, nil)), cfg)
+
+	waitFor(t, 10*time.Second, func() bool { return logs.Contains("handing this consumer's messages back to the queue") },
+		"handed back")
+	proxy.Restore()
+	ch := channel(t, env.AMQPURL)
+	waitFor(t, 20*time.Second, func() bool {
+		return c.count(points.OutcomeApplied)+queueDepth(t, ch, top.DeadLetterQueue) >= n
+	}, "each message credited (once the database answers) or dead-lettered")
+	assert.Zero(t, queueDepth(t, ch, top.DeadLetterQueue), "nothing dead-lettered")
+	assert.Equal(t, ledgerState{Rows: n, Distinct: n, Sum: n, Balances: n}, state(t, env))
+	assert.Zero(t, c.count(points.OutcomeDeadLettered))
+}
+
+// returnEach takes each of the n messages of top's queue and returns it (nack, requeue), times times
+// over, as consumers that crashed would have: x-delivery-count reaches times.
+func returnEach(t *testing.T, env *testenv.Env, top rabbitmq.Topology, n, times int) {
+	t.Helper()
+	ch := channel(t, env.AMQPURL)
+	for range times {
+		var got []amqp.Delivery
+		waitFor(t, 10*time.Second, func() bool {
+			d, ok, err := ch.Get(top.Queue, false)
+			require.NoError(t, err)
+			if ok {
+				got = append(got, d)
+			}
+			return len(got) == n
+		}, "all %d taken", n)
+		for _, d := range got {
+			require.NoError(t, d.Nack(false, true))
+		}
+	}
 }

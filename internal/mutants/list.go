@@ -2331,8 +2331,8 @@ var List = []Mutant{
 	{
 		ID: "points-reverse-credit", Guard: "reverse: its credit",
 		File:        "internal/points/ledger.go",
-		Original:    "if credited.Conflicting[credit.BizID] {",
-		Replacement: "if credited.Conflicting[credit.BizID] && false {",
+		Original:    "if row.UserID != credit.UserID || row.Delta != credit.Delta {",
+		Replacement: "if false {",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalThatIsNotOfItsCreditIsRefused$",
 	},
 	{
@@ -2765,5 +2765,14 @@ var List = []Mutant{
 		Original:    "\tc.handedBack = true\n\tc.republishArrivals(work)\n",
 		Replacement: "\tc.handedBack = true\n",
 		Pkgs:        []string{"./internal/points"}, Run: "^TestAHandBackDeadLettersNoneOfWhatArrivedAfterItsRepublish$",
+	},
+	{
+		ID: "reverse-credit-reread", Guard: "reverse: credit reread",
+		File: "internal/points/ledger.go",
+		// The reversal trusts the credits' statement alone: a credit that commits while the statement
+		// waits on its row is skipped without a comparison, and a forged reversal takes another user's points.
+		Original:    "if row.UserID != credit.UserID || row.Delta != credit.Delta {",
+		Replacement: "if credited.Conflicting[credit.BizID] {",
+		Pkgs:        []string{"./internal/points"}, Run: "^TestReversalRacingItsCreditIsStillComparedWithIt$",
 	},
 }

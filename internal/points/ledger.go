@@ -274,9 +274,19 @@ func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta i
 		if err != nil {
 			return err
 		}
-		if credited.Conflicting[credit.BizID] {
-			return fmt.Errorf("%w: reversal of order %d for user %d, %d points, but the order's credit has another user or amount",
-				ErrRejected, r.OrderID, r.UserID, r.Points)
+		if !credited.Inserted[credit.BizID] {
+			// The credit was there: compared in a statement of its own, which sees every committed row.
+			// The credits' statement compares only the rows its snapshot shows (Conflicting), and a credit
+			// that committed while it waited on the row is not among them: a forged reversal racing the
+			// real credit took bob's points for alice's order (a helper's reading, 2026-12-08).
+			var row struct{ UserID, Delta int64 }
+			if err := tx.Raw(`SELECT user_id, delta FROM points_ledger WHERE biz_id = ?`, credit.BizID).Scan(&row).Error; err != nil {
+				return fmt.Errorf("read the credit back: %w", translate(err))
+			}
+			if row.UserID != credit.UserID || row.Delta != credit.Delta {
+				return fmt.Errorf("%w: reversal of order %d for user %d, %d points, but the order's credit has another user or amount",
+					ErrRejected, r.OrderID, r.UserID, r.Points)
+			}
 		}
 		var balance int64
 		err = tx.Raw(`SELECT balance FROM points_accounts WHERE user_id = ? FOR UPDATE`, r.UserID).Row().Scan(&balance)

@@ -337,6 +337,50 @@ func TestReversalThatIsNotOfItsCreditIsRefused(t *testing.T) {
 	assert.EqualValues(t, 100, accountOf(t, env, 1).Balance)
 }
 
+// A reversal unlike its credit is refused even when the credit commits while the reversal waits on its
+// row. The credits' statement compares only the rows its snapshot shows, taken before the wait: the
+// credit, committed during it, was skipped without a comparison, and the forged reversal took bob's
+// points for alice's order (a helper's reading, 2026-12-08). The reversal reads the credit back in a
+// statement of its own.
+func TestReversalRacingItsCreditIsStillComparedWithIt(t *testing.T) {
+	t.Parallel()
+	env, l := ledgerWithCredit(t, 95, 2, 70) // bob has 70 points from another order
+	ctx := context.Background()
+	bob := accountOf(t, env, 2)
+
+	credit := env.DB.Begin() // alice's credit for order 96, not committed yet
+	require.NoError(t, credit.Error)
+	defer credit.Rollback()
+	inTx, err := points.NewLedger(credit)
+	require.NoError(t, err)
+	_, err = inTx.Apply(ctx, []points.Credit{
+		{BizID: points.BizIDOrderPaid(96), UserID: 1, Delta: 40, Reason: points.ReasonOrderPaid}})
+	require.NoError(t, err)
+
+	type result struct {
+		applied bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		applied, _, err := l.Reverse(ctx, points.Reversal{OrderID: 96, UserID: 2, Points: 40}) // bob's, for alice's order
+		done <- result{applied, err}
+	}()
+	waitFor(t, 5*time.Second, func() bool {
+		var waiting int64
+		_ = env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting).Error
+		return waiting == 1
+	}, "the reversal waits on the credit's row")
+	require.NoError(t, credit.Commit().Error)
+
+	res := <-done
+	require.ErrorIs(t, res.err, points.ErrRejected)
+	assert.False(t, res.applied)
+	assert.Equal(t, bob, accountOf(t, env, 2), "nothing taken from bob")
+	assert.Equal(t, account{Balance: 40, Ledger: map[string]int64{"order-paid:96": 40}}, accountOf(t, env, 1))
+}
+
 // A reversal of negative points is refused and writes nothing. Where the ledger holds a negative
 // credit for its order (Apply does not check signs), only this guard stops it: it takes back -40, that
 // is, it adds 40 points. Guards the ledger-reverse-neg mutant (internal/mutants).

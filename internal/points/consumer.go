@@ -1038,15 +1038,15 @@ func (c *Consumer) republishArrivals(work context.Context) {
 	}
 	wait, cancel := context.WithTimeout(work, c.cfg.AttemptTimeout)
 	defer cancel()
-	for !r.inbox.isClosed() {
+	for !r.inbox.isClosed() && wait.Err() == nil {
 		select {
 		case <-r.inbox.ready:
 		case <-wait.Done():
-			c.logger.Warn("hand-back: the client did not hand over its deliveries in time; republishing what the inbox holds",
-				"attempt_timeout", c.cfg.AttemptTimeout)
-			c.republishHeld()
-			return
 		}
+	}
+	if !r.inbox.isClosed() {
+		c.logger.Warn("hand-back: the client did not hand over its deliveries in time; republishing what the inbox holds",
+			"attempt_timeout", c.cfg.AttemptTimeout)
 	}
 	c.republishHeld()
 }

@@ -331,6 +331,18 @@ func TestReportCountsTheProbesOrders(t *testing.T) {
 	}
 }
 
+// The faults line says how many faults were planned and how many fired, the ones the run ended before
+// counted among the planned: "every planned fault fired" is read, not inferred.
+func TestReportSaysPlannedAndFiredFaults(t *testing.T) {
+	r := &Report{Injected: []Fault{{Kind: KillOrders, AtS: 9.9, PauseS: 1.3}, {Kind: KillPoints, AtS: 20, PauseS: 1}},
+		ByKind: map[string]int{KillOrders: 1, KillPoints: 1}, NotFired: []Fault{{Kind: KillBoth, AtS: 55}}}
+	var b strings.Builder
+	r.Print(&b)
+	if want := "faults        3 planned, 2 fired; kill-orders 1, kill-points-consumer 1: kill-orders@9.9s+1.3s"; !strings.Contains(b.String(), want) {
+		t.Errorf("report without %q:\n%s", want, b.String())
+	}
+}
+
 // A run's ERROR lines and ALERTs are counted by service from its logs, before a passing run's logs are
 // deleted, and the report prints them: a WARN quoting "level=ERROR" and the soak's own header lines are
 // not counted, a missing log is left out.

@@ -159,7 +159,9 @@ func (r *Report) Print(w io.Writer) {
 		}
 		faults = counts(r.ByKind) + ": " + strings.Join(at, ", ")
 	}
-	line("faults", faults)
+	// Planned beside fired, so that "every planned fault fired" is read, not inferred from a missing
+	// "not fired" line (a soak runner's wish, 2026-12-08).
+	line("faults", fmt.Sprintf("%d planned, %d fired; %s", len(r.Injected)+len(r.NotFired), len(r.Injected), faults))
 	for _, f := range r.Injected {
 		r.printFault(line, f)
 	}

@@ -156,12 +156,16 @@ func (l *Ledger) Apply(ctx context.Context, credits []Credit) (Applied, error) {
 //     inserts nothing, so RETURNING lists exactly the credits applied now;
 //   - the account upsert sums only what ins returned: the ledger row and its balance change are one
 //     fact. A data-modifying WITH runs to completion even though the final SELECT does not read it;
-//   - the final SELECT returns the inserted biz_ids, then the skipped ones whose row differs. The
-//     statement reads the ledger as it was when it started (the rows ins writes are not visible to it),
-//     so the join finds exactly the rows that were there before; NOT IN (ins) keeps the probes to the
-//     skipped ones, a few in a batch of new credits. A row another transaction commits while this one
-//     waits on it is skipped without being compared: two consumers racing on one biz_id, which the Redis
-//     lease in front makes rare.
+//   - the final SELECT returns the inserted biz_ids, then each skipped one with whether its row
+//     differs. The statement reads the ledger as it was when it started (the rows ins writes are not
+//     visible to it), so the join finds exactly the rows that were there before; NOT IN (ins) keeps
+//     the probes to the skipped ones, a few in a batch of new credits.
+//   - a skipped biz_id the join did not find is a row another transaction committed while this one
+//     waited on it. It is compared in a statement of its own, which sees every committed row (a round
+//     trip only when that happens). Left uncompared, a forged reversal that wrote a credit from its
+//     own data first (its lease is order-refunded's, not order-paid's: nothing in Redis keeps the two
+//     apart) made the real credit a silent duplicate, and the user's points were lost without a dead
+//     letter; the other way round, the forged reversal went through (a helper's findings, 2026-12-08).
 //
 // Both inserts take their locks in a fixed order (credits sorted by biz_id, accounts by user id), so
 // that concurrent batches cannot deadlock on each other.
@@ -194,25 +198,28 @@ func insertCredits(tx *gorm.DB, credits []Credit) (Applied, error) {
 		ON CONFLICT (user_id) DO UPDATE
 		SET balance = points_accounts.balance + EXCLUDED.balance, updated_at = now()
 	)
-	SELECT biz_id, true FROM ins
+	SELECT biz_id, true, false FROM ins
 	UNION ALL
-	SELECT c.biz_id, false FROM c JOIN points_ledger l ON l.biz_id = c.biz_id
-	WHERE c.biz_id NOT IN (SELECT biz_id FROM ins) AND (l.user_id, l.delta) <> (c.user_id, c.delta)`,
+	SELECT c.biz_id, false, (l.user_id, l.delta) <> (c.user_id, c.delta) FROM c JOIN points_ledger l ON l.biz_id = c.biz_id
+	WHERE c.biz_id NOT IN (SELECT biz_id FROM ins)`,
 		pgArray[string](bizIDs), pgArray[int64](users), pgArray[int64](deltas), pgArray[string](reasons)).
 		Rows()
 	if err != nil {
 		return Applied{}, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
 	}
 	defer rows.Close()
+	seen := make(map[string]bool, len(sorted))
 	for rows.Next() {
 		var id string
-		var inserted bool
-		if err := rows.Scan(&id, &inserted); err != nil {
+		var inserted, differs bool
+		if err := rows.Scan(&id, &inserted, &differs); err != nil {
 			return Applied{}, fmt.Errorf("read inserted ledger rows: %w", translate(err))
 		}
-		if inserted {
+		seen[id] = true
+		switch {
+		case inserted:
 			applied.Inserted[id] = true
-		} else {
+		case differs:
 			applied.Conflicting[id] = true
 		}
 	}
@@ -221,7 +228,40 @@ func insertCredits(tx *gorm.DB, credits []Credit) (Applied, error) {
 	if err := rows.Err(); err != nil {
 		return Applied{}, fmt.Errorf("insert ledger rows and update balances: %w", translate(err))
 	}
+	rows.Close() // the connection is the transaction's: the next statement needs it
+	var unseen []Credit
+	for _, c := range sorted {
+		if !seen[c.BizID] {
+			unseen = append(unseen, c)
+		}
+	}
+	if len(unseen) > 0 {
+		conflicting, err := committedMeanwhileAndUnlike(tx, unseen)
+		if err != nil {
+			return Applied{}, err
+		}
+		for _, id := range conflicting {
+			applied.Conflicting[id] = true
+		}
+	}
 	return applied, nil
+}
+
+// committedMeanwhileAndUnlike returns the biz_ids of credits whose ledger row, committed by another
+// transaction while insertCredits waited on it, has another user or delta.
+func committedMeanwhileAndUnlike(tx *gorm.DB, credits []Credit) ([]string, error) {
+	bizIDs, users, deltas := make([]string, len(credits)), make([]int64, len(credits)), make([]int64, len(credits))
+	for i, c := range credits {
+		bizIDs[i], users[i], deltas[i] = c.BizID, c.UserID, c.Delta
+	}
+	var ids []string
+	err := tx.Raw(`SELECT l.biz_id FROM unnest(?::text[], ?::bigint[], ?::bigint[]) AS c(biz_id, user_id, delta)
+		JOIN points_ledger l ON l.biz_id = c.biz_id WHERE (l.user_id, l.delta) <> (c.user_id, c.delta)`,
+		pgArray[string](bizIDs), pgArray[int64](users), pgArray[int64](deltas)).Scan(&ids).Error
+	if err != nil {
+		return nil, fmt.Errorf("compare credits committed meanwhile: %w", translate(err))
+	}
+	return ids, nil
 }
 
 // pgArray passes a slice to pgx as one array parameter. GORM would expand a bare slice in Raw into a
@@ -274,19 +314,9 @@ func (l *Ledger) Reverse(ctx context.Context, r Reversal) (applied bool, delta i
 		if err != nil {
 			return err
 		}
-		if !credited.Inserted[credit.BizID] {
-			// The credit was there: compared in a statement of its own, which sees every committed row.
-			// The credits' statement compares only the rows its snapshot shows (Conflicting), and a credit
-			// that committed while it waited on the row is not among them: a forged reversal racing the
-			// real credit took bob's points for alice's order (a helper's reading, 2026-12-08).
-			var row struct{ UserID, Delta int64 }
-			if err := tx.Raw(`SELECT user_id, delta FROM points_ledger WHERE biz_id = ?`, credit.BizID).Scan(&row).Error; err != nil {
-				return fmt.Errorf("read the credit back: %w", translate(err))
-			}
-			if row.UserID != credit.UserID || row.Delta != credit.Delta {
-				return fmt.Errorf("%w: reversal of order %d for user %d, %d points, but the order's credit has another user or amount",
-					ErrRejected, r.OrderID, r.UserID, r.Points)
-			}
+		if credited.Conflicting[credit.BizID] {
+			return fmt.Errorf("%w: reversal of order %d for user %d, %d points, but the order's credit has another user or amount",
+				ErrRejected, r.OrderID, r.UserID, r.Points)
 		}
 		var balance int64
 		err = tx.Raw(`SELECT balance FROM points_accounts WHERE user_id = ? FOR UPDATE`, r.UserID).Row().Scan(&balance)

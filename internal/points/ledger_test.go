@@ -340,8 +340,8 @@ func TestReversalThatIsNotOfItsCreditIsRefused(t *testing.T) {
 // A reversal unlike its credit is refused even when the credit commits while the reversal waits on its
 // row. The credits' statement compares only the rows its snapshot shows, taken before the wait: the
 // credit, committed during it, was skipped without a comparison, and the forged reversal took bob's
-// points for alice's order (a helper's reading, 2026-12-08). The reversal reads the credit back in a
-// statement of its own.
+// points for alice's order (a helper's reading, 2026-12-08). Such a row is compared in a statement of
+// its own (insertCredits).
 func TestReversalRacingItsCreditIsStillComparedWithIt(t *testing.T) {
 	t.Parallel()
 	env, l := ledgerWithCredit(t, 95, 2, 70) // bob has 70 points from another order
@@ -379,6 +379,52 @@ func TestReversalRacingItsCreditIsStillComparedWithIt(t *testing.T) {
 	assert.False(t, res.applied)
 	assert.Equal(t, bob, accountOf(t, env, 2), "nothing taken from bob")
 	assert.Equal(t, account{Balance: 40, Ledger: map[string]int64{"order-paid:96": 40}}, accountOf(t, env, 1))
+}
+
+// The other way round: a forged reversal (bob, for alice's order) writes the order's credit from its
+// own data first, and alice's real credit waits on that row. Once the reversal commits, the credit is
+// skipped; compared only with the rows its statement's snapshot showed, it read as a duplicate, acked
+// in silence, and alice's points were lost without a dead letter (a helper's finding, 2026-12-08: 1 to
+// 13 of 150 orders through two consumers, Redis up, since the two leases are order-paid's and
+// order-refunded's). It is told it conflicts, so the consumer dead-letters it for a person.
+func TestACreditWaitingOnAForgedReversalsRowIsToldItConflicts(t *testing.T) {
+	t.Parallel()
+	env, l := ledgerWithCredit(t, 95, 2, 70) // bob has 70 points
+	ctx := context.Background()
+	lock := env.DB.Begin() // bob's account: the reversal stops after writing the credit's row
+	require.NoError(t, lock.Error)
+	defer lock.Rollback()
+	require.NoError(t, lock.Exec(`SELECT 1 FROM points_accounts WHERE user_id = 2 FOR UPDATE`).Error)
+	waiting := func() int64 {
+		var n int64
+		_ = env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n).Error
+		return n
+	}
+
+	reversed := make(chan error, 1)
+	go func() {
+		_, _, err := l.Reverse(ctx, points.Reversal{OrderID: 96, UserID: 2, Points: 40}) // bob's, for alice's order
+		reversed <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool { return waiting() == 1 }, "the reversal waits on bob's account")
+	type result struct {
+		applied points.Applied
+		err     error
+	}
+	credited := make(chan result, 1)
+	go func() {
+		a, err := l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(96), UserID: 1, Delta: 40, Reason: points.ReasonOrderPaid}})
+		credited <- result{a, err}
+	}()
+	waitFor(t, 5*time.Second, func() bool { return waiting() == 2 }, "alice's credit waits on the reversal's row")
+	require.NoError(t, lock.Rollback().Error)
+
+	require.NoError(t, <-reversed, "the forged reversal went first and matched the credit it wrote itself")
+	res := <-credited
+	require.NoError(t, res.err)
+	assert.Equal(t, points.Applied{Inserted: map[string]bool{}, Conflicting: map[string]bool{"order-paid:96": true}}, res.applied,
+		"alice's credit conflicts with the row the reversal wrote: poison, not a duplicate")
 }
 
 // A reversal of negative points is refused and writes nothing. Where the ledger holds a negative

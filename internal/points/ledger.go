@@ -138,7 +138,9 @@ type Applied struct {
 // delta (Applied). Duplicate biz_ids inside credits are applied once.
 //
 // The transaction is one statement (insertCredits), so it needs no BEGIN and COMMIT of its own: a
-// single statement is atomic in PostgreSQL, and one round trip does the whole batch.
+// single statement is atomic in PostgreSQL, and one round trip does the whole batch. A read follows it
+// only when a row another transaction committed meanwhile must be compared (insertCredits); it writes
+// nothing.
 //
 // The whole batch fails together: one unknown user aborts every credit of the call, and the caller
 // retries the others one by one. Errors the database raises for the data itself wrap ErrRejected.

@@ -232,12 +232,7 @@ func TestReverseComputesOnTheCommittedBalance(t *testing.T) {
 		applied, delta, err := l.Reverse(ctx, points.Reversal{OrderID: 80, UserID: 1, Points: 50})
 		done <- result{applied, delta, err}
 	}()
-	waitFor(t, 5*time.Second, func() bool {
-		var waiting int64
-		_ = env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting).Error
-		return waiting == 1
-	}, "the reversal waits on the account row")
+	waitFor(t, 5*time.Second, func() bool { return lockWaiters(env) == 1 }, "the reversal waits on the account row")
 	require.NoError(t, redeem.Commit().Error)
 
 	res := <-done
@@ -247,6 +242,17 @@ func TestReverseComputesOnTheCommittedBalance(t *testing.T) {
 	assert.Equal(t, account{Balance: 0, Ledger: map[string]int64{
 		"order-paid:80": 50, "redeem:concurrent": -30, "order-refunded:80": -20,
 	}}, accountOf(t, env, 1))
+}
+
+// lockWaiters counts the sessions of env's database waiting on a lock (-1 if it cannot tell). It runs
+// in waitFor's condition, on a goroutine of its own, where a test must not fail.
+func lockWaiters(env *testenv.Env) int64 {
+	var n int64
+	if err := env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n).Error; err != nil {
+		return -1
+	}
+	return n
 }
 
 // spend takes points off userID's balance with a ledger row, as a redeem does (internal/rewards).
@@ -366,12 +372,7 @@ func TestReversalRacingItsCreditIsStillComparedWithIt(t *testing.T) {
 		applied, _, err := l.Reverse(ctx, points.Reversal{OrderID: 96, UserID: 2, Points: 40}) // bob's, for alice's order
 		done <- result{applied, err}
 	}()
-	waitFor(t, 5*time.Second, func() bool {
-		var waiting int64
-		_ = env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting).Error
-		return waiting == 1
-	}, "the reversal waits on the credit's row")
+	waitFor(t, 5*time.Second, func() bool { return lockWaiters(env) == 1 }, "the reversal waits on the credit's row")
 	require.NoError(t, credit.Commit().Error)
 
 	res := <-done
@@ -395,19 +396,13 @@ func TestACreditWaitingOnAForgedReversalsRowIsToldItConflicts(t *testing.T) {
 	require.NoError(t, lock.Error)
 	defer lock.Rollback()
 	require.NoError(t, lock.Exec(`SELECT 1 FROM points_accounts WHERE user_id = 2 FOR UPDATE`).Error)
-	waiting := func() int64 {
-		var n int64
-		_ = env.DB.Raw(`SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n).Error
-		return n
-	}
 
 	reversed := make(chan error, 1)
 	go func() {
 		_, _, err := l.Reverse(ctx, points.Reversal{OrderID: 96, UserID: 2, Points: 40}) // bob's, for alice's order
 		reversed <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool { return waiting() == 1 }, "the reversal waits on bob's account")
+	waitFor(t, 5*time.Second, func() bool { return lockWaiters(env) == 1 }, "the reversal waits on bob's account")
 	type result struct {
 		applied points.Applied
 		err     error
@@ -417,7 +412,7 @@ func TestACreditWaitingOnAForgedReversalsRowIsToldItConflicts(t *testing.T) {
 		a, err := l.Apply(ctx, []points.Credit{{BizID: points.BizIDOrderPaid(96), UserID: 1, Delta: 40, Reason: points.ReasonOrderPaid}})
 		credited <- result{a, err}
 	}()
-	waitFor(t, 5*time.Second, func() bool { return waiting() == 2 }, "alice's credit waits on the reversal's row")
+	waitFor(t, 5*time.Second, func() bool { return lockWaiters(env) == 2 }, "alice's credit waits on the reversal's row")
 	require.NoError(t, lock.Rollback().Error)
 
 	require.NoError(t, <-reversed, "the forged reversal went first and matched the credit it wrote itself")

@@ -287,7 +287,8 @@ type Reversal struct {
 //     NOTHING. Usually it exists and this is a no-op; if the reversal overtook its order.paid (requeue,
 //     redelivery), the credit is applied here, and the order.paid that comes later is a duplicate.
 //     Without it the reversal would find nothing to take back, and the late credit would stay forever.
-//     Then the credit is read back: a reversal whose user or points are not its credit's is
+//     Then the credit is compared (insertCredits: in its statement, or in a second one if another
+//     transaction committed the row meanwhile): a reversal whose user or points are not its credit's is
 //     ErrRejected (dead-lettered), since it would take points from another user or more than the order
 //     earned.
 //  2. Lock the user's account row (SELECT ... FOR UPDATE) and read the committed balance: a concurrent
